@@ -1,0 +1,15 @@
+"""vramscope: find, explain and prevent GPU memory leaks in PyTorch training."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from ._core import __version__, analyze_json as _analyze_json, convert
+
+__all__ = ["__version__", "analyze", "convert"]
+
+
+def analyze(path: str | os.PathLike, *, window: int = 1, warmup: int = -1, device_memory: int = 0) -> dict:
+    """Analyse a .vscope trace or torch memory snapshot and return the findings (docs/findings.md)."""
+    return json.loads(_analyze_json(os.fspath(path), window, warmup, device_memory))

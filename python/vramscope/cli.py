@@ -1,0 +1,28 @@
+"""The `vramscope` command: the C++ core does the work; Python only finds bundled data."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ._core import cli_main
+
+DEMO_TRACE = Path(__file__).parent / "data" / "leak_offload_stream.pickle.gz"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["demo"]:
+        print(
+            "vramscope demo: a real torch memory snapshot, recorded on an H100, of a training loop whose\n"
+            "saved-tensors hook stashes activations on a side stream and never clears them (the TRL\n"
+            "OffloadActivations leak). Your own: vramscope analyze snapshot.pickle\n",
+            flush=True,
+        )
+        args = ["analyze", str(DEMO_TRACE), *args[1:]]
+    sys.stdout.flush()
+    return cli_main(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,109 @@
+#include "analysis/steps.h"
+
+#include <algorithm>
+#include <map>
+#include <unordered_map>
+
+namespace vramscope {
+namespace {
+
+bool from_markers(const Trace& t, Steps& out) {
+    for (size_t i = 0; i < t.events.size(); ++i)
+        if (t.events[i].kind == EventKind::step) out.ends.push_back(i);
+    if (out.ends.empty()) return false;
+    out.source = "markers";
+    out.detail = "vramscope step markers";
+    return true;
+}
+
+// torch wraps every optimizer.step() in record_function("Optimizer.step#<Class>.step"), which the
+// memory recorder keeps as START/END annotations. With several optimizers, the most frequent one
+// (first seen on a tie) stands for the step.
+bool from_optimizer_annotations(const Trace& t, Steps& out) {
+    std::map<uint32_t, size_t> counts;
+    std::vector<uint32_t> order;
+    for (const Event& e : t.events) {
+        if (e.kind != EventKind::annotation_end) continue;
+        if (!t.stacks.string(e.name).starts_with("Optimizer.step#")) continue;
+        if (counts[e.name]++ == 0) order.push_back(e.name);
+    }
+    if (order.empty()) return false;
+    uint32_t best = order.front();
+    for (uint32_t n : order)
+        if (counts[n] > counts[best]) best = n;
+    // One device's END per step: annotations are recorded per device that has a trace.
+    uint16_t device = 0;
+    bool device_set = false;
+    for (size_t i = 0; i < t.events.size(); ++i) {
+        const Event& e = t.events[i];
+        if (e.kind != EventKind::annotation_end || e.name != best) continue;
+        if (!device_set) {
+            device = e.device;
+            device_set = true;
+        }
+        if (e.device == device) out.ends.push_back(i);
+    }
+    out.source = "optimizer-annotations";
+    out.detail = std::string(t.stacks.string(best));
+    return true;
+}
+
+// A training loop repeats: many allocation sites occur exactly once per step, so the most common
+// occurrence count among sites is the step count, and the earliest such site marks step starts.
+bool from_period(const Trace& t, Steps& out) {
+    std::unordered_map<uint64_t, uint32_t> count;
+    std::unordered_map<uint64_t, size_t> first_seen;
+    for (size_t i = 0; i < t.events.size(); ++i) {
+        const Event& e = t.events[i];
+        if (e.kind != EventKind::alloc) continue;
+        const uint64_t key = e.stack ? e.stack : (uint64_t(1) << 63) | e.size;
+        if (count[key]++ == 0) first_seen[key] = i;
+    }
+    std::map<uint32_t, uint32_t> sites_with_count;
+    for (const auto& [key, c] : count)
+        if (c >= 3) ++sites_with_count[c];
+    if (sites_with_count.empty()) return false;
+    uint32_t period_count = 0, best_sites = 0;
+    for (const auto& [c, sites] : sites_with_count)
+        if (sites > best_sites) {
+            best_sites = sites;
+            period_count = c;
+        }
+    if (best_sites < 2) return false;  // one repeating site is no evidence of a loop
+    uint64_t anchor = 0;
+    size_t anchor_first = SIZE_MAX;
+    for (const auto& [key, c] : count)
+        if (c == period_count && first_seen[key] < anchor_first) {
+            anchor_first = first_seen[key];
+            anchor = key;
+        }
+    bool first = true;
+    for (size_t i = 0; i < t.events.size(); ++i) {
+        const Event& e = t.events[i];
+        if (e.kind != EventKind::alloc) continue;
+        const uint64_t key = e.stack ? e.stack : (uint64_t(1) << 63) | e.size;
+        if (key != anchor) continue;
+        if (!first && i > 0) out.ends.push_back(i - 1);  // a step ends just before its successor starts
+        first = false;
+    }
+    out.source = "inferred-period";
+    out.detail = std::to_string(best_sites) + " allocation sites recur " + std::to_string(period_count) + " times";
+    return !out.ends.empty();
+}
+
+}  // namespace
+
+Steps find_steps(const Trace& trace) {
+    Steps s;
+    if (from_markers(trace, s)) return s;
+    s = Steps{};
+    if (from_optimizer_annotations(trace, s)) return s;
+    s = Steps{};
+    if (from_period(trace, s)) return s;
+    s = Steps{};
+    s.source = "none";
+    s.detail = "no step markers, optimizer annotations or repeating allocation pattern";
+    return s;
+}
+
+}  // namespace vramscope

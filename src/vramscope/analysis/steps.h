@@ -1,0 +1,21 @@
+// Where one training step ends and the next begins, from the best source a trace offers:
+// our own step markers, else torch's optimizer annotations, else the period of the allocations.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "events/trace.h"
+
+namespace vramscope {
+
+struct Steps {
+    // Index of the last event of each full step; events after the last index form an unfinished
+    // step that the timeline shows but survivor analysis does not judge.
+    std::vector<size_t> ends;
+    std::string source;  // "markers", "optimizer-annotations", "inferred-period", "none"
+    std::string detail;  // e.g. the annotation name, or the anchor site of the period
+};
+
+Steps find_steps(const Trace& trace);
+
+}  // namespace vramscope

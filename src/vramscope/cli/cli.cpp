@@ -1,0 +1,135 @@
+#include "cli/cli.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <stdexcept>
+
+#include "analysis/analyze.h"
+#include "common/format.h"
+#include "findings/json.h"
+#include "importers/torch_snapshot.h"
+#include "render/terminal.h"
+#include "trace/writer.h"
+
+namespace vramscope {
+namespace {
+
+constexpr const char* kUsage = R"(usage: vramscope COMMAND ...
+
+  analyze FILE... [--json OUT] [--window W] [--warmup N] [--device-memory SIZE] [--fail-on-leak]
+        Decide whether memory leaks, where, and how fast. FILE: a .vscope trace or a torch
+        memory snapshot (torch.cuda.memory._dump_snapshot; .pickle or .pickle.gz).
+        --json OUT        also write the findings as JSON (- for stdout, no summary)
+        --window W        an allocation survives if still live W steps later (default 1)
+        --warmup N        steps not judged at the start (default: a tenth, 1 to 5)
+        --device-memory   GPU capacity for the OOM projection, e.g. 80GiB (default: from trace)
+        --fail-on-leak    exit 1 when a leak is found (for CI)
+  convert IN OUT.vscope   Convert a torch snapshot to the compact .vscope trace format.
+  demo                    Analyse a bundled real trace of a leaking training run.
+  version                 Print the version.
+)";
+
+struct UsageError : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+bool color_wanted() { return isatty(STDOUT_FILENO) && !std::getenv("NO_COLOR"); }
+
+int analyze_command(const std::vector<std::string>& args) {
+    std::vector<std::string> files;
+    std::string json_out;
+    AnalysisOptions opt;
+    bool fail_on_leak = false;
+    for (size_t i = 0; i < args.size(); ++i) {
+        const std::string& a = args[i];
+        auto value = [&]() -> const std::string& {
+            if (i + 1 >= args.size()) throw UsageError(a + " needs a value");
+            return args[++i];
+        };
+        if (a == "--json") json_out = value();
+        else if (a == "--window") {
+            const std::string& v = value();
+            char* end = nullptr;
+            long w = std::strtol(v.c_str(), &end, 10);
+            if (*end || w < 1 || w > 1000) throw UsageError("--window takes a whole number of steps from 1 to 1000");
+            opt.window = uint32_t(w);
+        } else if (a == "--warmup") {
+            const std::string& v = value();
+            char* end = nullptr;
+            long n = std::strtol(v.c_str(), &end, 10);
+            if (*end || n < 0) throw UsageError("--warmup takes a whole number of steps");
+            opt.warmup_steps = int(n);
+        } else if (a == "--device-memory") {
+            if (!parse_bytes(value(), opt.device_memory) || opt.device_memory == 0)
+                throw UsageError("--device-memory takes a size such as 80GiB or 81559MiB");
+        } else if (a == "--fail-on-leak") fail_on_leak = true;
+        else if (a.starts_with("--")) throw UsageError("unknown option " + a);
+        else files.push_back(a);
+    }
+    if (files.empty()) throw UsageError("analyze needs at least one FILE");
+    std::vector<Findings> runs;
+    for (const auto& path : files) runs.push_back(analyze(load_any(path), opt));
+    if (json_out != "-") {
+        bool first = true;
+        for (const Findings& f : runs) {
+            if (!first) std::cout << "\n";
+            first = false;
+            std::cout << render_summary(f, color_wanted());
+        }
+    }
+    if (!json_out.empty()) {
+        const std::string json = to_json(runs);
+        if (json_out == "-") std::cout << json;
+        else {
+            std::ofstream out(json_out, std::ios::binary);
+            out << json;
+            if (!out) throw std::runtime_error(json_out + ": cannot write the findings JSON");
+        }
+    }
+    std::cout.flush();
+    bool leak = false;
+    for (const Findings& f : runs) leak = leak || f.verdict == "leak";
+    return fail_on_leak && leak ? 1 : 0;
+}
+
+int convert_command(const std::vector<std::string>& args) {
+    if (args.size() != 2) throw UsageError("convert takes IN and OUT.vscope");
+    Trace t = load_any(args[0]);
+    for (const auto& w : t.warnings) std::cerr << "warning: " << w << "\n";
+    write_trace(t, args[1]);
+    std::cout << "wrote " << args[1] << ": " << format_count(t.events.size()) << " events\n";
+    return 0;
+}
+
+}  // namespace
+
+int run_cli(const std::vector<std::string>& args) {
+    try {
+        if (args.empty() || args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+            std::cout << kUsage;
+            return args.empty() ? 2 : 0;
+        }
+        const std::vector<std::string> rest(args.begin() + 1, args.end());
+        if (args[0] == "analyze") return analyze_command(rest);
+        if (args[0] == "convert") return convert_command(rest);
+        if (args[0] == "version") {
+            std::cout << "vramscope " VRAMSCOPE_VERSION "\n";
+            return 0;
+        }
+        throw UsageError("unknown command '" + args[0] + "'");
+    } catch (const UsageError& e) {
+        std::cout.flush();
+        std::cerr << "vramscope: " << e.what() << "\n\n" << kUsage;
+        return 2;
+    } catch (const std::exception& e) {
+        std::cout.flush();
+        std::cerr << "vramscope: error: " << e.what() << "\n";
+        return 2;
+    }
+}
+
+}  // namespace vramscope

@@ -1,0 +1,47 @@
+// The event vocabulary every part of vramscope speaks: capture and importers produce these,
+// the trace format stores them, analysis replays them.
+#pragma once
+#include <cstdint>
+#include <string_view>
+
+namespace vramscope {
+
+enum class EventKind : uint8_t {
+    alloc = 0,            // a block handed to a tensor
+    free_requested = 1,   // the tensor let go; the block may still wait on other streams
+    free_completed = 2,   // the block is back in the allocator's cache
+    segment_alloc = 3,    // cudaMalloc of a segment (reserved grows)
+    segment_free = 4,     // cudaFree of a segment (reserved shrinks)
+    segment_map = 5,      // expandable segment grew
+    segment_unmap = 6,    // expandable segment shrank
+    oom = 7,              // the allocator ran out; size = bytes asked, addr = bytes free on the device
+    step = 8,             // end of one training step (our own marker)
+    microbatch = 9,       // end of one backward inside a step
+    annotation_start = 10,// a named region opens (torch record_function, user mark)
+    annotation_end = 11,  // a named region closes
+    snapshot = 12,        // the recorder took a memory snapshot here
+};
+constexpr int kEventKindCount = 13;
+
+std::string_view event_kind_name(EventKind kind);
+bool parse_event_kind(std::string_view name, EventKind& out);
+
+inline bool is_block_event(EventKind k) { return k <= EventKind::free_completed; }
+inline bool is_segment_event(EventKind k) {
+    return k >= EventKind::segment_alloc && k <= EventKind::segment_unmap;
+}
+
+// One thing that happened. addr/size are bytes; stack is an id in the trace's StackTable
+// (0: none); name is an id in its string table for annotations and marks (0: none).
+struct Event {
+    uint64_t addr = 0;
+    uint64_t size = 0;
+    uint64_t stream = 0;
+    int64_t time_us = 0;
+    uint32_t stack = 0;
+    uint32_t name = 0;
+    uint16_t device = 0;
+    EventKind kind = EventKind::alloc;
+};
+
+}  // namespace vramscope

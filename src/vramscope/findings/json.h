@@ -1,0 +1,17 @@
+// Findings as JSON (schema in docs/findings.md).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "findings/findings.h"
+
+namespace vramscope {
+
+std::string to_json(const Findings& f);
+// Several inputs (ranks, runs): {"schema_version", "verdict": worst of them, "runs": [...]}.
+std::string to_json(const std::vector<Findings>& runs);
+
+// "default" for stream 0 (the legacy default stream), else "side".
+const char* stream_kind(uint64_t stream);
+
+}  // namespace vramscope

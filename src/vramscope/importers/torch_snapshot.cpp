@@ -1,0 +1,237 @@
+#include "importers/torch_snapshot.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <unordered_map>
+
+#include "common/file.h"
+#include "importers/pickle.h"
+#include "trace/reader.h"
+
+namespace vramscope {
+namespace {
+
+using pickle::Document;
+using pickle::Ref;
+using pickle::Type;
+
+class SnapshotImporter {
+public:
+    SnapshotImporter(const Document& doc, Trace& trace, const std::string& name)
+        : doc_(doc), t_(trace), name_(name) {}
+
+    void run() {
+        const Ref root = doc_.root();
+        if (doc_[root].type != Type::dict)
+            throw std::runtime_error(name_ + ": not a torch memory snapshot (the pickle holds no dict)");
+        Ref traces = 0, segments = 0, annotations = 0;
+        const bool has_traces = doc_.get(root, "device_traces", &traces) && doc_[traces].type == Type::list;
+        const bool has_segments = doc_.get(root, "segments", &segments) && doc_[segments].type == Type::list;
+        if (!has_traces && !has_segments)
+            throw std::runtime_error(name_ + ": not a torch memory snapshot (no 'segments' or 'device_traces')");
+        if (has_segments) read_segments(segments);
+        if (has_traces) {
+            uint16_t device = 0;
+            doc_.for_each_item(traces, [&](Ref dev_trace) {
+                if (doc_[dev_trace].type == Type::list) read_device_trace(dev_trace, device);
+                ++device;
+            });
+        }
+        if (doc_.get(root, "external_annotations", &annotations) && doc_[annotations].type == Type::list)
+            read_annotations(annotations);
+        order_events();
+        compute_baselines();
+        if (unknown_actions_)
+            t_.warnings.push_back(name_ + ": skipped " + std::to_string(unknown_actions_) +
+                                  " trace entries with an action this version does not know");
+    }
+
+private:
+    int64_t integer(Ref dict, std::string_view key, int64_t fallback = 0) const {
+        const pickle::Value* v = doc_.get(dict, key);
+        if (!v) return fallback;
+        if (v->type == Type::integer || v->type == Type::boolean) return v->i;
+        if (v->type == Type::floating) return int64_t(v->f);
+        return fallback;
+    }
+    std::string_view string(Ref dict, std::string_view key) const {
+        Ref r;
+        const pickle::Value* v = doc_.get(dict, key, &r);
+        return v && v->type == Type::string ? doc_.str(r) : std::string_view();
+    }
+
+    uint32_t frame_of(Ref f) {
+        auto it = frame_cache_.find(f);
+        if (it != frame_cache_.end()) return it->second;
+        Frame fr;
+        if (doc_[f].type == Type::dict) {
+            fr.file = t_.stacks.intern_string(string(f, "filename"));
+            fr.function = t_.stacks.intern_string(string(f, "name"));
+            fr.line = uint32_t(integer(f, "line"));
+        }
+        uint32_t id = t_.stacks.intern_frame(fr);
+        frame_cache_.emplace(f, id);
+        return id;
+    }
+
+    // Snapshots share frame dicts between entries (pickle's memo), so the sequence of their refs
+    // identifies a stack: hash it, confirm against the refs kept for that hash, and only then
+    // fall back to interning frame by frame.
+    uint32_t stack_of(Ref frames) {
+        if (doc_[frames].type != Type::list) return 0;
+        refs_.clear();
+        doc_.for_each_item(frames, [&](Ref f) { refs_.push_back(f); });
+        if (refs_.empty()) return 0;
+        uint64_t h = 0xcbf29ce484222325ull;
+        for (Ref r : refs_) h = (h ^ r) * 0x100000001b3ull;
+        auto& bucket = stack_cache_[h];
+        for (const auto& [refs, id] : bucket)
+            if (refs == refs_) return id;
+        uint32_t node = 0;
+        for (size_t i = refs_.size(); i-- > 0;) node = t_.stacks.intern_stack(node, frame_of(refs_[i]));
+        bucket.emplace_back(refs_, node);
+        return node;
+    }
+
+    void read_segments(Ref segments) {
+        doc_.for_each_item(segments, [&](Ref seg) {
+            if (doc_[seg].type != Type::dict) return;
+            const auto device = uint16_t(integer(seg, "device"));
+            const uint64_t base = uint64_t(integer(seg, "address"));
+            const uint64_t stream = uint64_t(integer(seg, "stream"));
+            const uint64_t total = uint64_t(integer(seg, "total_size"));
+            reserved_[device] += total;
+            t_.final_reserved += total;
+            t_.device(device);
+            Ref blocks;
+            if (!doc_.get(seg, "blocks", &blocks) || doc_[blocks].type != Type::list) return;
+            uint64_t offset = base;  // older snapshots give no block address: blocks tile the segment
+            doc_.for_each_item(blocks, [&](Ref b) {
+                if (doc_[b].type != Type::dict) return;
+                const uint64_t size = uint64_t(integer(b, "size"));
+                const uint64_t addr = uint64_t(integer(b, "address", int64_t(offset)));
+                offset = addr + size;
+                std::string_view state = string(b, "state");
+                if (state != "active_allocated" && state != "active_pending_free" && state != "active_awaiting_free")
+                    return;
+                LiveBlock lb;
+                lb.device = device;
+                lb.addr = addr;
+                lb.size = size;
+                lb.stream = stream;
+                lb.pending_free = state != "active_allocated";
+                Ref frames;
+                if (doc_.get(b, "frames", &frames)) lb.stack = stack_of(frames);
+                allocated_[device] += size;
+                t_.final_blocks.push_back(lb);
+            });
+        });
+    }
+
+    void read_device_trace(Ref entries, uint16_t device) {
+        t_.device(device);
+        doc_.for_each_item(entries, [&](Ref e) {
+            if (doc_[e].type != Type::dict) return;
+            EventKind kind;
+            std::string_view action = string(e, "action");
+            if (action == "annotate") return read_annotation(e, device);  // older builds put them here
+            if (!parse_event_kind(action, kind) || kind == EventKind::step || kind == EventKind::microbatch ||
+                kind == EventKind::annotation_start || kind == EventKind::annotation_end) {
+                ++unknown_actions_;
+                return;
+            }
+            Event ev;
+            ev.kind = kind;
+            ev.device = device;
+            ev.addr = uint64_t(integer(e, "addr"));
+            ev.size = uint64_t(integer(e, "size"));
+            ev.stream = uint64_t(integer(e, "stream"));
+            ev.time_us = integer(e, "time_us");
+            if (kind == EventKind::oom) ev.addr = uint64_t(integer(e, "device_free"));
+            if (kind != EventKind::free_requested && kind != EventKind::free_completed) {
+                Ref frames;
+                if (doc_.get(e, "frames", &frames)) ev.stack = stack_of(frames);
+            }
+            t_.events.push_back(ev);
+        });
+    }
+
+    void read_annotation(Ref a, uint16_t fallback_device) {
+        std::string_view stage = string(a, "stage");
+        Event ev;
+        ev.kind = stage == "END" ? EventKind::annotation_end : EventKind::annotation_start;
+        ev.device = uint16_t(integer(a, "device", fallback_device));
+        ev.time_us = integer(a, "time_us");
+        ev.name = t_.stacks.intern_string(string(a, "name"));
+        t_.events.push_back(ev);
+    }
+
+    void read_annotations(Ref list) {
+        doc_.for_each_item(list, [&](Ref a) {
+            if (doc_[a].type == Type::dict) read_annotation(a, 0);
+        });
+    }
+
+    // Devices' traces and the annotations are separate lists: merge by time. At one instant a
+    // region's start goes before the events and its end after them, so the events belong inside.
+    void order_events() {
+        auto rank = [](EventKind k) { return k == EventKind::annotation_start ? 0 : k == EventKind::annotation_end ? 2 : 1; };
+        std::stable_sort(t_.events.begin(), t_.events.end(), [&](const Event& a, const Event& b) {
+            if (a.time_us != b.time_us) return a.time_us < b.time_us;
+            return rank(a.kind) < rank(b.kind);
+        });
+    }
+
+    // The trace may start after the program did (or the ring buffer wrapped): what was allocated
+    // before its first event is the final state minus what the trace added.
+    void compute_baselines() {
+        std::unordered_map<uint16_t, int64_t> alloc_delta, reserved_delta;
+        for (const Event& e : t_.events) {
+            switch (e.kind) {
+            case EventKind::alloc: alloc_delta[e.device] += int64_t(e.size); break;
+            case EventKind::free_completed: alloc_delta[e.device] -= int64_t(e.size); break;
+            case EventKind::segment_alloc:
+            case EventKind::segment_map: reserved_delta[e.device] += int64_t(e.size); break;
+            case EventKind::segment_free:
+            case EventKind::segment_unmap: reserved_delta[e.device] -= int64_t(e.size); break;
+            default: break;
+            }
+        }
+        for (DeviceInfo& d : t_.devices) {
+            d.baseline_allocated = uint64_t(std::max<int64_t>(0, int64_t(allocated_[d.device]) - alloc_delta[d.device]));
+            d.baseline_reserved = uint64_t(std::max<int64_t>(0, int64_t(reserved_[d.device]) - reserved_delta[d.device]));
+        }
+    }
+
+    const Document& doc_;
+    Trace& t_;
+    const std::string& name_;
+    std::unordered_map<Ref, uint32_t> frame_cache_;
+    std::unordered_map<uint64_t, std::vector<std::pair<std::vector<Ref>, uint32_t>>> stack_cache_;
+    std::vector<Ref> refs_;
+    std::unordered_map<uint16_t, uint64_t> allocated_, reserved_;
+    size_t unknown_actions_ = 0;
+};
+
+}  // namespace
+
+bool looks_like_pickle(std::string_view b) { return b.size() >= 2 && uint8_t(b[0]) == 0x80 && uint8_t(b[1]) <= 5; }
+
+Trace import_torch_snapshot(std::string_view bytes, const std::string& name) {
+    pickle::Document doc = pickle::parse(bytes, name);
+    Trace trace;
+    trace.source = name;
+    trace.format = "torch-snapshot";
+    SnapshotImporter(doc, trace, name).run();
+    return trace;
+}
+
+Trace load_any(const std::string& path) {
+    std::string bytes = read_maybe_gzip(path);
+    if (has_vscope_magic(bytes)) return parse_trace(bytes, path);
+    if (looks_like_pickle(bytes)) return import_torch_snapshot(bytes, path);
+    throw std::runtime_error(path + ": offset 0: neither a .vscope trace nor a torch memory snapshot pickle "
+                                    "(plain or gzip)");
+}
+
+}  // namespace vramscope

@@ -1,0 +1,122 @@
+#include "render/terminal.h"
+
+#include <cstdio>
+
+#include "common/format.h"
+#include "findings/json.h"
+
+namespace vramscope {
+namespace {
+
+struct Style {
+    bool on;
+    std::string wrap(const char* code, const std::string& s) const { return on ? std::string("\x1b[") + code + "m" + s + "\x1b[0m" : s; }
+    std::string bold(const std::string& s) const { return wrap("1", s); }
+    std::string red(const std::string& s) const { return wrap("1;31", s); }
+    std::string green(const std::string& s) const { return wrap("1;32", s); }
+    std::string dim(const std::string& s) const { return wrap("2", s); }
+};
+
+std::string base_name(const std::string& path) {
+    size_t slash = path.find_last_of('/');
+    return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+std::string where(const SourceLine& s) {
+    if (s.line == 0 && s.function.empty()) return s.file;
+    return base_name(s.file) + ":" + std::to_string(s.line) + " " + s.function;
+}
+
+std::string per_step(double bytes) { return (bytes >= 0 ? "+" : "") + format_bytes(bytes) + "/step"; }
+
+std::string fit(std::string s, size_t width) {
+    if (s.size() > width) return s.substr(0, width - 1) + "~";
+    return s + std::string(width - s.size(), ' ');
+}
+
+std::string stream_label(uint64_t stream) {
+    if (stream == 0) return "default";
+    char buf[40];
+    std::snprintf(buf, sizeof buf, "side 0x%llx", static_cast<unsigned long long>(stream));
+    return buf;
+}
+
+const char* steps_source_words(const std::string& source) {
+    if (source == "markers") return "vramscope step markers";
+    if (source == "optimizer-annotations") return "optimizer.step() annotations";
+    if (source == "inferred-period") return "the repeating allocation pattern";
+    return "nowhere (no steps found)";
+}
+
+}  // namespace
+
+std::string one_line_verdict(const Findings& f) {
+    if (f.verdict != "leak") return "no leak";
+    std::string s = "leak: " + per_step(f.leak_bytes_per_step);
+    if (!f.leaks.empty()) s += " at " + where(f.leaks.front().site);
+    if (f.projected_oom_step) s += "; OOM projected at step " + format_count(*f.projected_oom_step);
+    return s;
+}
+
+std::string render_summary(const Findings& f, bool color, size_t max_leaks) {
+    const Style st{color};
+    std::string o;
+    o += st.bold("vramscope") + "  " + base_name(f.source) + st.dim("  (" + f.format + ", " + format_count(f.event_count) + " events)") + "\n";
+    o += st.dim("steps: " + format_count(f.step_count) + " from " + steps_source_words(f.steps_source) +
+                (f.steps_detail.empty() ? "" : " [" + f.steps_detail + "]") + "; first " +
+                std::to_string(f.warmup_steps) + " treated as warm-up; window " + std::to_string(f.window)) + "\n";
+    for (const auto& w : f.warnings) o += st.red("warning: ") + w + "\n";
+    o += "\n";
+    if (f.verdict == "leak") {
+        const SiteFinding& top = f.leaks.front();
+        std::string head = "LEAK  " + per_step(f.leak_bytes_per_step) + " since step " + std::to_string(top.first_step);
+        o += st.red(head);
+        if (f.projected_oom_step) o += st.red("  ·  OOM projected at step " + format_count(*f.projected_oom_step));
+        else o += st.dim("  ·  OOM step unknown (pass --device-memory 80GiB)");
+        o += "\n\n";
+        o += st.dim("  #  growth/step   site                                     stream            first  conf") + "\n";
+        size_t shown = 0;
+        for (const SiteFinding& l : f.leaks) {
+            if (shown == max_leaks) {
+                o += st.dim("  ... " + std::to_string(f.leaks.size() - shown) + " more in --json") + "\n";
+                break;
+            }
+            ++shown;
+            char conf[16];
+            std::snprintf(conf, sizeof conf, "%.2f", l.confidence);
+            o += "  " + fit(std::to_string(shown), 3) + fit(per_step(l.bytes_per_step), 14) + fit(where(l.site), 41) +
+                 fit(stream_label(l.stream), 18) + fit(std::to_string(l.first_step), 7) + conf + "\n";
+            size_t frames = 0;
+            for (const SourceLine& s : l.stack) {
+                if (frames++ == 4) break;
+                o += st.dim("       " + fit(where(s), 60) + "  " + s.file) + "\n";
+            }
+        }
+        for (const DeviceSummary& d : f.devices)
+            for (const StreamUsage& s : d.streams)
+                if (s.stream != 0 && s.leaked_bytes > 0)
+                    o += "\n  " + st.bold("side stream") + " " + stream_label(s.stream) + " on cuda:" +
+                         std::to_string(d.device) + " holds " + format_bytes(double(s.leaked_bytes)) +
+                         " of leaked blocks: work on it may never have been synchronized or its tensors released\n";
+    } else {
+        o += st.green("NO LEAK") + "  memory at step end does not accumulate";
+        if (!f.devices.empty() && f.step_count > 0) {
+            const auto& tl = f.devices.front().timeline;
+            o += st.dim("  (allocated " + format_bytes(double(tl[f.warmup_steps < f.step_count ? f.warmup_steps : 0].allocated)) +
+                        " -> " + format_bytes(double(tl[f.step_count - 1].allocated)) + ")");
+        }
+        o += "\n";
+    }
+    if (!f.not_leaks.empty()) {
+        o += "\n" + st.bold("Not leaks") + st.dim(" (growth you may see, explained)") + "\n";
+        for (const NotLeak& n : f.not_leaks) {
+            o += "  " + fit(n.kind, 17) + fit(format_bytes(double(n.bytes)), 11) + n.why;
+            if (n.site) o += st.dim(" [" + where(*n.site) + "]");
+            o += "\n";
+        }
+    }
+    for (const auto& n : f.notes) o += "\n" + st.bold("note: ") + n + "\n";
+    return o;
+}
+
+}  // namespace vramscope

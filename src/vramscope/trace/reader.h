@@ -1,0 +1,17 @@
+// Reads a .vscope file. A file cut anywhere (SIGKILL, full disk) reads back up to its last whole
+// chunk, with a warning in Trace::warnings naming the file and the byte offset.
+#pragma once
+#include <string>
+#include <string_view>
+
+#include "events/trace.h"
+
+namespace vramscope {
+
+bool has_vscope_magic(std::string_view bytes);
+
+// Throws std::runtime_error ("FILE: offset N: why") only when not even the header is valid.
+Trace read_trace(const std::string& path);
+Trace parse_trace(std::string_view bytes, const std::string& name);
+
+}  // namespace vramscope

@@ -1,0 +1,73 @@
+// Streams events to a .vscope file in self-contained chunks. Thread-safe; memory stays bounded by
+// one chunk plus the intern tables (which grow with distinct stacks, not with time).
+#pragma once
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "events/event.h"
+#include "events/stack_table.h"
+#include "events/trace.h"
+
+namespace vramscope {
+
+class TraceWriter {
+public:
+    // Opens (truncates) path and writes the header; throws std::runtime_error naming the path.
+    explicit TraceWriter(const std::string& path, size_t chunk_bytes = 64 * 1024);
+    ~TraceWriter();  // flushes; never throws
+    TraceWriter(const TraceWriter&) = delete;
+    TraceWriter& operator=(const TraceWriter&) = delete;
+
+    void meta(std::string_view key, std::string_view value);
+    void device(const DeviceInfo& info);
+
+    uint32_t intern_string(std::string_view s);
+    uint32_t intern_frame(std::string_view file, uint32_t line, std::string_view function);
+    // A stack from frame ids, innermost first (as capture walks it).
+    uint32_t intern_stack(const uint32_t* frames_innermost_first, size_t count);
+    uint32_t intern_stack_node(uint32_t parent, uint32_t frame);
+
+    void event(const Event& e);
+
+    // Ends the current chunk and hands it to the OS: what a reader sees after a crash.
+    void flush();
+    void close();
+
+    uint64_t bytes_written() const { return bytes_written_; }
+    uint64_t events_written() const { return events_written_; }
+
+private:
+    void define_string(uint32_t id);
+    void emit_locked(const Event& e, const Event* completed);
+    void flush_locked();
+    void maybe_flush_locked();
+    void write_all(const char* data, size_t n);
+
+    std::mutex mutex_;
+    int fd_ = -1;
+    std::string path_;
+    size_t chunk_bytes_;
+    std::string buf_;
+    StackTable table_;
+    size_t defined_strings_ = 0, defined_frames_ = 0, defined_stacks_ = 0;
+    // Per-chunk delta state, reset at each chunk.
+    bool chunk_has_time_ = false;
+    int64_t last_time_ = 0;
+    uint64_t last_addr_ = 0;
+    uint16_t cur_device_ = 0;
+    uint64_t cur_stream_ = 0;
+    bool context_set_ = false;
+    // A free_requested held back one event: if its free_completed follows at once, both go out
+    // as one free_both record (the common case, a third of all events).
+    bool has_pending_free_ = false;
+    Event pending_free_;
+    uint64_t bytes_written_ = 0, events_written_ = 0;
+};
+
+// Writes a whole in-memory trace (what `vramscope convert` does).
+void write_trace(const Trace& trace, const std::string& path);
+
+}  // namespace vramscope

@@ -1,0 +1,627 @@
+#!/usr/bin/env python3
+"""Record real PyTorch CUDA memory-snapshot fixtures for vramscope's tests.
+
+Each scenario is a tiny training loop run under torch's own recorder
+(torch.cuda.memory._record_memory_history), dumped with
+torch.cuda.memory._dump_snapshot and gzipped to <out>/<name>.pickle.gz.
+Beside it, <out>/<name>.truth.json holds the ground truth: the allocator's
+own allocated/reserved counters after every optimizer step and what the
+script deliberately leaks (bytes per step, file/function/line of the
+allocation that leaks, which stream it is on).
+
+Usage:
+    python record_fixtures.py --all --out DIR [--tar FILE]   # every scenario,
+        each in a fresh subprocess, then SCHEMA_NOTES.txt (and a tar of DIR)
+    python record_fixtures.py --scenario NAME --out DIR      # one scenario
+    python record_fixtures.py --describe FILE.pickle.gz      # schema summary
+    python record_fixtures.py --all --dry-cpu                # logic check on
+        CPU: runs the loops without CUDA or recording, writes nothing
+
+Needs a CUDA GPU (except --describe and --dry-cpu). Models are small so that
+each .pickle.gz stays well under 1 MiB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import gzip
+import json
+import os
+import pickle
+import random
+import subprocess
+import sys
+import tarfile
+import time
+
+SCENARIOS = [
+    "leak_ctx_losses",
+    "leak_offload_stream",
+    "clean_adamw_accum",
+    "clean_varlen",
+    "bounded_lru_cache",
+]
+
+STEPS = 30
+SCRIPT_FILE = os.path.basename(__file__)
+BLOCK_ROUND = 512  # the CUDA caching allocator rounds every block up to 512 B
+
+
+def round_block(nbytes: int) -> int:
+    return (nbytes + BLOCK_ROUND - 1) // BLOCK_ROUND * BLOCK_ROUND
+
+
+def marker_line(marker: str) -> int:
+    """Line number of the (single) source line carrying `# MARK: <marker>`."""
+    tag = "# MARK: " + marker
+    with open(os.path.abspath(__file__), encoding="utf-8") as f:
+        hits = [i for i, line in enumerate(f, 1) if line.rstrip().endswith(tag)]
+    if len(hits) != 1:
+        raise RuntimeError(f"marker {marker!r} found {len(hits)} times")
+    return hits[0]
+
+
+def site(function: str, marker: str) -> dict:
+    return {"file": SCRIPT_FILE, "function": function, "line": marker_line(marker)}
+
+
+# --------------------------------------------------------------------------
+# Recording harness
+# --------------------------------------------------------------------------
+
+
+class Run:
+    """Device, recording and per-step truth for one scenario."""
+
+    def __init__(self, name: str, out_dir: str | None, dry_cpu: bool):
+        import torch
+
+        self.torch = torch
+        self.name = name
+        self.out_dir = out_dir
+        self.dry = dry_cpu
+        self.device = torch.device("cpu" if dry_cpu else "cuda")
+        self.steps: list[dict] = []
+        torch.manual_seed(1234)
+        random.seed(1234)
+        if not dry_cpu:
+            torch.cuda.init()
+            assert torch.cuda.memory_allocated() == 0, "GPU not empty at start"
+
+    def start(self):
+        if self.dry:
+            return
+        self.torch.cuda.memory._record_memory_history(
+            enabled="all", context="all", stacks="python", max_entries=1_000_000
+        )
+
+    def record_step(self, i: int, **extra):
+        torch = self.torch
+        if self.dry:
+            alloc = resv = 0
+        else:
+            torch.cuda.synchronize()
+            alloc = torch.cuda.memory_allocated()
+            resv = torch.cuda.memory_reserved()
+        entry = {"step": i, "allocated": alloc, "reserved": resv,
+                 "time_us": int(time.time() * 1e6)}
+        entry.update(extra)
+        self.steps.append(entry)
+        print(f"  [{self.name}] step {i:2d} allocated={alloc:>12,d} reserved={resv:>12,d}"
+              + "".join(f" {k}={v}" for k, v in extra.items()), flush=True)
+
+    def stream(self, s):
+        return contextlib.nullcontext() if self.dry else self.torch.cuda.stream(s)
+
+    def new_stream(self):
+        return None if self.dry else self.torch.cuda.Stream()
+
+    def finish(self, description: str, expected: dict, extra: dict | None = None):
+        torch = self.torch
+        truth = {
+            "scenario": self.name,
+            "description": description,
+            "steps": self.steps,
+            "expected": expected,
+            "torch_version": torch.__version__,
+            "device_name": None if self.dry else torch.cuda.get_device_name(0),
+            "device_total_memory": None if self.dry
+            else torch.cuda.get_device_properties(0).total_memory,
+            "recorder": {"enabled": "all", "context": "all", "stacks": "python",
+                         "max_entries": 1_000_000},
+        }
+        if extra:
+            truth.update(extra)
+        if len(self.steps) >= 2:
+            a0, a1 = self.steps[1]["allocated"], self.steps[-1]["allocated"]
+            truth["measured_slope_bytes_per_step_from_step1"] = (a1 - a0) / (len(self.steps) - 2 or 1)
+        if self.dry:
+            print("DRY expected:", json.dumps({k: v for k, v in truth.items() if k != "steps"})[:3000])
+            return truth
+        os.makedirs(self.out_dir, exist_ok=True)
+        plain = os.path.join(self.out_dir, f".{self.name}.pickle.tmp")
+        torch.cuda.memory._dump_snapshot(plain)
+        torch.cuda.memory._record_memory_history(enabled=None)
+        with open(plain, "rb") as f:
+            raw = f.read()
+        os.remove(plain)
+        gz_path = os.path.join(self.out_dir, f"{self.name}.pickle.gz")
+        with open(gz_path, "wb") as f:
+            f.write(gzip.compress(raw, compresslevel=9, mtime=0))
+        snap = pickle.loads(raw)
+        truth["snapshot_stats"] = {
+            "plain_pickle_bytes": len(raw),
+            "gz_bytes": os.path.getsize(gz_path),
+            "trace_entries_per_device": [len(t) for t in snap["device_traces"]],
+            "segments": len(snap["segments"]),
+            "external_annotations": len(snap.get("external_annotations", []) or []),
+        }
+        with open(os.path.join(self.out_dir, f"{self.name}.truth.json"), "w") as f:
+            json.dump(truth, f, indent=1)
+            f.write("\n")
+        print(f"TRUTH {self.name}: " + json.dumps(truth), flush=True)
+        print(f"  wrote {gz_path} ({os.path.getsize(gz_path):,d} B gz, {len(raw):,d} B plain), "
+              f"trace entries per device {truth['snapshot_stats']['trace_entries_per_device']}",
+              flush=True)
+        return truth
+
+
+# --------------------------------------------------------------------------
+# Scenarios
+# --------------------------------------------------------------------------
+
+
+def scenario_leak_ctx_losses(run: Run):
+    """Fast-LLM pattern: ctx attribute + losses kept as tensors."""
+    torch = run.torch
+    nn = torch.nn
+    B, D, H = 256, 512, 2048
+    dev = run.device
+
+    class KeepSiLU(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            ctx.kept = x.detach() * 2  # MARK: leak_ctx_losses
+            return x * torch.sigmoid(x)
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            s = torch.sigmoid(x)
+            return g * (s * (1 + x * (1 - s)))
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.up = nn.Linear(D, H)
+            self.down = nn.Linear(H, D)
+            self.head = nn.Linear(D, D)
+
+        def forward(self, x):
+            h = KeepSiLU.apply(self.up(x))
+            return self.head(torch.relu(self.down(h)))
+
+    run.start()
+    model = Block().to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    losses = []
+    for i in range(STEPS):
+        x = torch.randn(B, D, device=dev)
+        y = torch.randn(B, D, device=dev)
+        loss = nn.functional.mse_loss(model(x), y)  # MARK: leak_ctx_losses_loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss)  # BUG: keeps loss.grad_fn -> graph -> KeepSiLU ctx -> ctx.kept
+        del x, y, loss
+        run.record_step(i)
+
+    kept = B * H * 4
+    expected = {
+        "verdict": "leak",
+        "leak_bytes_per_step": kept,
+        "leak_site": site("forward", "leak_ctx_losses"),
+        "leak_stream": "default",
+        "leak_bytes_per_step_allocated": kept + BLOCK_ROUND,
+        "leak_components": [
+            {"what": f"ctx.kept = x.detach() * 2, float32 [{B}, {H}] kept alive by the autograd "
+                     "ctx of KeepSiLU, reachable from loss.grad_fn",
+             "bytes": kept, "site": site("forward", "leak_ctx_losses")},
+            {"what": "the scalar loss tensor itself (4 B requested, one 512 B block)",
+             "bytes": BLOCK_ROUND, "requested_bytes": 4,
+             "site": site("scenario_leak_ctx_losses", "leak_ctx_losses_loss")},
+        ],
+    }
+    desc = ("MLP (Linear 512->2048, custom autograd.Function KeepSiLU, Linear 2048->512, ReLU, "
+            "Linear 512->512), AdamW, batch 256, 30 steps. KeepSiLU.forward stores an extra tensor "
+            "as a ctx attribute (ctx.kept, 2 MiB) besides save_for_backward; the loop appends the "
+            "loss TENSOR (not loss.item()) to a list, so each step's graph, its ctx and ctx.kept "
+            "stay alive: 2 MiB (+512 B for the scalar loss) leaked per step.")
+    run.finish(desc, expected)
+
+
+def scenario_leak_offload_stream(run: Run):
+    """TRL OffloadActivations pattern: saved-tensor hooks stash copies on a side stream."""
+    torch = run.torch
+    nn = torch.nn
+    B, D, H = 256, 512, 1024
+    dev = run.device
+    side = run.new_stream()
+    stash: dict[int, object] = {}
+    counter = [0]
+    step_log: list[tuple[tuple[int, ...], int]] = []
+    param_ptrs: set[int] = set()
+
+    def pack_to_side_stream(t):
+        if t.device.type != dev.type or t.data_ptr() in param_ptrs or t.numel() * t.element_size() < 1024:
+            return ("raw", t)  # parameters / small tensors are not offloaded
+        if side is not None:
+            side.wait_stream(torch.cuda.current_stream())
+        with run.stream(side):
+            stash_copy = t.detach().clone()  # MARK: leak_offload_stream
+        key = counter[0]
+        counter[0] += 1
+        stash[key] = stash_copy  # BUG: never removed after backward
+        step_log.append((tuple(t.shape), t.numel() * t.element_size()))
+        return ("key", key)
+
+    def unpack_from_stash(packed):
+        kind, val = packed
+        if kind == "raw":
+            return val
+        if side is not None:
+            torch.cuda.current_stream().wait_stream(side)
+        return stash[val]
+
+    run.start()
+    model = nn.Sequential(nn.Linear(D, H), nn.ReLU(), nn.Linear(H, H), nn.ReLU(),
+                          nn.Linear(H, D)).to(dev)
+    param_ptrs.update(p.data_ptr() for p in model.parameters())
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    per_step_bytes = []
+    stashed_shapes = None
+    for i in range(STEPS):
+        step_log.clear()
+        x = torch.randn(B, D, device=dev)
+        with torch.autograd.graph.saved_tensors_hooks(pack_to_side_stream, unpack_from_stash):
+            out = model(x)
+            loss = out.pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        del x, out, loss
+        per_step_bytes.append(sum(round_block(n) for _, n in step_log))
+        if stashed_shapes is None:
+            stashed_shapes = [list(s) for s, _ in step_log]
+        run.record_step(i, stash_entries=len(stash))
+
+    assert len(set(per_step_bytes)) == 1, per_step_bytes
+    expected = {
+        "verdict": "leak",
+        "leak_bytes_per_step": per_step_bytes[0],
+        "leak_site": site("pack_to_side_stream", "leak_offload_stream"),
+        "leak_stream": "side",
+        "leak_bytes_per_step_allocated": per_step_bytes[0],
+        "stashed_tensors_per_step": {"count": len(stashed_shapes), "dtype": "float32",
+                                     "shapes": stashed_shapes},
+    }
+    desc = ("MLP (Linear 512->1024, ReLU, Linear 1024->1024, ReLU, Linear 1024->512), AdamW, batch "
+            "256, 30 steps, under torch.autograd.graph.saved_tensors_hooks: the pack hook clones "
+            "every saved activation (not parameters) on a side stream (torch.cuda.Stream) into a "
+            "dict keyed by a counter and returns the key; unpack returns the stashed copy; the dict "
+            "is never cleared, so every step's activation copies leak, allocated on the side stream.")
+    run.finish(desc, expected)
+
+
+def scenario_clean_adamw_accum(run: Run):
+    torch = run.torch
+    nn = torch.nn
+    B, D, H, MICRO = 64, 512, 1024, 4
+    dev = run.device
+    run.start()
+    model = nn.Sequential(nn.Linear(D, H), nn.GELU(), nn.Linear(H, H), nn.GELU(),
+                          nn.Linear(H, D)).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    losses = []
+    for i in range(STEPS):
+        for _ in range(MICRO):
+            x = torch.randn(B, D, device=dev)
+            y = torch.randn(B, D, device=dev)
+            loss = nn.functional.mse_loss(model(x), y) / MICRO
+            loss.backward()
+            losses.append(loss.item())  # a float: nothing kept on the GPU
+            del x, y, loss
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        run.record_step(i)
+    expected = {"verdict": "no-leak", "leak_bytes_per_step": 0, "leak_site": None,
+                "leak_stream": None,
+                "notes": "AdamW allocates exp_avg/exp_avg_sq at the first opt.step(): a one-off "
+                         "warm-up rise at step 0, flat afterwards."}
+    desc = ("Clean MLP (Linear 512->1024, GELU, Linear 1024->1024, GELU, Linear 1024->512), AdamW, "
+            "gradient accumulation over 4 microbatches of 64 per optimizer step, 30 optimizer steps, "
+            "losses kept as Python floats (loss.item()). No leak; AdamW state appears at step 0.")
+    run.finish(desc, expected)
+
+
+def scenario_clean_varlen(run: Run):
+    torch = run.torch
+    nn = torch.nn
+    B, D = 8, 256
+    dev = run.device
+    rng = random.Random(4321)
+    run.start()
+    model = nn.Sequential(
+        nn.TransformerEncoderLayer(D, 4, 1024, batch_first=True, dropout=0.0),
+        nn.TransformerEncoderLayer(D, 4, 1024, batch_first=True, dropout=0.0),
+        nn.Linear(D, D),
+    ).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    lengths = []
+    for i in range(STEPS):
+        # random length in [hi/3, hi]; hi ramps 128 -> 512 over the run (a length curriculum),
+        # so new, larger activation sizes keep appearing and the cache keeps growing.
+        hi = 128 + (512 - 128) * i // (STEPS - 1)
+        seq = rng.randint(max(16, hi // 3), hi)
+        lengths.append(seq)
+        x = torch.randn(B, seq, D, device=dev)
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        del x, loss
+        run.record_step(i, seq_len=seq)
+    expected = {"verdict": "no-leak", "leak_bytes_per_step": 0, "leak_site": None,
+                "leak_stream": None,
+                "notes": "reserved memory creeps up as larger sequence lengths arrive (allocator "
+                         "cache growth / fragmentation) while allocated after each step stays flat."}
+    desc = ("Clean 2-layer nn.TransformerEncoderLayer(256, 4, 1024, batch_first, dropout 0) + Linear, "
+            "AdamW, batch 8, random sequence length per step (seeded; uniform in max(16, hi/3)..hi "
+            "with hi ramping 128->512), 30 steps. Reserved grows, allocated stays flat. No leak.")
+    run.finish(desc, expected, {"seq_lengths": lengths})
+
+
+def scenario_bounded_lru_cache(run: Run):
+    torch = run.torch
+    nn = torch.nn
+    D, MAXN = 512, 8
+    shapes = [64 * k for k in range(1, 13)]  # 12 distinct row counts
+    dev = run.device
+    rng = random.Random(99)
+    cache: collections.OrderedDict[int, object] = collections.OrderedDict()
+
+    def positional_table(rows):
+        if rows in cache:
+            cache.move_to_end(rows)
+            return cache[rows]
+        pos = torch.arange(rows, device=dev, dtype=torch.float32)[:, None]
+        freq = torch.arange(D, device=dev, dtype=torch.float32)[None, :]
+        table = torch.sin(pos * 1e-2 * (freq + 1))  # MARK: bounded_lru_cache
+        cache[rows] = table
+        while len(cache) > MAXN:
+            cache.popitem(last=False)  # evict the least recently used
+        return table
+
+    run.start()
+    model = nn.Sequential(nn.Linear(D, 1024), nn.ReLU(), nn.Linear(1024, D)).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    keys = []
+    for i in range(STEPS):
+        rows = rng.choice(shapes)
+        keys.append(rows)
+        x = torch.randn(rows, D, device=dev) + positional_table(rows)
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        del x, loss
+        cached = sum(round_block(t.numel() * t.element_size()) for t in cache.values())
+        run.record_step(i, rows=rows, cache_entries=len(cache), cache_bytes=cached)
+    expected = {"verdict": "no-leak", "leak_bytes_per_step": 0, "leak_site": None,
+                "leak_stream": None,
+                "decoy_site": site("positional_table", "bounded_lru_cache"),
+                "cache_max_entries": MAXN,
+                "cache_max_bytes": sum(round_block(r * D * 4) for r in shapes[-MAXN:]),
+                "notes": "memory grows while the LRU cache fills (decoy_site allocates the cached "
+                         "tables) and saturates at 8 entries; it then only moves with which keys "
+                         "are cached."}
+    desc = ("Clean MLP (Linear 512->1024, ReLU, Linear 1024->512), AdamW, 30 steps; each step picks "
+            "one of 12 row counts (64..768) at random (seeded) and adds a positional table "
+            "float32[rows, 512] taken from an LRU cache (OrderedDict, at most 8 entries, oldest "
+            "evicted). Memory rises then saturates. No leak.")
+    run.finish(desc, expected, {"row_keys": keys, "shapes": shapes})
+
+
+# --------------------------------------------------------------------------
+# Snapshot schema description (plain pickle data, no torch needed)
+# --------------------------------------------------------------------------
+
+
+def _short(v, n=160):
+    s = repr(v)
+    return s if len(s) <= n else s[: n - 3] + "..."
+
+
+def describe_snapshot(snap: dict, full: bool = True) -> list[str]:
+    L = []
+    L.append(f"top-level type {type(snap).__name__}, keys: {sorted(snap.keys())}")
+    traces = snap.get("device_traces", [])
+    L.append(f"device_traces: {len(traces)} device list(s); entries per device: "
+             f"{[len(t) for t in traces]}")
+    segs = snap.get("segments", [])
+    L.append(f"segments: {len(segs)}")
+    ann = snap.get("external_annotations")
+    L.append(f"external_annotations: {'absent' if ann is None else len(ann)}")
+    for k in sorted(snap.keys()):
+        if k not in ("device_traces", "segments", "external_annotations"):
+            L.append(f"  top-level {k!r}: {_short(snap[k], 400)}")
+    all_tr = [e for t in traces for e in t]
+    acts = collections.Counter(e.get("action") for e in all_tr)
+    L.append(f"trace actions: {dict(acts)}")
+    streams = collections.Counter(e.get("stream") for e in all_tr)
+    L.append(f"trace streams (value: count): {dict(streams)}")
+    if not full:
+        if ann:
+            names = collections.Counter((a.get("name"), a.get("stage")) for a in ann)
+            L.append(f"annotation (name, stage) counts: {dict(names)}")
+        return L
+    keys_by_action = collections.defaultdict(set)
+    for e in all_tr:
+        keys_by_action[e.get("action")].update(e.keys())
+    L.append("trace entry keys by action:")
+    for a, ks in keys_by_action.items():
+        L.append(f"  {a}: {sorted(ks)}")
+    L.append("example trace entries (first of each action; frames cut to 4):")
+    seen = set()
+    for e in all_tr:
+        a = e.get("action")
+        if a in seen:
+            continue
+        seen.add(a)
+        ex = {k: (v[:4] if k == "frames" else v) for k, v in e.items()}
+        L.append(f"  {_short(ex, 900)}")
+        L.append(f"    (types: {{{', '.join(f'{k}: {type(v).__name__}' for k, v in e.items())}}}; "
+                 f"len(frames)={len(e.get('frames', []))})")
+    side = next((e for e in all_tr if e.get("stream") not in (0, None)), None)
+    if side is not None:
+        ex = {k: (v[:3] if k == "frames" else v) for k, v in side.items()}
+        L.append(f"example entry on a non-default stream: {_short(ex, 700)}")
+    depth = collections.Counter(len(e.get("frames", [])) for e in all_tr)
+    L.append(f"frames per trace entry (depth: count): {dict(sorted(depth.items()))}")
+    if all_tr:
+        t0, t1 = all_tr[0].get("time_us"), all_tr[-1].get("time_us")
+        L.append(f"time_us first={t0} last={t1} (span {None if t0 is None else (t1 - t0) / 1e6} s)")
+        ordered = all(all_tr[i].get("time_us", 0) <= all_tr[i + 1].get("time_us", 0)
+                      for i in range(len(all_tr) - 1))
+        L.append(f"trace time_us non-decreasing: {ordered}")
+    frames = [f for e in all_tr for f in e.get("frames", [])]
+    fkeys = collections.Counter(tuple(sorted(f.keys())) for f in frames)
+    L.append(f"frame key sets (count): {dict(fkeys)}")
+    if frames:
+        L.append(f"example frame: {_short(frames[0], 300)}")
+        nofr = sum(1 for e in all_tr if not e.get("frames"))
+        L.append(f"trace entries with empty frames: {nofr} of {len(all_tr)}")
+    # object sharing: are identical frames shared objects after unpickling?
+    if frames:
+        L.append(f"frame dicts: {len(frames)} references, {len({id(f) for f in frames})} distinct "
+                 f"objects after pickle.load")
+    if segs:
+        sk = collections.Counter(tuple(sorted(s.keys())) for s in segs)
+        L.append(f"segment key sets: {[list(k) for k in sk]}")
+        s0 = dict(segs[0])
+        s0["blocks"] = f"<{len(segs[0].get('blocks', []))} blocks>"
+        if "frames" in s0:
+            s0["frames"] = s0["frames"][:3]
+        L.append(f"example segment: {_short(s0, 900)}")
+        L.append(f"segment_type values: {dict(collections.Counter(s.get('segment_type') for s in segs))}")
+        L.append(f"segment streams: {dict(collections.Counter(s.get('stream') for s in segs))}")
+        blocks = [b for s in segs for b in s.get("blocks", [])]
+        bk = collections.Counter(tuple(sorted(b.keys())) for b in blocks)
+        L.append(f"block key sets: {[list(k) for k in bk]}")
+        L.append(f"block states: {dict(collections.Counter(b.get('state') for b in blocks))}")
+        for st in ("active_allocated", "inactive"):
+            for b in blocks:
+                if b.get("state") == st:
+                    ex = {k: (v[:3] if k == "frames" else v) for k, v in b.items()}
+                    L.append(f"example block ({st}): {_short(ex, 700)}")
+                    break
+        tot = sum(s.get("total_size", 0) for s in segs)
+        alloc = sum(s.get("allocated_size", 0) for s in segs)
+        L.append(f"sum(segment.total_size)={tot:,d}  sum(segment.allocated_size)={alloc:,d}")
+    if ann:
+        L.append(f"external_annotations entry key sets: "
+                 f"{[list(k) for k in collections.Counter(tuple(sorted(a.keys())) for a in ann)]}")
+        for a in ann[:6]:
+            L.append(f"  {_short(a, 300)}")
+        names = collections.Counter((a.get("name"), a.get("stage")) for a in ann)
+        L.append(f"annotation (name, stage) counts: {dict(names)}")
+    return L
+
+
+def load_gz(path: str) -> dict:
+    with gzip.open(path, "rb") as f:
+        return pickle.load(f)
+
+
+# --------------------------------------------------------------------------
+# Driver
+# --------------------------------------------------------------------------
+
+
+def run_scenario(name: str, out_dir: str | None, dry: bool):
+    run = Run(name, out_dir, dry)
+    globals()["scenario_" + name](run)
+
+
+def drive_all(out_dir: str, dry: bool, tar_path: str | None):
+    failures = []
+    for name in SCENARIOS:
+        cmd = [sys.executable, os.path.abspath(__file__), "--scenario", name]
+        cmd += ["--dry-cpu"] if dry else ["--out", out_dir]
+        print(f"=== {name}: {' '.join(cmd)}", flush=True)
+        t0 = time.time()
+        rc = subprocess.call(cmd, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        print(f"=== {name}: rc={rc} in {time.time() - t0:.1f}s", flush=True)
+        if rc != 0:
+            failures.append(name)
+    if dry:
+        return 1 if failures else 0
+    notes = ["vramscope: schema of torch.cuda.memory._dump_snapshot pickles, as recorded by "
+             "tests/data/record_fixtures.py",
+             "(raw printout of describe_snapshot(); recorder: _record_memory_history(enabled='all', "
+             "context='all', stacks='python', max_entries=1_000_000))", ""]
+    import torch  # only for the version line
+
+    notes.append(f"torch {torch.__version__}, python {sys.version.split()[0]}, device "
+                 f"{torch.cuda.get_device_name(0) if torch.cuda.is_available() else '-'}")
+    for name in SCENARIOS:
+        path = os.path.join(out_dir, f"{name}.pickle.gz")
+        if not os.path.exists(path):
+            continue
+        snap = load_gz(path)
+        full = name == "leak_offload_stream"
+        lines = describe_snapshot(snap, full=full)
+        hdr = f"----- {name} ({os.path.getsize(path):,d} B gz)" + (" [full schema]" if full else "")
+        print(hdr)
+        print("\n".join(lines), flush=True)
+        notes.append("")
+        notes.append(hdr)
+        notes.extend(lines)
+    with open(os.path.join(out_dir, "SCHEMA_NOTES.txt"), "w") as f:
+        f.write("\n".join(notes) + "\n")
+    if tar_path:
+        with tarfile.open(tar_path, "w") as tf:
+            for fn in sorted(os.listdir(out_dir)):
+                if fn.endswith((".pickle.gz", ".truth.json", ".txt")):
+                    tf.add(os.path.join(out_dir, fn), arcname=fn)
+        print(f"tar: {tar_path} ({os.path.getsize(tar_path):,d} B)")
+    if failures:
+        print("FAILED scenarios:", failures)
+        return 1
+    return 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    g = ap.add_mutually_exclusive_group(required=True)
+    g.add_argument("--all", action="store_true")
+    g.add_argument("--scenario", choices=SCENARIOS)
+    g.add_argument("--describe", metavar="PICKLE_GZ")
+    ap.add_argument("--out", default=os.path.dirname(os.path.abspath(__file__)))
+    ap.add_argument("--tar", default=None)
+    ap.add_argument("--dry-cpu", action="store_true")
+    a = ap.parse_args()
+    if a.describe:
+        print("\n".join(describe_snapshot(load_gz(a.describe))))
+        return 0
+    if a.all:
+        return drive_all(a.out, a.dry_cpu, a.tar)
+    run_scenario(a.scenario, a.out, a.dry_cpu)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
