@@ -220,18 +220,23 @@ def scenario_leak_ctx_losses(run: Run):
         run.record_step(i)
 
     kept = B * H * 4
+    # F.mse_loss returns a 0-dim loss whose storage is the whole elementwise buffer
+    # (float32[B, D] = 512 KiB here, not 4 B): keeping the loss tensor keeps that buffer too.
+    loss_storage = round_block(losses[0].untyped_storage().nbytes())
+    kept_site = site("forward", "leak_ctx_losses")
     expected = {
         "verdict": "leak",
-        "leak_bytes_per_step": kept,
-        "leak_site": site("forward", "leak_ctx_losses"),
+        "leak_bytes_per_step": kept + loss_storage,
+        "leak_site": kept_site,
         "leak_stream": "default",
-        "leak_bytes_per_step_allocated": kept + BLOCK_ROUND,
+        "leak_bytes_per_step_ctx_attribute": kept,
         "leak_components": [
-            {"what": f"ctx.kept = x.detach() * 2, float32 [{B}, {H}] kept alive by the autograd "
-                     "ctx of KeepSiLU, reachable from loss.grad_fn",
-             "bytes": kept, "site": site("forward", "leak_ctx_losses")},
-            {"what": "the scalar loss tensor itself (4 B requested, one 512 B block)",
-             "bytes": BLOCK_ROUND, "requested_bytes": 4,
+            {"what": f"ctx.kept = x.detach() * 2, float32 [{B}, {H}], kept alive by the autograd ctx of "
+                     "KeepSiLU, reachable from each kept loss.grad_fn", "bytes": kept, "site": kept_site},
+            {"what": "the kept loss tensor itself: F.mse_loss returns a 0-dim tensor whose storage is "
+                     f"the {loss_storage} B elementwise buffer; the innermost frame of this allocation "
+                     "is mse_loss in torch/nn/functional.py, called from the site below",
+             "bytes": loss_storage,
              "site": site("scenario_leak_ctx_losses", "leak_ctx_losses_loss")},
         ],
     }
@@ -239,7 +244,8 @@ def scenario_leak_ctx_losses(run: Run):
             "Linear 512->512), AdamW, batch 256, 30 steps. KeepSiLU.forward stores an extra tensor "
             "as a ctx attribute (ctx.kept, 2 MiB) besides save_for_backward; the loop appends the "
             "loss TENSOR (not loss.item()) to a list, so each step's graph, its ctx and ctx.kept "
-            "stay alive: 2 MiB (+512 B for the scalar loss) leaked per step.")
+            f"stay alive: {kept} B per step from ctx.kept plus {loss_storage} B for the kept loss "
+            "itself (F.mse_loss's 0-dim result is backed by its full elementwise buffer).")
     run.finish(desc, expected)
 
 
@@ -489,6 +495,9 @@ def describe_snapshot(snap: dict, full: bool = True) -> list[str]:
     if side is not None:
         ex = {k: (v[:3] if k == "frames" else v) for k, v in side.items()}
         L.append(f"example entry on a non-default stream: {_short(ex, 700)}")
+    odd = [e for e in all_tr if e.get("action") == "alloc" and e.get("size", 0) % 512]
+    L.append(f"alloc entries whose size is not a multiple of 512 (trace size = requested bytes; the "
+             f"allocator's block is rounded up): {len(odd)}" + (f", e.g. size {odd[0]['size']}" if odd else ""))
     depth = collections.Counter(len(e.get("frames", [])) for e in all_tr)
     L.append(f"frames per trace entry (depth: count): {dict(sorted(depth.items()))}")
     if all_tr:

@@ -63,13 +63,13 @@ bool from_period(const Trace& t, Steps& out) {
     for (const auto& [key, c] : count)
         if (c >= 3) ++sites_with_count[c];
     if (sites_with_count.empty()) return false;
+    // On a tie the smaller count wins: a step is the loop's coarsest repeat.
     uint32_t period_count = 0, best_sites = 0;
     for (const auto& [c, sites] : sites_with_count)
         if (sites > best_sites) {
             best_sites = sites;
             period_count = c;
         }
-    if (best_sites < 2) return false;  // one repeating site is no evidence of a loop
     uint64_t anchor = 0;
     size_t anchor_first = SIZE_MAX;
     for (const auto& [key, c] : count)

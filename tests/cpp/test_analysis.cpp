@@ -1,0 +1,217 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "analysis/analyze.h"
+#include "analysis/flat_map.h"
+#include "analysis/steps.h"
+#include "trace_builder.h"
+
+using namespace vramscope;
+using vramscope::testing::TraceBuilder;
+
+namespace {
+constexpr uint64_t MiB = 1 << 20;
+constexpr uint64_t kSide = 0x55d0c0ffee00;
+
+struct Loop {
+    int steps = 30;
+    uint64_t leak_bytes = 0;      // per step, never freed
+    uint64_t leak_stream = 0;
+    uint64_t cached_bytes = 0;    // per step, freed 8 steps later (an LRU of 8)
+    uint64_t segment_growth = 0;  // reserved added per step while allocated stays flat
+    uint64_t lagged_bytes = 0;    // per step, freed two steps later
+    enum { markers, annotations, none } steps_from = markers;
+};
+
+// A training loop: parameters before the loop, optimizer state in step 0, temporaries freed
+// within the step. The leak reuses the address a temporary just released: identity must be the
+// allocation, never the address.
+Trace loop(const Loop& o) {
+    TraceBuilder b;
+    const uint32_t params = b.stack({{"/home/u/train.py", 5, "build_model"}});
+    const uint32_t state = b.stack({{"/usr/lib/python3.11/site-packages/torch/optim/adamw.py", 90, "_init_group"},
+                                    {"/home/u/train.py", 30, "train"}});
+    const uint32_t act = b.stack({{"/usr/lib/python3.11/site-packages/torch/nn/functional.py", 10, "linear"},
+                                  {"/home/u/model.py", 12, "forward"},
+                                  {"/home/u/train.py", 25, "train"}});
+    const uint32_t leak = b.stack({{"/home/u/offload.py", 41, "pack"}, {"/home/u/train.py", 25, "train"}});
+    const uint32_t cache = b.stack({{"/home/u/cache.py", 8, "remember"}, {"/home/u/train.py", 26, "train"}});
+    const uint32_t lag = b.stack({{"/home/u/prefetch.py", 3, "next_batch"}, {"/home/u/train.py", 24, "train"}});
+    b.segment(0x1000000000, 256 * MiB);
+    b.alloc(0x1000000000, 64 * MiB, params);
+    for (int s = 0; s < o.steps; ++s) {
+        const uint64_t base = 0x2000000000 + uint64_t(s) * 0x10000000;
+        if (o.steps_from == Loop::annotations) b.annotation(EventKind::annotation_start, "Optimizer.step#AdamW.step");
+        if (o.lagged_bytes) {
+            b.alloc(0x4000000000 + uint64_t(s) * 0x1000000, o.lagged_bytes, lag);
+            if (s >= 2) b.free(0x4000000000 + uint64_t(s - 2) * 0x1000000, o.lagged_bytes);
+        }
+        b.alloc(base, 8 * MiB, act);
+        b.alloc(base + 0x800000, 8 * MiB, act);
+        b.free(base, 8 * MiB);
+        if (o.leak_bytes) b.alloc(base, o.leak_bytes, leak, o.leak_stream);
+        b.free(base + 0x800000, 8 * MiB);
+        if (o.cached_bytes) {
+            b.alloc(0x5000000000 + uint64_t(s) * 0x1000000, o.cached_bytes, cache);
+            if (s >= 8) b.free(0x5000000000 + uint64_t(s - 8) * 0x1000000, o.cached_bytes);
+        }
+        if (o.segment_growth) b.segment(0x6000000000 + uint64_t(s) * 0x10000000, o.segment_growth);
+        if (s == 0) b.alloc(0x1800000000, 128 * MiB, state);
+        if (o.steps_from == Loop::markers) b.step();
+        if (o.steps_from == Loop::annotations) b.annotation(EventKind::annotation_end, "Optimizer.step#AdamW.step");
+    }
+    return b.t;
+}
+
+}  // namespace
+
+TEST(FlatMap, PutGetTakeWithCollisionsAndBackShift) {
+    AddressMap m(4);
+    for (uint64_t k = 0; k < 5000; ++k) m.put(k * 512, uint32_t(k));
+    for (uint64_t k = 0; k < 5000; k += 2) EXPECT_EQ(m.take(k * 512), k);
+    for (uint64_t k = 0; k < 5000; ++k) EXPECT_EQ(m.get(k * 512), k % 2 ? uint32_t(k) : AddressMap::kMissing);
+    EXPECT_EQ(m.size(), 2500u);
+    EXPECT_EQ(m.take(12345), AddressMap::kMissing);
+}
+
+TEST(Analysis, LeakOnASideStreamIsFoundWithItsSiteRateAndBlocks) {
+    Loop o;
+    o.leak_bytes = 2 * MiB;
+    o.leak_stream = kSide;
+    Findings f = analyze(loop(o));
+    EXPECT_EQ(f.verdict, "leak");
+    EXPECT_EQ(f.steps_source, "markers");
+    EXPECT_EQ(f.step_count, 30u);
+    ASSERT_EQ(f.leaks.size(), 1u);
+    const SiteFinding& l = f.leaks[0];
+    EXPECT_EQ(l.site.file, "/home/u/offload.py");
+    EXPECT_EQ(l.site.line, 41u);
+    EXPECT_EQ(l.site.function, "pack");
+    EXPECT_NEAR(l.bytes_per_step, 2.0 * MiB, 1.0);
+    EXPECT_NEAR(f.leak_bytes_per_step, 2.0 * MiB, 1.0);
+    EXPECT_EQ(l.stream, kSide);
+    EXPECT_EQ(l.first_step, 0u);
+    EXPECT_GT(l.confidence, 0.9);
+    EXPECT_EQ(l.live_bytes, 30 * 2 * MiB);
+    ASSERT_EQ(l.live_blocks.size(), 30u);
+    // Each leaked block is reported at the address it reused, with its own size.
+    EXPECT_EQ(l.live_blocks[5], std::make_pair(uint64_t(0x2000000000 + 5 * 0x10000000ull), 2 * MiB));
+    ASSERT_EQ(l.stack.size(), 2u);
+    EXPECT_EQ(l.stack[1].function, "train");
+    bool side_stream_reported = false;
+    for (const StreamUsage& s : f.devices[0].streams)
+        if (s.stream == kSide) side_stream_reported = s.leaked_bytes == 30 * 2 * MiB;
+    EXPECT_TRUE(side_stream_reported);
+}
+
+TEST(Analysis, CleanLoopIsNoLeakAndExplainsWarmUp) {
+    Findings f = analyze(loop(Loop{}));
+    EXPECT_EQ(f.verdict, "no-leak");
+    EXPECT_TRUE(f.leaks.empty());
+    ASSERT_FALSE(f.not_leaks.empty());
+    const NotLeak& w = f.not_leaks[0];
+    EXPECT_EQ(w.kind, "warm-up");
+    EXPECT_EQ(w.bytes, 192 * MiB);
+    ASSERT_TRUE(w.site);
+    // The optimizer's state is attributed to the user's line that called into torch.
+    EXPECT_EQ(w.site->file, "/home/u/train.py");
+    EXPECT_EQ(w.site->line, 30u);
+    EXPECT_EQ(f.devices[0].timeline.size(), 30u);
+    EXPECT_EQ(f.devices[0].timeline[10].allocated, 192 * MiB);
+    EXPECT_EQ(f.devices[0].timeline[10].peak_allocated, 208 * MiB);
+}
+
+TEST(Analysis, StepsComeFromOptimizerAnnotationsWithoutMarkers) {
+    Loop o;
+    o.steps_from = Loop::annotations;
+    o.leak_bytes = MiB;
+    Findings f = analyze(loop(o));
+    EXPECT_EQ(f.steps_source, "optimizer-annotations");
+    EXPECT_EQ(f.steps_detail, "Optimizer.step#AdamW.step");
+    EXPECT_EQ(f.step_count, 30u);
+    EXPECT_EQ(f.verdict, "leak");
+}
+
+TEST(Analysis, StepsAreInferredFromThePeriodWithoutMarkersOrAnnotations) {
+    Loop o;
+    o.steps_from = Loop::none;
+    o.leak_bytes = MiB;
+    Findings f = analyze(loop(o));
+    EXPECT_EQ(f.steps_source, "inferred-period");
+    EXPECT_EQ(f.step_count, 29u);  // the first occurrence opens step 0; the last step is unfinished
+    EXPECT_EQ(f.verdict, "leak");
+    ASSERT_FALSE(f.leaks.empty());
+    EXPECT_NEAR(f.leaks[0].bytes_per_step, double(MiB), 1.0);
+}
+
+TEST(Analysis, BoundedCacheIsNotALeak) {
+    Loop o;
+    o.cached_bytes = MiB;
+    Findings f = analyze(loop(o));
+    EXPECT_EQ(f.verdict, "no-leak");
+    bool found = false;
+    for (const NotLeak& n : f.not_leaks)
+        if (n.kind == "bounded-cache") {
+            found = true;
+            EXPECT_EQ(n.bytes, 8 * MiB);  // the eight it keeps at every step's end
+            EXPECT_EQ(n.site->file, "/home/u/cache.py");
+        }
+    EXPECT_TRUE(found);
+}
+
+TEST(Analysis, ReservedGrowthWithFlatAllocatedIsFragmentation) {
+    Loop o;
+    o.segment_growth = 20 * MiB;
+    Findings f = analyze(loop(o));
+    EXPECT_EQ(f.verdict, "no-leak");
+    bool found = false;
+    for (const NotLeak& n : f.not_leaks) found = found || n.kind == "fragmentation";
+    EXPECT_TRUE(found);
+}
+
+TEST(Analysis, WindowDecidesWhetherALaggedFreeSurvives) {
+    Loop o;
+    o.lagged_bytes = MiB;
+    Findings one = analyze(loop(o));
+    EXPECT_EQ(one.verdict, "no-leak");  // survives one step but does not accumulate
+    AnalysisOptions two;
+    two.window = 2;
+    Findings f = analyze(loop(o), two);
+    EXPECT_EQ(f.verdict, "no-leak");
+    for (const NotLeak& n : f.not_leaks) EXPECT_NE(n.kind, "bounded-cache") << n.why;
+}
+
+TEST(Analysis, ProjectsTheOomStepFromCapacity) {
+    Loop o;
+    o.leak_bytes = 1024 * MiB;
+    AnalysisOptions opt;
+    opt.device_memory = 80ull << 30;
+    Findings f = analyze(loop(o), opt);
+    ASSERT_TRUE(f.projected_oom_step);
+    // Peak in the last step: 192 MiB kept + 30 GiB leaked + 16 MiB of temporaries... the leak's
+    // own block arrives after one temporary is freed, so the peak is 192 MiB + 30 GiB + 8 MiB.
+    const double peak = 192.0 * MiB + 30.0 * 1024 * MiB + 8.0 * MiB;
+    const double left = (double(80ull << 30) - peak) / (1024.0 * MiB);
+    EXPECT_EQ(*f.projected_oom_step, 29u + uint64_t(std::ceil(left)));
+}
+
+TEST(Analysis, TooFewStepsSaysSoInsteadOfGuessing) {
+    Loop o;
+    o.steps = 4;
+    o.leak_bytes = MiB;
+    Findings f = analyze(loop(o));
+    EXPECT_EQ(f.verdict, "no-leak");
+    ASSERT_FALSE(f.notes.empty());
+    EXPECT_NE(f.notes[0].find("full steps"), std::string::npos);
+}
+
+TEST(Analysis, StepMarkersWinOverAnnotations) {
+    Loop o;
+    Trace t = loop(o);
+    Event marker;
+    marker.kind = EventKind::annotation_end;
+    marker.name = t.stacks.intern_string("Optimizer.step#SGD.step");
+    t.events.insert(t.events.begin() + 3, marker);
+    EXPECT_EQ(find_steps(t).source, "markers");
+}

@@ -1,0 +1,110 @@
+// End to end on the real snapshots recorded on a GPU (tests/data/record_fixtures.py): the verdict,
+// the leak rate against torch.cuda.memory_allocated() per step, and the site.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "analysis/analyze.h"
+#include "importers/torch_snapshot.h"
+#include "trace/reader.h"
+#include "trace/writer.h"
+
+using namespace vramscope;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Truth {
+    std::string verdict;
+    double leak_bytes_per_step = 0;
+    double measured_slope = 0;  // fitted from memory_allocated() per step, after warm-up
+    std::string leak_function;
+    long leak_line = 0;
+    std::string leak_stream;
+};
+
+// The truth files are JSON written by the recording script; these few fields are read with
+// regexes so the tests need no JSON library.
+Truth read_truth(const fs::path& p) {
+    std::ifstream in(p);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    const std::string s = ss.str();
+    Truth t;
+    std::smatch m;
+    auto find = [&](const char* pattern) {
+        std::smatch m;
+        return std::regex_search(s, m, std::regex(pattern)) ? m[1].str() : std::string();
+    };
+    t.verdict = find(R"re("verdict":\s*"([a-z-]+)")re");
+    const std::string rate = find(R"re("leak_bytes_per_step":\s*([0-9.eE+-]+))re");
+    t.leak_bytes_per_step = rate.empty() ? 0 : std::stod(rate);
+    t.leak_function = find(R"re("leak_site":\s*\{[^}]*"function":\s*"([^"]*)")re");
+    const std::string line = find(R"re("leak_site":\s*\{[^}]*"line":\s*([0-9]+))re");
+    t.leak_line = line.empty() ? 0 : std::stol(line);
+    t.leak_stream = find(R"re("leak_stream":\s*"([a-z]+)")re");
+    std::vector<double> allocated;
+    std::regex step(R"("allocated":\s*([0-9]+))");
+    for (auto it = std::sregex_iterator(s.begin(), s.end(), step); it != std::sregex_iterator(); ++it)
+        allocated.push_back(std::stod((*it)[1]));
+    if (allocated.size() >= 6) {
+        const size_t first = allocated.size() / 5, last = allocated.size() - 1;
+        t.measured_slope = (allocated[last] - allocated[first]) / double(last - first);
+    }
+    return t;
+}
+
+std::vector<fs::path> fixtures() {
+    std::vector<fs::path> out;
+    for (const auto& e : fs::directory_iterator(VRAMSCOPE_TEST_DATA))
+        if (e.path().string().ends_with(".pickle.gz")) out.push_back(e.path());
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+}  // namespace
+
+TEST(Fixtures, EveryRecordedSnapshotGivesTheRecordedTruth) {
+    const auto files = fixtures();
+    ASSERT_GE(files.size(), 5u) << "fixtures missing under " << VRAMSCOPE_TEST_DATA;
+    for (const fs::path& file : files) {
+        SCOPED_TRACE(file.filename().string());
+        std::string stem = file.filename().string();
+        stem.resize(stem.size() - std::string(".pickle.gz").size());
+        const Truth truth = read_truth(file.parent_path() / (stem + ".truth.json"));
+        ASSERT_FALSE(truth.verdict.empty());
+        Findings f = analyze(load_any(file.string()));
+        EXPECT_EQ(f.verdict, truth.verdict);
+        EXPECT_EQ(f.steps_source, "optimizer-annotations");
+        if (truth.verdict != "leak") {
+            EXPECT_TRUE(f.leaks.empty());
+            continue;
+        }
+        // Within 10% of what torch.cuda.memory_allocated() grew by per step in the recording run.
+        EXPECT_NEAR(f.leak_bytes_per_step, truth.measured_slope, 0.10 * truth.measured_slope);
+        ASSERT_FALSE(f.leaks.empty());
+        const SiteFinding& top = f.leaks.front();
+        EXPECT_TRUE(top.site.file.ends_with("record_fixtures.py")) << top.site.file;
+        EXPECT_EQ(top.site.function, truth.leak_function);
+        EXPECT_EQ(long(top.site.line), truth.leak_line);
+        EXPECT_EQ(truth.leak_stream == "side", top.stream != 0);
+    }
+}
+
+TEST(Fixtures, ConvertedTraceAnalysesTheSame) {
+    for (const fs::path& file : fixtures()) {
+        SCOPED_TRACE(file.filename().string());
+        Trace t = load_any(file.string());
+        const std::string out = ::testing::TempDir() + "/" + file.filename().string() + ".vscope";
+        write_trace(t, out);
+        Findings a = analyze(t), b = analyze(read_trace(out));
+        EXPECT_EQ(a.verdict, b.verdict);
+        EXPECT_EQ(a.step_count, b.step_count);
+        EXPECT_EQ(a.leaks.size(), b.leaks.size());
+        if (!a.leaks.empty()) EXPECT_DOUBLE_EQ(a.leaks[0].bytes_per_step, b.leaks[0].bytes_per_step);
+        fs::remove(out);
+    }
+}

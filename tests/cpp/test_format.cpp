@@ -1,0 +1,186 @@
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <set>
+#include <fstream>
+
+#include "common/file.h"
+#include "trace/reader.h"
+#include "trace/writer.h"
+#include "trace_builder.h"
+
+using namespace vramscope;
+using vramscope::testing::TraceBuilder;
+
+namespace {
+
+std::string temp_path(const char* name) {
+    return std::string(::testing::TempDir()) + "/" + name + "_" + std::to_string(::getpid()) + ".vscope";
+}
+
+Trace sample_trace(int steps) {
+    TraceBuilder b;
+    b.t.meta["torch"] = "2.11.0";
+    b.t.devices[0].total_memory = 80ull << 30;
+    b.t.devices[0].baseline_allocated = 12345 * 512;
+    const uint32_t fwd = b.stack({{"train.py", 10, "forward"}, {"train.py", 40, "main"}});
+    const uint32_t leak = b.stack({{"train.py", 22, "stash"}, {"train.py", 40, "main"}});
+    b.segment(0x7f0000000000, 20 << 20);
+    for (int s = 0; s < steps; ++s) {
+        b.alloc(0x7f0000000000, 4096, fwd);
+        b.alloc(0x7f0000001000 + 512 * uint64_t(s), 512, leak, 0x5555);
+        b.alloc(0x7f0000100003, 1000, fwd);  // unaligned address and size take the long form
+        b.free(0x7f0000100003, 1000);
+        b.free(0x7f0000000000, 4096);
+        b.step();
+    }
+    return b.t;
+}
+
+void expect_same_events(const Trace& a, const Trace& b) {
+    ASSERT_EQ(a.events.size(), b.events.size());
+    for (size_t i = 0; i < a.events.size(); ++i) {
+        const Event &x = a.events[i], &y = b.events[i];
+        ASSERT_EQ(x.kind, y.kind) << i;
+        ASSERT_EQ(x.addr, y.addr) << i;
+        ASSERT_EQ(x.size, y.size) << i;
+        ASSERT_EQ(x.stream, y.stream) << i;
+        ASSERT_EQ(x.time_us, y.time_us) << i;
+        ASSERT_EQ(x.device, y.device) << i;
+        if (x.kind == EventKind::alloc) {
+            ASSERT_EQ(a.stacks.frames_of(x.stack).size(), b.stacks.frames_of(y.stack).size());
+            const Frame& fx = a.stacks.frame(a.stacks.node(x.stack).frame);
+            const Frame& fy = b.stacks.frame(b.stacks.node(y.stack).frame);
+            ASSERT_EQ(a.stacks.string(fx.file), b.stacks.string(fy.file));
+            ASSERT_EQ(fx.line, fy.line);
+        }
+    }
+}
+
+}  // namespace
+
+TEST(TraceFormat, RoundTripKeepsEveryEventAndTheHeader) {
+    Trace t = sample_trace(50);
+    const std::string path = temp_path("roundtrip");
+    write_trace(t, path);
+    Trace back = read_trace(path);
+    EXPECT_TRUE(back.warnings.empty());
+    expect_same_events(t, back);
+    EXPECT_EQ(back.meta["torch"], "2.11.0");
+    ASSERT_EQ(back.devices.size(), 1u);
+    EXPECT_EQ(back.devices[0].total_memory, 80ull << 30);
+    EXPECT_EQ(back.devices[0].baseline_allocated, 12345u * 512);
+    std::remove(path.c_str());
+}
+
+TEST(TraceFormat, SmallChunksRoundTrip) {
+    Trace t = sample_trace(200);
+    const std::string path = temp_path("smallchunks");
+    {
+        TraceWriter w(path, 64);  // a chunk every few records: state resets are exercised
+        for (uint32_t i = 1; i <= t.stacks.string_count(); ++i) w.intern_string(t.stacks.string(i));
+        for (uint32_t i = 1; i <= t.stacks.frame_count(); ++i) {
+            const Frame& f = t.stacks.frame(i);
+            w.intern_frame(t.stacks.string(f.file), f.line, t.stacks.string(f.function));
+        }
+        for (uint32_t i = 1; i <= t.stacks.stack_count(); ++i) w.intern_stack_node(t.stacks.node(i).parent, t.stacks.node(i).frame);
+        for (const Event& e : t.events) w.event(e);
+    }
+    expect_same_events(t, read_trace(path));
+    std::remove(path.c_str());
+}
+
+TEST(TraceFormat, AFreeRequestedThenCompletedIsOneRecord) {
+    TraceBuilder paired, split;
+    const uint32_t st = paired.stack({{"train.py", 1, "f"}});
+    split.stack({{"train.py", 1, "f"}});
+    for (int i = 0; i < 100; ++i) {
+        paired.alloc(0x10000, 512, st);
+        paired.free(0x10000, 512);
+        split.alloc(0x10000, 512, st);
+        split.free(0x10000, 512);
+        std::swap(split.t.events[split.t.events.size() - 1].time_us, split.t.events[split.t.events.size() - 2].time_us);
+        split.t.events[split.t.events.size() - 2].time_us -= 1;  // completed later: cannot pair
+    }
+    const std::string a = temp_path("paired"), b = temp_path("split");
+    write_trace(paired.t, a);
+    write_trace(split.t, b);
+    EXPECT_LT(read_file(a).size() + 150, read_file(b).size());
+    expect_same_events(paired.t, read_trace(a));
+    std::remove(a.c_str());
+    std::remove(b.c_str());
+}
+
+TEST(TraceFormat, CutAtEveryByteReadsBackWholeChunksWithAWarning) {
+    Trace t = sample_trace(30);
+    const std::string path = temp_path("cut");
+    {
+        TraceWriter w(path, 256);
+        for (uint32_t i = 1; i <= t.stacks.string_count(); ++i) w.intern_string(t.stacks.string(i));
+        for (uint32_t i = 1; i <= t.stacks.frame_count(); ++i) {
+            const Frame& f = t.stacks.frame(i);
+            w.intern_frame(t.stacks.string(f.file), f.line, t.stacks.string(f.function));
+        }
+        for (uint32_t i = 1; i <= t.stacks.stack_count(); ++i) w.intern_stack_node(t.stacks.node(i).parent, t.stacks.node(i).frame);
+        for (const Event& e : t.events) w.event(e);
+    }
+    const std::string whole = read_file(path);
+    std::remove(path.c_str());
+    std::set<size_t> chunk_ends = {12};
+    for (size_t off = 12; off + 12 <= whole.size();) {
+        uint32_t len;
+        std::memcpy(&len, whole.data() + off + 4, 4);
+        off += 12 + len;
+        chunk_ends.insert(off);
+    }
+    size_t previous = 0;
+    for (size_t n = 0; n <= whole.size(); ++n) {
+        const std::string cut = whole.substr(0, n);
+        if (n < 12) {
+            EXPECT_THROW(parse_trace(cut, "cut.vscope"), std::runtime_error) << n;
+            continue;
+        }
+        Trace back = parse_trace(cut, "cut.vscope");
+        // Whatever was read is an exact prefix of the original, and it never shrinks as the cut moves on.
+        ASSERT_LE(back.events.size(), t.events.size());
+        ASSERT_GE(back.events.size(), previous) << n;
+        previous = back.events.size();
+        for (size_t i = 0; i < back.events.size(); ++i) {
+            ASSERT_EQ(back.events[i].addr, t.events[i].addr);
+            ASSERT_EQ(back.events[i].kind, t.events[i].kind);
+        }
+        ASSERT_EQ(back.warnings.size(), chunk_ends.count(n) ? 0u : 1u) << n;
+        if (!back.warnings.empty()) EXPECT_NE(back.warnings[0].find("cut.vscope: offset "), std::string::npos);
+    }
+    EXPECT_EQ(previous, t.events.size());
+}
+
+TEST(TraceFormat, CorruptChunkStopsWithAWarningNamingTheOffset) {
+    Trace t = sample_trace(100);
+    const std::string path = temp_path("corrupt");
+    write_trace(t, path);
+    std::string bytes = read_file(path);
+    std::remove(path.c_str());
+    bytes[bytes.size() / 2] ^= 0x5a;
+    Trace back = parse_trace(bytes, "corrupt.vscope");
+    ASSERT_EQ(back.warnings.size(), 1u);
+    EXPECT_NE(back.warnings[0].find("checksum"), std::string::npos);
+    EXPECT_LT(back.events.size(), t.events.size());
+}
+
+TEST(TraceFormat, RejectsOtherFilesAndNewerVersions) {
+    EXPECT_THROW(parse_trace("not a trace at all", "x"), std::runtime_error);
+    std::string header("\x89VSCOPE\n\x09\x00\x00\x00", 12);
+    try {
+        parse_trace(header, "future.vscope");
+        FAIL();
+    } catch (const std::runtime_error& e) {
+        EXPECT_NE(std::string(e.what()).find("version 9"), std::string::npos);
+    }
+}
+
+TEST(TraceFormat, WriterReportsAnUnwritablePath) {
+    EXPECT_THROW(TraceWriter("/nonexistent-dir/x.vscope"), std::runtime_error);
+}

@@ -1,0 +1,161 @@
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "importers/pickle.h"
+#include "importers/torch_snapshot.h"
+
+using namespace vramscope;
+
+namespace {
+
+// Assembles pickle opcodes by hand, as Python's pickle.dumps(protocol=4) would emit them.
+struct P {
+    std::string b = std::string("\x80\x04", 2);
+    P& op(char c) { b.push_back(c); return *this; }
+    P& u8(uint8_t v) { b.push_back(char(v)); return *this; }
+    P& str(const std::string& s) { op('\x8c').u8(uint8_t(s.size())); b += s; return *this; }
+    P& i1(uint8_t v) { return op('K').u8(v); }
+    P& i4(int32_t v) { op('J'); for (int k = 0; k < 4; ++k) u8(uint8_t(uint32_t(v) >> (8 * k))); return *this; }
+    P& long1(uint64_t v) {  // 9 bytes so the top bit never reads as a sign
+        op('\x8a').u8(9);
+        for (int k = 0; k < 8; ++k) u8(uint8_t(v >> (8 * k)));
+        return u8(0);
+    }
+    P& memo() { return op('\x94'); }
+    P& get(uint8_t i) { return op('h').u8(i); }
+    P& mark() { return op('('); }
+    std::string stop() { return b + "."; }
+};
+
+std::string entry(const char* action, uint64_t addr, int32_t size, int frames_ref = -1) {
+    P p;
+    p.b.clear();
+    p.op('}').mark().str("action").str(action).str("addr").long1(addr).str("size").i4(size).str("stream").i1(0)
+        .str("time_us").i4(100).str("frames");
+    if (frames_ref >= 0) p.get(uint8_t(frames_ref));
+    else p.op(']');
+    p.op('u');
+    return p.b;
+}
+
+}  // namespace
+
+TEST(Pickle, ReadsDataOpcodes) {
+    P p;
+    p.op('}').memo().mark().str("a").i1(7).str("big").long1(0x7f1234567800ull).str("neg").i4(-5)
+        .str("f").op('G');
+    const uint8_t half[8] = {0x3f, 0xe0, 0, 0, 0, 0, 0, 0};  // 0.5, big-endian
+    for (uint8_t c : half) p.u8(c);
+    p.str("list").op(']').memo().mark().i1(1).i1(2).i1(3).op('e').str("t").i1(1).i1(2).op('\x86')
+        .str("none").op('N').str("yes").op('\x88').op('u');
+    const std::string bytes = p.stop();
+    pickle::Document d = pickle::parse(bytes, "t.pickle");
+    const pickle::Ref root = d.root();
+    EXPECT_EQ(d.get(root, "a")->i, 7);
+    EXPECT_EQ(uint64_t(d.get(root, "big")->i), 0x7f1234567800ull);
+    EXPECT_EQ(d.get(root, "neg")->i, -5);
+    EXPECT_DOUBLE_EQ(d.get(root, "f")->f, 0.5);
+    pickle::Ref list;
+    ASSERT_NE(d.get(root, "list", &list), nullptr);
+    EXPECT_EQ(d[list].len, 3u);
+    int sum = 0;
+    d.for_each_item(list, [&](pickle::Ref r) { sum += int(d[r].i); });
+    EXPECT_EQ(sum, 6);
+    EXPECT_EQ(d.get(root, "t")->type, pickle::Type::tuple);
+    EXPECT_EQ(d.get(root, "none")->type, pickle::Type::none);
+    EXPECT_EQ(d.get(root, "yes")->i, 1);
+    EXPECT_EQ(d.get(root, "missing"), nullptr);
+}
+
+TEST(Pickle, RefusesEveryOpcodeThatImportsOrCalls) {
+    // GLOBAL, STACK_GLOBAL, REDUCE, BUILD, INST, OBJ, NEWOBJ, NEWOBJ_EX, EXT1, EXT2, EXT4, PERSID, BINPERSID
+    for (char op : std::string("c\x93RbioP\x81\x92\x82\x83\x84Q", 13)) {
+        P p;
+        p.str("os").str("system").op(op);
+        try {
+            pickle::parse(p.stop(), "evil.pickle");
+            FAIL() << "opcode " << int(uint8_t(op)) << " accepted";
+        } catch (const pickle::Error& e) {
+            const std::string what = e.what();
+            EXPECT_NE(what.find("evil.pickle: offset "), std::string::npos) << what;
+            EXPECT_NE(what.find("refused"), std::string::npos) << what;
+            EXPECT_EQ(e.offset, p.b.size() - 1);
+        }
+    }
+}
+
+TEST(Pickle, TruncatedInputFailsCleanlyAtEveryByte) {
+    P p;
+    p.op('}').memo().mark().str("device_traces").op(']').memo().mark().op(']').memo().op('e').op('u');  // {"device_traces": [[]]}
+    const std::string whole = p.stop();
+    for (size_t n = 0; n < whole.size(); ++n)
+        EXPECT_THROW(pickle::parse(whole.substr(0, n), "cut.pickle"), pickle::Error) << n;
+    EXPECT_NO_THROW(pickle::parse(whole, "whole.pickle"));
+}
+
+TEST(Pickle, HostileStructureIsAnErrorNotACrash) {
+    const std::string cases[] = {
+        P().op('u').stop(),                                  // SETITEMS without MARK
+        P().op('a').stop(),                                  // APPEND on an empty stack
+        P().i1(1).mark().i1(2).op('u').stop(),               // SETITEMS into an int
+        P().get(3).stop(),                                   // memo never stored
+        P().op('r').u8(0xff).u8(0xff).u8(0xff).u8(0x7f).stop(),  // huge memo index on empty stack
+        P().op('X').u8(0xff).u8(0xff).u8(0xff).u8(0xff).stop(),  // string longer than the input
+        P().op('}').mark().i1(1).op('u').stop(),             // odd number of dict items
+        P().op('\xff').stop(),                               // unknown opcode
+        P().stop(),                                          // STOP on an empty stack
+    };
+    for (const auto& c : cases) EXPECT_THROW(pickle::parse(c, "hostile.pickle"), pickle::Error);
+    // A list that contains itself parses (pickle allows it); nothing walks it recursively.
+    P self;
+    self.op(']').memo().mark().get(0).op('e');
+    EXPECT_NO_THROW(pickle::parse(self.stop(), "cycle.pickle"));
+}
+
+TEST(TorchSnapshot, ImportsTracesWithSharedFramesAndBothPendingSpellings) {
+    P p;
+    p.op('}').memo().mark();
+    p.str("segments").op(']').mark();
+    for (const char* state : {"active_pending_free", "active_awaiting_free", "active_allocated", "inactive"}) {
+        p.op('}').mark().str("device").i1(0).str("address").long1(0x1000).str("total_size").i4(2 << 20)
+            .str("stream").i1(0).str("blocks").op(']').mark()
+            .op('}').mark().str("address").long1(0x1000).str("size").i4(512).str("state").str(state).op('u')
+            .op('e').op('u');
+    }
+    p.op('e');
+    p.str("device_traces").op(']').mark().op(']').mark();
+    // frames list memoized at index 1 after the outer dict (0)
+    p.op('}').mark().str("action").str("alloc").str("addr").long1(0x7f0000000000ull).str("size").i4(512)
+        .str("stream").i1(0).str("time_us").i4(10).str("frames").op(']').memo().mark()
+        .op('}').mark().str("filename").str("/home/u/train.py").str("line").i1(12).str("name").str("step").op('u')
+        .op('e').op('u');
+    p.b += entry("free_requested", 0x7f0000000000ull, 512);
+    p.b += entry("free_completed", 0x7f0000000000ull, 512);
+    p.b += entry("alloc", 0x7f0000000200ull, 512, 1);
+    p.b += entry("segment_map", 0x7f0000000000ull, 2 << 20);
+    p.b += entry("mystery_action", 0, 0);
+    p.op('e').op('e').op('u');
+    Trace t = import_torch_snapshot(p.stop(), "snap.pickle");
+    ASSERT_EQ(t.events.size(), 5u);
+    EXPECT_EQ(t.events[3].stack, t.events[0].stack) << "shared frames list gives the same stack";
+    ASSERT_NE(t.events[0].stack, 0u);
+    const Frame& f = t.stacks.frame(t.stacks.node(t.events[0].stack).frame);
+    EXPECT_EQ(t.stacks.string(f.file), "/home/u/train.py");
+    EXPECT_EQ(f.line, 12u);
+    EXPECT_EQ(t.final_blocks.size(), 3u) << "pending under either spelling counts as live";
+    EXPECT_EQ(t.warnings.size(), 1u);
+    // Final 3 live blocks (1536 B) minus the trace's net +512 B: 1024 B were there before it began.
+    EXPECT_EQ(t.devices[0].baseline_allocated, 1024u);
+}
+
+TEST(TorchSnapshot, NonSnapshotPicklesAreNamedAsSuch) {
+    P p;
+    p.op(']');
+    try {
+        import_torch_snapshot(p.stop(), "list.pickle");
+        FAIL();
+    } catch (const std::runtime_error& e) {
+        EXPECT_NE(std::string(e.what()).find("not a torch memory snapshot"), std::string::npos);
+    }
+}
