@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Every test, from a fresh clone: C++ (GoogleTest through CTest), then Python (pytest) against
+# the installed package. Installs what it needs first; CI runs exactly this (.ci/run).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ ! -f /usr/include/gtest/gtest.h ] || [ ! -f /usr/include/zlib.h ]; then
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libgtest-dev zlib1g-dev >/dev/null
+fi
+python3 -m pip install -q "nanobind>=2.0" "scikit-build-core>=0.10" "pytest>=7" ninja cmake
+
+cmake -S . -B build/tests -G Ninja -DVRAMSCOPE_TESTS=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build/tests
+ctest --test-dir build/tests --output-on-failure
+
+python3 -m pip install -q --no-build-isolation .
+python3 -m pytest -q tests/python

@@ -1,0 +1,153 @@
+"""The command line as users meet it: demo, analyze, --json, --fail-on-leak, convert, bad input."""
+
+import gzip
+import json
+import pickle
+
+import pytest
+
+from conftest import FIXTURES, truth, vramscope
+
+
+def test_fixtures_are_present():
+    assert len(FIXTURES) >= 5, "tests/data must hold the recorded snapshots"
+
+
+def test_demo_reports_the_side_stream_leak():
+    out = vramscope("demo").stdout
+    assert "LEAK" in out
+    assert "/step" in out
+    assert "side stream" in out
+    assert "record_fixtures.py" in out
+
+
+@pytest.mark.parametrize("fixture", FIXTURES, ids=lambda p: p.name)
+def test_analyze_json_matches_the_recorded_truth(fixture, tmp_path):
+    out = tmp_path / "findings.json"
+    vramscope("analyze", str(fixture), "--json", str(out))
+    findings = json.loads(out.read_text())
+    expected = truth(fixture)["expected"]
+    assert findings["schema_version"] == 1
+    assert findings["verdict"] == expected["verdict"]
+    assert findings["steps"]["source"] == "optimizer-annotations"
+    assert findings["steps"]["count"] >= 20
+    assert len({p["step"] for p in findings["timeline"]}) >= findings["steps"]["count"]
+    assert all(p["allocated"] <= p["peak_allocated"] for p in findings["timeline"])
+    if expected["verdict"] == "leak":
+        top = findings["leaks"][0]
+        assert top["site"]["function"] == expected["leak_site"]["function"]
+        assert top["site"]["line"] == expected["leak_site"]["line"]
+        assert (top["stream_kind"] == "side") == (expected["leak_stream"] == "side")
+        assert top["stack"][0] == top["site"] or top["stack"]
+        assert top["bytes_per_step"] > 0
+    else:
+        assert findings["leaks"] == []
+        assert findings["not_leaks"], "a clean run still explains what it holds"
+
+
+def test_fail_on_leak_sets_the_exit_code():
+    leaky = [f for f in FIXTURES if truth(f)["expected"]["verdict"] == "leak"]
+    clean = [f for f in FIXTURES if truth(f)["expected"]["verdict"] == "no-leak"]
+    assert leaky and clean
+    vramscope("analyze", str(leaky[0]), "--fail-on-leak", check_rc=1)
+    vramscope("analyze", str(clean[0]), "--fail-on-leak", check_rc=0)
+
+
+def test_json_to_stdout_is_pure_json():
+    proc = vramscope("analyze", str(FIXTURES[0]), "--json", "-")
+    json.loads(proc.stdout)
+
+
+def test_device_memory_gives_an_oom_projection(tmp_path):
+    leaky = next(f for f in FIXTURES if truth(f)["expected"]["verdict"] == "leak")
+    out = tmp_path / "f.json"
+    vramscope("analyze", str(leaky), "--device-memory", "80GiB", "--json", str(out))
+    findings = json.loads(out.read_text())
+    step = findings["projected_oom_step"]
+    assert isinstance(step, int) and step > findings["steps"]["count"]
+    rate = findings["leak_bytes_per_step"]
+    last = [p for p in findings["timeline"] if p["complete"]][-1]
+    assert abs((step - last["step"]) * rate - (80 * 2**30 - last["peak_allocated"])) <= rate
+
+
+def test_convert_then_analyze_gives_the_same_findings(tmp_path):
+    for fixture in FIXTURES:
+        trace = tmp_path / (fixture.name + ".vscope")
+        vramscope("convert", str(fixture), str(trace))
+        a = json.loads(vramscope("analyze", str(fixture), "--json", "-").stdout)
+        b = json.loads(vramscope("analyze", str(trace), "--json", "-").stdout)
+        assert a["verdict"] == b["verdict"]
+        assert [l["bytes_per_step"] for l in a["leaks"]] == [l["bytes_per_step"] for l in b["leaks"]]
+        assert a["timeline"] == b["timeline"]
+        assert trace.stat().st_size < fixture.stat().st_size
+
+
+def test_several_files_report_each_run(tmp_path):
+    out = tmp_path / "f.json"
+    vramscope("analyze", str(FIXTURES[0]), str(FIXTURES[1]), "--json", str(out))
+    findings = json.loads(out.read_text())
+    assert len(findings["runs"]) == 2
+
+
+class _Boom:
+    """Unpickling this would create a file: proof of code execution if it ever appears."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def test_a_pickle_that_would_run_code_is_refused_and_nothing_runs(tmp_path):
+    marker = tmp_path / "pwned"
+    evil = tmp_path / "evil.pickle"
+    evil.write_bytes(pickle.dumps({"segments": [], "device_traces": [[_Boom(str(marker))]]}))
+    proc = vramscope("analyze", str(evil), check_rc=2)
+    assert "refused" in proc.stderr and str(evil) in proc.stderr and "offset" in proc.stderr
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"", "neither a .vscope trace nor a torch memory snapshot"),
+        (b"hello world", "neither a .vscope trace nor a torch memory snapshot"),
+        (gzip.compress(pickle.dumps([1, 2, 3])), "not a torch memory snapshot"),
+        (gzip.compress(pickle.dumps({"segments": []}))[:-12], "gzip"),
+        (pickle.dumps({"device_traces": [[{"action": "alloc"}]]})[:-3], "cut short"),
+    ],
+    ids=["empty", "text", "not-a-snapshot", "cut-gzip", "cut-pickle"],
+)
+def test_bad_input_gets_a_clear_error_naming_the_file(tmp_path, content, message):
+    bad = tmp_path / "bad.pickle"
+    bad.write_bytes(content)
+    proc = vramscope("analyze", str(bad), check_rc=2)
+    assert message in proc.stderr
+    assert str(bad) in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_missing_file_and_bad_options():
+    assert "cannot open" in vramscope("analyze", "/nonexistent.pickle", check_rc=2).stderr
+    assert "--window" in vramscope("analyze", str(FIXTURES[0]), "--window", "zero", check_rc=2).stderr
+    assert "usage" in vramscope("frobnicate", check_rc=2).stderr
+
+
+def test_snapshot_without_history_says_how_to_record_one(tmp_path):
+    with gzip.open(FIXTURES[0]) as f:
+        snapshot = pickle.load(f)
+    snapshot["device_traces"] = [[] for _ in snapshot["device_traces"]]
+    path = tmp_path / "state_only.pickle"
+    path.write_bytes(pickle.dumps(snapshot))
+    out = vramscope("analyze", str(path)).stdout
+    assert "_record_memory_history" in out
+    assert "Largest holders" in out
+
+
+def test_python_api_returns_the_findings():
+    import vramscope
+
+    findings = vramscope.analyze(FIXTURES[0])
+    assert findings["verdict"] in ("leak", "no-leak")
+    assert findings["source"] == str(FIXTURES[0])
