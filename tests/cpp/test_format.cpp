@@ -126,7 +126,8 @@ TEST(TraceFormat, CutAtEveryByteReadsBackWholeChunksWithAWarning) {
         for (uint32_t i = 1; i <= t.stacks.stack_count(); ++i) w.intern_stack_node(t.stacks.node(i).parent, t.stacks.node(i).frame);
         for (const Event& e : t.events) w.event(e);
     }
-    const std::string whole = read_file(path);
+    const Bytes file = read_file(path);
+    const std::string whole(file.begin(), file.end());
     std::remove(path.c_str());
     std::set<size_t> chunk_ends = {12};
     for (size_t off = 12; off + 12 <= whole.size();) {
@@ -161,7 +162,8 @@ TEST(TraceFormat, CorruptChunkStopsWithAWarningNamingTheOffset) {
     Trace t = sample_trace(100);
     const std::string path = temp_path("corrupt");
     write_trace(t, path);
-    std::string bytes = read_file(path);
+    const Bytes file = read_file(path);
+    std::string bytes(file.begin(), file.end());
     std::remove(path.c_str());
     bytes[bytes.size() / 2] ^= 0x5a;
     Trace back = parse_trace(bytes, "corrupt.vscope");

@@ -57,7 +57,7 @@ TEST(Pickle, ReadsDataOpcodes) {
     EXPECT_EQ(d.get(root, "neg")->i, -5);
     EXPECT_DOUBLE_EQ(d.get(root, "f")->f, 0.5);
     pickle::Ref list;
-    ASSERT_NE(d.get(root, "list", &list), nullptr);
+    ASSERT_TRUE(d.get(root, "list", &list));
     EXPECT_EQ(d[list].len, 3u);
     int sum = 0;
     d.for_each_item(list, [&](pickle::Ref r) { sum += int(d[r].i); });
@@ -65,7 +65,7 @@ TEST(Pickle, ReadsDataOpcodes) {
     EXPECT_EQ(d.get(root, "t")->type, pickle::Type::tuple);
     EXPECT_EQ(d.get(root, "none")->type, pickle::Type::none);
     EXPECT_EQ(d.get(root, "yes")->i, 1);
-    EXPECT_EQ(d.get(root, "missing"), nullptr);
+    EXPECT_FALSE(d.get(root, "missing"));
 }
 
 TEST(Pickle, RefusesEveryOpcodeThatImportsOrCalls) {

@@ -193,7 +193,14 @@ Findings analyze(const Trace& t, const AnalysisOptions& opt) {
     const bool judgeable = S >= s0 + w + 3;
     const size_t last_judged = judgeable ? S - 1 - w : 0;
 
-    if (t.events.empty()) {
+    bool has_memory_events = false;
+    for (const Event& e : t.events) {
+        if (is_block_event(e.kind) || is_segment_event(e.kind)) {
+            has_memory_events = true;
+            break;
+        }
+    }
+    if (!has_memory_events) {
         if (!t.final_blocks.empty())
             f.notes.push_back("This snapshot has no trace history, only the memory state at the moment it was taken, so "
                               "growth over steps cannot be measured. Record one with "
@@ -394,7 +401,7 @@ Findings analyze(const Trace& t, const AnalysisOptions& opt) {
             f.not_leaks.push_back(std::move(n));
         }
     }
-    if (t.events.empty() && !t.final_blocks.empty()) {
+    if (!has_memory_events && !t.final_blocks.empty()) {
         std::unordered_map<uint32_t, uint64_t> by_site;
         uint64_t total = 0;
         for (const LiveBlock& b : t.final_blocks) {

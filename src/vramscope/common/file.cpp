@@ -1,51 +1,72 @@
 #include "common/file.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
-#include <memory>
 #include <stdexcept>
 
 namespace vramscope {
 
-std::string read_file(const std::string& path) {
-    std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
-    if (!f) throw std::runtime_error(path + ": cannot open: " + std::strerror(errno));
-    std::string out;
-    if (std::fseek(f.get(), 0, SEEK_END) == 0) {
-        long n = std::ftell(f.get());
-        if (n > 0) out.reserve(size_t(n));
-        std::fseek(f.get(), 0, SEEK_SET);
+Bytes read_file(const std::string& path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw std::runtime_error(path + ": cannot open: " + std::strerror(errno));
+    struct stat st {};
+    Bytes out;
+    if (::fstat(fd, &st) == 0 && st.st_size > 0) out.reserve(size_t(st.st_size));
+    size_t used = 0;
+    while (true) {
+        if (out.size() < used + (1 << 16)) out.resize(std::max(out.capacity(), used + (1 << 16)));
+        const ssize_t k = ::read(fd, out.data() + used, out.size() - used);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0) {
+            const int err = errno;
+            ::close(fd);
+            throw std::runtime_error(path + ": read error: " + std::strerror(err));
+        }
+        if (k == 0) break;
+        used += size_t(k);
     }
-    char buf[1 << 16];
-    size_t k;
-    while ((k = std::fread(buf, 1, sizeof buf, f.get())) > 0) out.append(buf, k);
-    if (std::ferror(f.get())) throw std::runtime_error(path + ": read error: " + std::strerror(errno));
+    ::close(fd);
+    out.resize(used);
     return out;
 }
 
-std::string gunzip(const std::string& in, const std::string& name) {
+bool is_gzip(std::string_view b) { return b.size() >= 2 && uint8_t(b[0]) == 0x1f && uint8_t(b[1]) == 0x8b; }
+
+Bytes gunzip(std::string_view in, const std::string& name) {
     z_stream z{};
     if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) throw std::runtime_error(name + ": cannot start gzip decoder");
     auto fail = [&](const std::string& why) {
-        size_t at = size_t(reinterpret_cast<const char*>(z.next_in) - in.data());
+        const size_t at = size_t(reinterpret_cast<const char*>(z.next_in) - in.data());
         inflateEnd(&z);
         throw std::runtime_error(name + ": offset " + std::to_string(at) + ": " + why);
     };
-    std::string out(in.size() * 8 + 4096, '\0');  // snapshots compress ~8x; grow from there
+    // The trailer holds the size mod 2^32: exact for one member under 4 GiB, a good first guess
+    // otherwise; one right-sized buffer saves copying the output as it grows.
+    size_t guess = in.size() * 4 + 4096;
+    if (in.size() >= 18) {
+        uint32_t isize;
+        std::memcpy(&isize, in.data() + in.size() - 4, 4);
+        if (isize >= in.size() / 2) guess = size_t(isize) + 1;
+    }
+    Bytes out(guess);
     size_t produced = 0;
     z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
-    z.avail_in = uInt(in.size());
+    z.avail_in = uInt(std::min<size_t>(in.size(), 0x7fffffff));
     while (true) {
         if (produced == out.size()) out.resize(out.size() * 2);
-        z.next_out = reinterpret_cast<Bytef*>(&out[produced]);
-        z.avail_out = uInt(out.size() - produced);
-        int rc = inflate(&z, Z_NO_FLUSH);
+        z.next_out = reinterpret_cast<Bytef*>(out.data() + produced);
+        z.avail_out = uInt(std::min<size_t>(out.size() - produced, 0x7fffffff));
+        const int rc = inflate(&z, Z_NO_FLUSH);
         produced = size_t(reinterpret_cast<char*>(z.next_out) - out.data());
+        const size_t consumed = size_t(reinterpret_cast<const char*>(z.next_in) - in.data());
+        if (z.avail_in == 0 && consumed < in.size()) z.avail_in = uInt(std::min<size_t>(in.size() - consumed, 0x7fffffff));
         if (rc == Z_STREAM_END) {
-            if (z.avail_in == 0) break;
+            if (consumed == in.size()) break;
             inflateReset(&z);  // concatenated gzip members are valid gzip
             continue;
         }
@@ -58,9 +79,9 @@ std::string gunzip(const std::string& in, const std::string& name) {
     return out;
 }
 
-std::string read_maybe_gzip(const std::string& path) {
-    std::string bytes = read_file(path);
-    if (bytes.size() >= 2 && uint8_t(bytes[0]) == 0x1f && uint8_t(bytes[1]) == 0x8b) return gunzip(bytes, path);
+Bytes read_maybe_gzip(const std::string& path) {
+    Bytes bytes = read_file(path);
+    if (is_gzip(view(bytes))) return gunzip(view(bytes), path);
     return bytes;
 }
 

@@ -1,16 +1,26 @@
-// Whole-file input: every reader takes bytes, so importers and tests share one way in.
+// Whole-file input: every reader takes bytes, so importers, the trace reader and tests share
+// one way in. Big inputs land in huge pages (see huge_pages.h).
 #pragma once
 #include <string>
+#include <string_view>
+
+#include "common/huge_pages.h"
 
 namespace vramscope {
 
-// Throws std::runtime_error naming the path on any failure.
-std::string read_file(const std::string& path);
+using Bytes = BigVector<char>;
 
-// The bytes of a file, gunzipped if they start with the gzip magic.
-std::string read_maybe_gzip(const std::string& path);
+inline std::string_view view(const Bytes& b) { return {b.data(), b.size()}; }
+
+// Throws std::runtime_error naming the path on any failure.
+Bytes read_file(const std::string& path);
+
+bool is_gzip(std::string_view bytes);
 
 // Throws std::runtime_error("NAME: offset N: ...") on corrupt or cut gzip data.
-std::string gunzip(const std::string& bytes, const std::string& name);
+Bytes gunzip(std::string_view gz, const std::string& name);
+
+// The bytes of a file, gunzipped if they start with the gzip magic.
+Bytes read_maybe_gzip(const std::string& path);
 
 }  // namespace vramscope

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "common/huge_pages.h"
 #include "events/event.h"
 #include "events/stack_table.h"
 
@@ -33,7 +34,7 @@ struct Trace {
     std::map<std::string, std::string> meta;    // torch version, command, rank, ...
     std::vector<DeviceInfo> devices;
     StackTable stacks;
-    std::vector<Event> events;                  // in time order
+    BigVector<Event> events;                    // in time order
     std::vector<LiveBlock> final_blocks;        // from a snapshot's segments, when imported
     uint64_t final_reserved = 0;                // sum of those segments' sizes
     std::vector<std::string> warnings;          // what reading it noticed but survived

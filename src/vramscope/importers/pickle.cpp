@@ -7,13 +7,12 @@
 
 namespace vramscope::pickle {
 
-const Value* Document::get(Ref dict, std::string_view key, Ref* out_ref) const {
-    if (values_[dict].type != Type::dict) return nullptr;
-    const Value* found = nullptr;
+std::optional<Value> Document::get(Ref dict, std::string_view key, Ref* out_ref) const {
+    if ((*this)[dict].type != Type::dict) return std::nullopt;
+    std::optional<Value> found;
     for_each_pair(dict, [&](Ref k, Ref v) {
-        const Value& kv = values_[k];
-        if (!found && kv.type == Type::string && std::string_view(kv.data, kv.len) == key) {
-            found = &values_[v];
+        if (!found && (*this)[k].type == Type::string && str(k) == key) {
+            found = (*this)[v];
             if (out_ref) *out_ref = v;
         }
     });
@@ -22,16 +21,19 @@ const Value* Document::get(Ref dict, std::string_view key, Ref* out_ref) const {
 
 class Parser {
 public:
-    Parser(std::string_view bytes, const std::string& name)
-        : p_(reinterpret_cast<const uint8_t*>(bytes.data())), begin_(p_), end_(p_ + bytes.size()), name_(name) {
-        doc_.values_.reserve(bytes.size() / 16);
-        doc_.items_.reserve(bytes.size() / 8);
+    Parser(const char* base, size_t available, GrowingInput* more, const std::string& name)
+        : p_(reinterpret_cast<const uint8_t*>(base)), begin_(p_), end_(p_ + available), more_(more), name_(name) {
+        doc_.base_ = base;
+        // Sized for snapshots (a value per ~12 bytes); huge pages leave the unused part untouched.
+        const size_t expect = more ? size_t(256) << 20 : available;
+        doc_.values_.reserve(expect / 12);
+        doc_.items_.reserve(expect / 3);
     }
 
     Document run() {
         while (true) {
             op_at_ = size_t(p_ - begin_);
-            if (p_ >= end_) fail("pickle cut short (no STOP opcode)");
+            if (p_ >= end_ && !refill(1)) fail("pickle cut short (no STOP opcode)");
             const uint8_t op = *p_++;
             switch (op) {
             case 0x80: take(1); break;                         // PROTO
@@ -171,8 +173,17 @@ private:
         fail(std::string("unknown or unsupported pickle opcode ") + hex);
     }
 
+    // More input, if a producer is still writing it: true once n bytes from p_ exist.
+    bool refill(uint64_t n) {
+        if (!more_) return false;
+        const uint64_t want = uint64_t(p_ - begin_) + n;
+        if (want > (uint64_t(1) << 48)) return false;
+        end_ = begin_ + more_->wait(size_t(want));
+        return uint64_t(end_ - p_) >= n;
+    }
+
     const uint8_t* take(uint64_t n) {
-        if (n > uint64_t(end_ - p_)) fail("pickle cut short inside an opcode's argument");
+        if (n > uint64_t(end_ - p_) && !refill(n)) fail("pickle cut short inside an opcode's argument");
         const uint8_t* at = p_;
         p_ += n;
         return at;
@@ -192,6 +203,7 @@ private:
         if (stack_.size() < floor + n) fail("pickle stack underflow");
     }
     void push_int(int64_t v) {
+        if (v >= -(int64_t(1) << 30) && v < (int64_t(1) << 30)) return push(kImmediate | (uint32_t(v) & ~kImmediate));
         Ref r = make(Type::integer);
         doc_.values_[r].i = v;
         push(r);
@@ -203,9 +215,9 @@ private:
     }
     void push_blob(Type t, uint64_t n) {
         const uint8_t* b = take(n);
-        if (n > 0xFFFFFFFFu) fail("string too long");
+        if (n > 0xFFFFFFFFu || b - begin_ > 0xFFFFFFFFll) fail("string too long or too far into the input");
         Ref r = make(t);
-        doc_.values_[r].data = reinterpret_cast<const char*>(b);
+        doc_.values_[r].off = uint32_t(b - begin_);
         doc_.values_[r].len = uint32_t(n);
         push(r);
     }
@@ -228,13 +240,19 @@ private:
         for (uint64_t k = 8; k < n; ++k)
             if (b[k] != (negative ? 0xff : 0x00)) doc_.values_[r].type = Type::big_integer;
         // Positive values in [2^63, 2^64) keep their bits; readers of addresses take them as uint64.
+        if (doc_.values_[r].type == Type::integer && int64_t(v) >= -(int64_t(1) << 30) && int64_t(v) < (int64_t(1) << 30)) {
+            doc_.values_.pop_back();  // small after all: no storage needed
+            return push(kImmediate | (uint32_t(v) & ~kImmediate));
+        }
         doc_.values_[r].i = int64_t(v);
         push(r);
     }
     size_t line_end() {
-        const uint8_t* nl = static_cast<const uint8_t*>(std::memchr(p_, '\n', size_t(end_ - p_)));
-        if (!nl) fail("pickle cut short inside a text argument");
-        return size_t(nl - p_);
+        while (true) {
+            const uint8_t* nl = static_cast<const uint8_t*>(std::memchr(p_, '\n', size_t(end_ - p_)));
+            if (nl) return size_t(nl - p_);
+            if (!refill(uint64_t(end_ - p_) + 1)) fail("pickle cut short inside a text argument");
+        }
     }
     std::string take_line() {
         size_t n = line_end();
@@ -309,13 +327,12 @@ private:
     }
     // Appends stack_[from, from+n) to a container as one batch.
     void add_items(Ref container, Type want, size_t from, size_t n) {
-        Value& c = doc_.values_[container];
-        if (c.type != want) fail("pickle adds items to a value of the wrong type");
+        if ((container & kImmediate) || doc_.values_[container].type != want)
+            fail("pickle adds items to a value of the wrong type");
         if (n == 0) return;
         Document::Batch b;
-        b.begin = uint32_t(doc_.items_.size());
         b.count = uint32_t(n);
-        doc_.items_.insert(doc_.items_.end(), stack_.begin() + long(from), stack_.begin() + long(from + n));
+        b.begin = shared_batch(from, n);
         doc_.batches_.push_back(b);
         uint32_t id = uint32_t(doc_.batches_.size() - 1);
         Value& cc = doc_.values_[container];
@@ -325,19 +342,51 @@ private:
         cc.len += uint32_t(want == Type::dict ? n / 2 : n);
     }
 
+    // Batches are never changed once written, so equal ones can share their items: the same
+    // stack's frame list appears in every allocation made there. A direct-mapped cache finds
+    // most repeats; a miss only costs the copy it would have cost anyway.
+    uint32_t shared_batch(size_t from, size_t n) {
+        const Ref* items = stack_.data() + from;
+        size_t slot = 0;
+        if (n >= 4) {
+            uint64_t h = n;
+            for (size_t k = 0; k < n; ++k) h = (h ^ items[k]) * 0x100000001b3ull;
+            slot = size_t(h >> 48);
+            const CachedBatch& c = batch_cache_[slot];
+            if (c.hash == h && c.count == n && std::memcmp(doc_.items_.data() + c.begin, items, n * sizeof(Ref)) == 0)
+                return c.begin;
+            batch_cache_[slot] = {h, uint32_t(doc_.items_.size()), uint32_t(n)};
+        }
+        const uint32_t begin = uint32_t(doc_.items_.size());
+        doc_.items_.insert(doc_.items_.end(), items, items + n);
+        return begin;
+    }
+
     static constexpr Ref kNoRef = 0xFFFFFFFFu;
+    struct CachedBatch {
+        uint64_t hash;
+        uint32_t begin, count;
+    };
+    std::vector<CachedBatch> batch_cache_ = std::vector<CachedBatch>(1 << 16);
     const uint8_t* p_;
     const uint8_t* begin_;
-    const uint8_t* end_;
+    const uint8_t* end_;  // of what is available so far
+    GrowingInput* more_;
     const std::string& name_;
     size_t op_at_ = 0;
     Document doc_;
     std::vector<Ref> stack_;
     std::vector<size_t> marks_;
-    std::vector<Ref> memo_;
+    BigVector<Ref> memo_;
     uint64_t memo_count_ = 0;
 };
 
-Document parse(std::string_view bytes, const std::string& name) { return Parser(bytes, name).run(); }
+Document parse(std::string_view bytes, const std::string& name) {
+    return Parser(bytes.data(), bytes.size(), nullptr, name).run();
+}
+
+Document parse(const char* base, GrowingInput& input, const std::string& name) {
+    return Parser(base, 0, &input, name).run();
+}
 
 }  // namespace vramscope::pickle

@@ -4,10 +4,14 @@
 // outlive the Document.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "common/gzip_stream.h"
+#include "common/huge_pages.h"
 
 namespace vramscope::pickle {
 
@@ -20,52 +24,70 @@ public:
 
 enum class Type : uint8_t { none, boolean, integer, big_integer, floating, string, bytes, list, tuple, dict, set };
 
-using Ref = uint32_t;  // index of a value in its Document
+// Index of a value in its Document, or, with the top bit set, a small integer held in the Ref
+// itself: snapshots hold millions of small ints (sizes, lines, streams) that need no storage.
+using Ref = uint32_t;
+inline constexpr Ref kImmediate = 0x80000000u;
 
+// 16 bytes: a large snapshot decodes into tens of millions of these.
 struct Value {
-    Type type = Type::none;
     union {
-        int64_t i;
-        double f;
+        int64_t i;       // integer, boolean
+        double f;        // floating
+        uint32_t off;    // string/bytes: offset of the payload in the input
+        struct {
+            uint32_t first, last;  // container: first and last batch (0: empty)
+        };
     };
-    const char* data = nullptr;  // string/bytes payload
-    uint32_t len = 0;            // string/bytes length; container item count (dict: pairs)
-    uint32_t first = 0, last = 0;// container: first and last batch (0: empty)
+    uint32_t len = 0;    // string/bytes length; container item count (dict: pairs)
+    Type type = Type::none;
     Value() : i(0) {}
 };
 
 class Document {
 public:
     Ref root() const { return root_; }
-    const Value& operator[](Ref r) const { return values_[r]; }
+    Value operator[](Ref r) const {
+        if (!(r & kImmediate)) return values_[r];
+        Value v;
+        v.type = Type::integer;
+        v.i = int64_t(int32_t(r << 1) >> 1);  // sign-extend the low 31 bits
+        return v;
+    }
     size_t value_count() const { return values_.size(); }
 
     // Calls f(item) for each item of a list/tuple/set, f(key, value) for each dict pair.
     template <class F> void for_each_item(Ref container, F&& f) const {
+        if (container & kImmediate) return;
         for (uint32_t b = values_[container].first; b != 0; b = batches_[b].next)
             for (uint32_t k = 0; k < batches_[b].count; ++k) f(items_[batches_[b].begin + k]);
     }
     template <class F> void for_each_pair(Ref dict, F&& f) const {
+        if (dict & kImmediate) return;
         for (uint32_t b = values_[dict].first; b != 0; b = batches_[b].next)
             for (uint32_t k = 0; k + 1 < batches_[b].count; k += 2)
                 f(items_[batches_[b].begin + k], items_[batches_[b].begin + k + 1]);
     }
-    // The value under a string key of a dict, or nullptr.
-    const Value* get(Ref dict, std::string_view key, Ref* out_ref = nullptr) const;
-    std::string_view str(Ref r) const { return {values_[r].data, values_[r].len}; }
+    // The value under a string key of a dict, if there is one.
+    std::optional<Value> get(Ref dict, std::string_view key, Ref* out_ref = nullptr) const;
+    std::string_view str(Ref r) const { return {base_ + values_[r].off, values_[r].len}; }
 
 private:
     friend class Parser;
     struct Batch {
         uint32_t begin = 0, count = 0, next = 0;
     };
-    std::vector<Value> values_;
-    std::vector<Batch> batches_{1};  // batch 0 is the "none" sentinel
-    std::vector<Ref> items_;
+    const char* base_ = nullptr;  // the input: strings are offsets into it
+    BigVector<Value> values_;
+    BigVector<Batch> batches_{1};  // batch 0 is the "none" sentinel
+    BigVector<Ref> items_;
     Ref root_ = 0;
 };
 
 // Parses bytes (not a file name: `name` is only for messages). Throws pickle::Error.
 Document parse(std::string_view bytes, const std::string& name);
+
+// Parses bytes still being produced at `base` (see GrowingInput), e.g. by a GzipStream.
+Document parse(const char* base, GrowingInput& input, const std::string& name);
 
 }  // namespace vramscope::pickle

@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "common/file.h"
+#include "common/gzip_stream.h"
 #include "importers/pickle.h"
 #include "trace/reader.h"
 
@@ -15,10 +16,39 @@ using pickle::Document;
 using pickle::Ref;
 using pickle::Type;
 
+// Snapshot dicts repeat a dozen key strings millions of times, and pickle's memo makes each
+// repeat the same value: resolve a key value to its field once, then compare ids.
+enum class Key : uint8_t { other, action, addr, size, stream, time_us, frames, device_free, filename, line, name };
+
+class KeyCache {
+public:
+    explicit KeyCache(const Document& doc) : doc_(doc) {}
+    Key operator()(Ref key) {
+        for (const auto& [ref, k] : seen_)
+            if (ref == key) return k;
+        Key k = Key::other;
+        if (doc_[key].type == Type::string) {
+            static constexpr std::pair<std::string_view, Key> kNames[] = {
+                {"action", Key::action},     {"addr", Key::addr},     {"size", Key::size},
+                {"stream", Key::stream},     {"time_us", Key::time_us}, {"frames", Key::frames},
+                {"device_free", Key::device_free}, {"filename", Key::filename}, {"line", Key::line},
+                {"name", Key::name}};
+            for (const auto& [name, id] : kNames)
+                if (doc_.str(key) == name) k = id;
+        }
+        if (seen_.size() < 64) seen_.emplace_back(key, k);  // unmemoized keys: just compare again
+        return k;
+    }
+
+private:
+    const Document& doc_;
+    std::vector<std::pair<Ref, Key>> seen_;
+};
+
 class SnapshotImporter {
 public:
     SnapshotImporter(const Document& doc, Trace& trace, const std::string& name)
-        : doc_(doc), t_(trace), name_(name) {}
+        : doc_(doc), t_(trace), name_(name), key_(doc) {}
 
     void run() {
         const Ref root = doc_.root();
@@ -30,6 +60,8 @@ public:
         if (!has_traces && !has_segments)
             throw std::runtime_error(name_ + ": not a torch memory snapshot (no 'segments' or 'device_traces')");
         if (has_segments) read_segments(segments);
+        if (doc_.get(root, "external_annotations", &annotations) && doc_[annotations].type == Type::list)
+            read_annotations(annotations);
         if (has_traces) {
             uint16_t device = 0;
             doc_.for_each_item(traces, [&](Ref dev_trace) {
@@ -37,8 +69,6 @@ public:
                 ++device;
             });
         }
-        if (doc_.get(root, "external_annotations", &annotations) && doc_[annotations].type == Type::list)
-            read_annotations(annotations);
         order_events();
         compute_baselines();
         if (unknown_actions_)
@@ -48,7 +78,7 @@ public:
 
 private:
     int64_t integer(Ref dict, std::string_view key, int64_t fallback = 0) const {
-        const pickle::Value* v = doc_.get(dict, key);
+        const auto v = doc_.get(dict, key);
         if (!v) return fallback;
         if (v->type == Type::integer || v->type == Type::boolean) return v->i;
         if (v->type == Type::floating) return int64_t(v->f);
@@ -56,8 +86,35 @@ private:
     }
     std::string_view string(Ref dict, std::string_view key) const {
         Ref r;
-        const pickle::Value* v = doc_.get(dict, key, &r);
+        const auto v = doc_.get(dict, key, &r);
         return v && v->type == Type::string ? doc_.str(r) : std::string_view();
+    }
+
+    int64_t number(Ref v) const {
+        const pickle::Value& x = doc_[v];
+        if (x.type == Type::integer || x.type == Type::boolean) return x.i;
+        if (x.type == Type::floating) return int64_t(x.f);
+        return 0;
+    }
+    std::string_view text(Ref v) const { return doc_[v].type == Type::string ? doc_.str(v) : std::string_view(); }
+
+    // Actions are memoized strings too: one parse per distinct value.
+    bool action_of(Ref v, EventKind& kind, bool& annotate) {
+        for (const auto& a : actions_)
+            if (a.ref == v) {
+                kind = a.kind;
+                annotate = a.annotate;
+                return a.known;
+            }
+        const std::string_view name = text(v);
+        Action a{v, EventKind::alloc, name == "annotate", false};
+        a.known = !a.annotate && parse_event_kind(name, a.kind) && a.kind != EventKind::step &&
+                  a.kind != EventKind::microbatch && a.kind != EventKind::annotation_start &&
+                  a.kind != EventKind::annotation_end;
+        if (actions_.size() < 64) actions_.push_back(a);
+        kind = a.kind;
+        annotate = a.annotate;
+        return a.known;
     }
 
     uint32_t frame_of(Ref f) {
@@ -65,9 +122,14 @@ private:
         if (it != frame_cache_.end()) return it->second;
         Frame fr;
         if (doc_[f].type == Type::dict) {
-            fr.file = t_.stacks.intern_string(string(f, "filename"));
-            fr.function = t_.stacks.intern_string(string(f, "name"));
-            fr.line = uint32_t(integer(f, "line"));
+            doc_.for_each_pair(f, [&](Ref k, Ref v) {
+                switch (key_(k)) {
+                case Key::filename: fr.file = t_.stacks.intern_string(text(v)); break;
+                case Key::name: fr.function = t_.stacks.intern_string(text(v)); break;
+                case Key::line: fr.line = uint32_t(number(v)); break;
+                default: break;
+                }
+            });
         }
         uint32_t id = t_.stacks.intern_frame(fr);
         frame_cache_.emplace(f, id);
@@ -132,26 +194,33 @@ private:
         t_.device(device);
         doc_.for_each_item(entries, [&](Ref e) {
             if (doc_[e].type != Type::dict) return;
-            EventKind kind;
-            std::string_view action = string(e, "action");
-            if (action == "annotate") return read_annotation(e, device);  // older builds put them here
-            if (!parse_event_kind(action, kind) || kind == EventKind::step || kind == EventKind::microbatch ||
-                kind == EventKind::annotation_start || kind == EventKind::annotation_end) {
-                ++unknown_actions_;
+            Event ev;
+            ev.device = device;
+            Ref action = 0, frames = 0;
+            bool has_action = false, has_frames = false;
+            int64_t device_free = 0;
+            doc_.for_each_pair(e, [&](Ref k, Ref v) {
+                switch (key_(k)) {
+                case Key::action: action = v, has_action = true; break;
+                case Key::addr: ev.addr = uint64_t(number(v)); break;
+                case Key::size: ev.size = uint64_t(number(v)); break;
+                case Key::stream: ev.stream = uint64_t(number(v)); break;
+                case Key::time_us: ev.time_us = number(v); break;
+                case Key::frames: frames = v, has_frames = true; break;
+                case Key::device_free: device_free = number(v); break;
+                default: break;
+                }
+            });
+            bool annotate = false;
+            if (!has_action || !action_of(action, ev.kind, annotate)) {
+                if (annotate) read_annotation(e, device);  // older builds put annotations here
+                else ++unknown_actions_;
                 return;
             }
-            Event ev;
-            ev.kind = kind;
-            ev.device = device;
-            ev.addr = uint64_t(integer(e, "addr"));
-            ev.size = uint64_t(integer(e, "size"));
-            ev.stream = uint64_t(integer(e, "stream"));
-            ev.time_us = integer(e, "time_us");
-            if (kind == EventKind::oom) ev.addr = uint64_t(integer(e, "device_free"));
-            if (kind != EventKind::free_requested && kind != EventKind::free_completed) {
-                Ref frames;
-                if (doc_.get(e, "frames", &frames)) ev.stack = stack_of(frames);
-            }
+            if (ev.kind == EventKind::oom) ev.addr = uint64_t(device_free);
+            if (has_frames && ev.kind != EventKind::free_requested && ev.kind != EventKind::free_completed)
+                ev.stack = stack_of(frames);
+            while (next_note_ < notes_.size() && before(notes_[next_note_], ev)) t_.events.push_back(notes_[next_note_++]);
             t_.events.push_back(ev);
         });
     }
@@ -163,23 +232,27 @@ private:
         ev.device = uint16_t(integer(a, "device", fallback_device));
         ev.time_us = integer(a, "time_us");
         ev.name = t_.stacks.intern_string(string(a, "name"));
-        t_.events.push_back(ev);
+        notes_.push_back(ev);
     }
 
     void read_annotations(Ref list) {
         doc_.for_each_item(list, [&](Ref a) {
             if (doc_[a].type == Type::dict) read_annotation(a, 0);
         });
+        std::stable_sort(notes_.begin(), notes_.end(), before);
     }
 
-    // Devices' traces and the annotations are separate lists: merge by time. At one instant a
-    // region's start goes before the events and its end after them, so the events belong inside.
+    // Devices' traces and the annotations are separate lists, each in time order: annotations
+    // are merged in while the first trace is read, and only several devices need a sort. At one
+    // instant a region's start goes before the events and its end after them.
+    static int rank(EventKind k) { return k == EventKind::annotation_start ? 0 : k == EventKind::annotation_end ? 2 : 1; }
+    static bool before(const Event& a, const Event& b) {
+        return a.time_us != b.time_us ? a.time_us < b.time_us : rank(a.kind) < rank(b.kind);
+    }
     void order_events() {
-        auto rank = [](EventKind k) { return k == EventKind::annotation_start ? 0 : k == EventKind::annotation_end ? 2 : 1; };
-        std::stable_sort(t_.events.begin(), t_.events.end(), [&](const Event& a, const Event& b) {
-            if (a.time_us != b.time_us) return a.time_us < b.time_us;
-            return rank(a.kind) < rank(b.kind);
-        });
+        while (next_note_ < notes_.size()) t_.events.push_back(notes_[next_note_++]);
+        if (!std::is_sorted(t_.events.begin(), t_.events.end(), before))
+            std::stable_sort(t_.events.begin(), t_.events.end(), before);
     }
 
     // The trace may start after the program did (or the ring buffer wrapped): what was allocated
@@ -203,9 +276,18 @@ private:
         }
     }
 
+    struct Action {
+        Ref ref;
+        EventKind kind;
+        bool annotate, known;
+    };
     const Document& doc_;
     Trace& t_;
     const std::string& name_;
+    KeyCache key_;
+    std::vector<Action> actions_;
+    std::vector<Event> notes_;  // annotations, merged into the events in time order
+    size_t next_note_ = 0;
     std::unordered_map<Ref, uint32_t> frame_cache_;
     std::unordered_map<uint64_t, std::vector<std::pair<std::vector<Ref>, uint32_t>>> stack_cache_;
     std::vector<Ref> refs_;
@@ -215,10 +297,18 @@ private:
 
 }  // namespace
 
+namespace {
+Trace load_plain(std::string_view bytes, const std::string& path) {
+    if (has_vscope_magic(bytes)) return parse_trace(bytes, path);
+    if (looks_like_pickle(bytes)) return import_torch_snapshot(bytes, path);
+    throw std::runtime_error(path + ": offset 0: neither a .vscope trace nor a torch memory snapshot pickle "
+                                    "(plain or gzip)");
+}
+}  // namespace
+
 bool looks_like_pickle(std::string_view b) { return b.size() >= 2 && uint8_t(b[0]) == 0x80 && uint8_t(b[1]) <= 5; }
 
-Trace import_torch_snapshot(std::string_view bytes, const std::string& name) {
-    pickle::Document doc = pickle::parse(bytes, name);
+Trace import_torch_snapshot(const pickle::Document& doc, const std::string& name) {
     Trace trace;
     trace.source = name;
     trace.format = "torch-snapshot";
@@ -226,12 +316,25 @@ Trace import_torch_snapshot(std::string_view bytes, const std::string& name) {
     return trace;
 }
 
+Trace import_torch_snapshot(std::string_view bytes, const std::string& name) {
+    return import_torch_snapshot(pickle::parse(bytes, name), name);
+}
+
 Trace load_any(const std::string& path) {
-    std::string bytes = read_maybe_gzip(path);
-    if (has_vscope_magic(bytes)) return parse_trace(bytes, path);
-    if (looks_like_pickle(bytes)) return import_torch_snapshot(bytes, path);
-    throw std::runtime_error(path + ": offset 0: neither a .vscope trace nor a torch memory snapshot pickle "
-                                    "(plain or gzip)");
+    const Bytes file = read_file(path);
+    std::string_view bytes = view(file);
+    if (is_gzip(bytes)) {
+        try {
+            GzipStream gz(bytes, path);
+            const size_t head = gz.wait(sizeof(uint64_t) + 4);
+            const std::string_view start(gz.data(), head);
+            if (looks_like_pickle(start)) return import_torch_snapshot(pickle::parse(gz.data(), gz, path), path);
+        } catch (const GzipStream::Overflow&) {
+        }
+        const Bytes plain = gunzip(bytes, path);
+        return load_plain(view(plain), path);
+    }
+    return load_plain(bytes, path);
 }
 
 }  // namespace vramscope

@@ -193,8 +193,8 @@ Trace parse_trace(std::string_view bytes, const std::string& name) {
 }
 
 Trace read_trace(const std::string& path) {
-    std::string bytes = read_file(path);
-    return parse_trace(bytes, path);
+    const Bytes bytes = read_file(path);
+    return parse_trace(view(bytes), path);
 }
 
 }  // namespace vramscope
