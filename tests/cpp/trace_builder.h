@@ -45,7 +45,7 @@ private:
         e.kind = kind;
         e.addr = addr;
         e.size = size;
-        e.stream = stream;
+        e.stream = t.stream_index(stream);
         e.stack = stack;
         e.time_us = (time += 3);
         t.events.push_back(e);

@@ -1,6 +1,7 @@
 #include "analysis/analyze.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <map>
@@ -18,11 +19,12 @@ namespace {
 constexpr uint32_t kNever = 0xFFFFFFFFu;
 
 struct Alloc {
-    uint64_t addr, size, stream;
+    uint64_t addr, size;
     uint32_t stack;
     uint32_t step;
     uint32_t free_step = kNever;  // step in which the allocator got it back
-    uint16_t device;
+    uint16_t stream;              // index into Trace::streams
+    uint8_t device;
 };
 
 struct Replay {
@@ -51,9 +53,13 @@ Replay replay(const Trace& t, const Steps& steps) {
         const auto a = int64_t(d.baseline_allocated);
         state.push_back({a, int64_t(d.baseline_reserved), 0, a});
     }
-    auto dev = [&](uint16_t device) {
+    std::array<int16_t, 256> slot_of_device;  // the hot path's device lookup
+    slot_of_device.fill(-1);
+    auto dev = [&](uint16_t device) -> size_t {
+        if (device < slot_of_device.size() && slot_of_device[device] >= 0) return size_t(slot_of_device[device]);
         size_t i = device_index(r.devices, device);
         if (i >= state.size()) state.push_back({0, 0, 0, 0});
+        if (device < slot_of_device.size()) slot_of_device[device] = int16_t(i);
         return i;
     };
     std::vector<uint8_t> requested;  // by alloc index: free_requested seen
@@ -82,7 +88,7 @@ Replay replay(const Trace& t, const Steps& steps) {
         case EventKind::alloc: {
             State& s = state[dev(e.device)];
             live.put(key, uint32_t(r.allocs.size()));
-            r.allocs.push_back(Alloc{e.addr, e.size, e.stream, e.stack, step, kNever, e.device});
+            r.allocs.push_back(Alloc{e.addr, e.size, e.stack, step, kNever, e.stream, e.device});
             requested.push_back(0);
             s.allocated += int64_t(e.size);
             s.peak = std::max(s.peak, s.allocated);
@@ -251,7 +257,7 @@ Findings analyze(const Trace& t, const AnalysisOptions& opt) {
             s.live[end] -= double(a.size);
         }
         if (a.free_step == kNever) {
-            stream_bytes[it->second][a.stream] += a.size;
+            stream_bytes[it->second][t.streams[a.stream]] += a.size;
             if (s.live_blocks.size() < 4096) s.live_blocks.emplace_back(a.addr, a.size);
         }
     }
@@ -351,7 +357,7 @@ Findings analyze(const Trace& t, const AnalysisOptions& opt) {
         d.total_memory = capacity;
         std::map<uint64_t, uint64_t> live_by_stream;
         for (const Alloc& a : r.allocs)
-            if (a.device == d.device && a.free_step == kNever) live_by_stream[a.stream] += a.size;
+            if (a.device == d.device && a.free_step == kNever) live_by_stream[t.streams[a.stream]] += a.size;
         for (const auto& [stream, bytes] : live_by_stream)
             d.streams.push_back(StreamUsage{stream, bytes, leaked_by_stream[d.device][stream]});
         if (!judgeable) continue;

@@ -7,10 +7,32 @@
 namespace vramscope {
 namespace {
 
-bool from_markers(const Trace& t, Steps& out) {
-    for (size_t i = 0; i < t.events.size(); ++i)
-        if (t.events[i].kind == EventKind::step) out.ends.push_back(i);
-    if (out.ends.empty()) return false;
+// One pass collects what the first two sources need: step markers and optimizer annotation ends.
+struct Marks {
+    std::vector<size_t> steps;
+    std::vector<size_t> optimizer_ends;
+};
+
+Marks scan(const Trace& t) {
+    Marks m;
+    std::vector<int8_t> is_optimizer_step;  // by string id: -1 unknown
+    for (size_t i = 0; i < t.events.size(); ++i) {
+        const Event& e = t.events[i];
+        if (e.kind == EventKind::step) {
+            m.steps.push_back(i);
+        } else if (e.kind == EventKind::annotation_end) {
+            if (e.name >= is_optimizer_step.size()) is_optimizer_step.resize(e.name + 1, -1);
+            int8_t& known = is_optimizer_step[e.name];
+            if (known < 0) known = t.stacks.string(e.name).starts_with("Optimizer.step#");
+            if (known) m.optimizer_ends.push_back(i);
+        }
+    }
+    return m;
+}
+
+bool from_markers(const Marks& m, Steps& out) {
+    if (m.steps.empty()) return false;
+    out.ends = m.steps;
     out.source = "markers";
     out.detail = "vramscope step markers";
     return true;
@@ -18,31 +40,19 @@ bool from_markers(const Trace& t, Steps& out) {
 
 // torch wraps every optimizer.step() in record_function("Optimizer.step#<Class>.step"), which the
 // memory recorder keeps as START/END annotations. With several optimizers, the most frequent one
-// (first seen on a tie) stands for the step.
-bool from_optimizer_annotations(const Trace& t, Steps& out) {
+// (first seen on a tie) stands for the step, on the device that recorded it first.
+bool from_optimizer_annotations(const Trace& t, const Marks& m, Steps& out) {
+    if (m.optimizer_ends.empty()) return false;
     std::map<uint32_t, size_t> counts;
     std::vector<uint32_t> order;
-    for (const Event& e : t.events) {
-        if (e.kind != EventKind::annotation_end) continue;
-        if (!t.stacks.string(e.name).starts_with("Optimizer.step#")) continue;
-        if (counts[e.name]++ == 0) order.push_back(e.name);
-    }
-    if (order.empty()) return false;
+    for (size_t i : m.optimizer_ends)
+        if (counts[t.events[i].name]++ == 0) order.push_back(t.events[i].name);
     uint32_t best = order.front();
     for (uint32_t n : order)
         if (counts[n] > counts[best]) best = n;
-    // One device's END per step: annotations are recorded per device that has a trace.
-    uint16_t device = 0;
-    bool device_set = false;
-    for (size_t i = 0; i < t.events.size(); ++i) {
-        const Event& e = t.events[i];
-        if (e.kind != EventKind::annotation_end || e.name != best) continue;
-        if (!device_set) {
-            device = e.device;
-            device_set = true;
-        }
-        if (e.device == device) out.ends.push_back(i);
-    }
+    const uint16_t device = t.events[m.optimizer_ends.front()].device;
+    for (size_t i : m.optimizer_ends)
+        if (t.events[i].name == best && t.events[i].device == device) out.ends.push_back(i);
     out.source = "optimizer-annotations";
     out.detail = std::string(t.stacks.string(best));
     return true;
@@ -94,10 +104,11 @@ bool from_period(const Trace& t, Steps& out) {
 }  // namespace
 
 Steps find_steps(const Trace& trace) {
+    const Marks marks = scan(trace);
     Steps s;
-    if (from_markers(trace, s)) return s;
+    if (from_markers(marks, s)) return s;
     s = Steps{};
-    if (from_optimizer_annotations(trace, s)) return s;
+    if (from_optimizer_annotations(trace, marks, s)) return s;
     s = Steps{};
     if (from_period(trace, s)) return s;
     s = Steps{};

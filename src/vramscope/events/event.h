@@ -30,18 +30,28 @@ inline bool is_block_event(EventKind k) { return k <= EventKind::free_completed;
 inline bool is_segment_event(EventKind k) {
     return k >= EventKind::segment_alloc && k <= EventKind::segment_unmap;
 }
+// Kinds with an address and size (for oom: bytes free on the device, and bytes asked).
+inline bool carries_address(EventKind k) { return k <= EventKind::oom; }
+// Kinds recorded with the stack that caused them; frees are identified by their alloc instead.
+inline bool has_stack(EventKind k) {
+    return k != EventKind::free_requested && k != EventKind::free_completed && carries_address(k);
+}
 
-// One thing that happened. addr/size are bytes; stack is an id in the trace's StackTable
-// (0: none); name is an id in its string table for annotations and marks (0: none).
+// One thing that happened, in 32 bytes (a run holds tens of millions). addr/size are bytes;
+// stack is an id in the trace's StackTable, name (for markers and annotations, which have no
+// stack) an id in its string table; 0 means none. stream indexes Trace::streams.
 struct Event {
     uint64_t addr = 0;
     uint64_t size = 0;
-    uint64_t stream = 0;
     int64_t time_us = 0;
-    uint32_t stack = 0;
-    uint32_t name = 0;
-    uint16_t device = 0;
+    union {
+        uint32_t stack = 0;
+        uint32_t name;
+    };
+    uint16_t stream = 0;
+    uint8_t device = 0;
     EventKind kind = EventKind::alloc;
 };
+static_assert(sizeof(Event) == 32);
 
 }  // namespace vramscope

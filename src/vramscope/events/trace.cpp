@@ -1,5 +1,7 @@
 #include "events/trace.h"
 
+#include <stdexcept>
+
 namespace vramscope {
 
 DeviceInfo& Trace::device(uint16_t id) {
@@ -7,6 +9,14 @@ DeviceInfo& Trace::device(uint16_t id) {
         if (d.device == id) return d;
     devices.push_back(DeviceInfo{id});
     return devices.back();
+}
+
+uint16_t Trace::stream_index(uint64_t handle) {
+    for (size_t i = 0; i < streams.size(); ++i)
+        if (streams[i] == handle) return uint16_t(i);
+    if (streams.size() > 0xFFFF) throw std::runtime_error(source + ": more than 65,535 CUDA streams");
+    streams.push_back(handle);
+    return uint16_t(streams.size() - 1);
 }
 
 }  // namespace vramscope

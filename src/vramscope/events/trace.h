@@ -35,11 +35,13 @@ struct Trace {
     std::vector<DeviceInfo> devices;
     StackTable stacks;
     BigVector<Event> events;                    // in time order
+    std::vector<uint64_t> streams{0};           // Event::stream -> the CUDA stream handle (0: default)
     std::vector<LiveBlock> final_blocks;        // from a snapshot's segments, when imported
     uint64_t final_reserved = 0;                // sum of those segments' sizes
     std::vector<std::string> warnings;          // what reading it noticed but survived
 
     DeviceInfo& device(uint16_t id);
+    uint16_t stream_index(uint64_t handle);  // adds the stream on first use
 };
 
 }  // namespace vramscope

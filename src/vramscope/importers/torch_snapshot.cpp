@@ -65,7 +65,8 @@ public:
         if (has_traces) {
             uint16_t device = 0;
             doc_.for_each_item(traces, [&](Ref dev_trace) {
-                if (doc_[dev_trace].type == Type::list) read_device_trace(dev_trace, device);
+                if (device > 0xFF) throw std::runtime_error(name_ + ": more than 256 devices in one snapshot");
+                if (doc_[dev_trace].type == Type::list) read_device_trace(dev_trace, uint8_t(device));
                 ++device;
             });
         }
@@ -190,7 +191,7 @@ private:
         });
     }
 
-    void read_device_trace(Ref entries, uint16_t device) {
+    void read_device_trace(Ref entries, uint8_t device) {
         t_.device(device);
         doc_.for_each_item(entries, [&](Ref e) {
             if (doc_[e].type != Type::dict) return;
@@ -204,7 +205,7 @@ private:
                 case Key::action: action = v, has_action = true; break;
                 case Key::addr: ev.addr = uint64_t(number(v)); break;
                 case Key::size: ev.size = uint64_t(number(v)); break;
-                case Key::stream: ev.stream = uint64_t(number(v)); break;
+                case Key::stream: ev.stream = t_.stream_index(uint64_t(number(v))); break;
                 case Key::time_us: ev.time_us = number(v); break;
                 case Key::frames: frames = v, has_frames = true; break;
                 case Key::device_free: device_free = number(v); break;
@@ -229,7 +230,7 @@ private:
         std::string_view stage = string(a, "stage");
         Event ev;
         ev.kind = stage == "END" ? EventKind::annotation_end : EventKind::annotation_start;
-        ev.device = uint16_t(integer(a, "device", fallback_device));
+        ev.device = uint8_t(integer(a, "device", fallback_device));
         ev.time_us = integer(a, "time_us");
         ev.name = t_.stacks.intern_string(string(a, "name"));
         notes_.push_back(ev);

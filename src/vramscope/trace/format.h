@@ -8,7 +8,8 @@
 //
 // Records define strings, frames and stacks before first use, so a chunk depends only on the
 // chunks before it. Event times, addresses and the current device/stream are deltas from the
-// previous event *in the same chunk* (reset at each chunk), so a chunk decodes on its own state.
+// previous event *in the same chunk* (addresses: of the same device and stream), reset at each
+// chunk, so a chunk decodes with only the tables of the chunks before it.
 #pragma once
 #include <cstdint>
 
@@ -21,24 +22,33 @@ inline constexpr size_t kHeaderBytes = 12;
 inline constexpr size_t kChunkHeaderBytes = 12;
 inline constexpr uint32_t kMaxChunkPayload = 1u << 24;  // a reader refuses larger: it is corrupt
 
+// A record's first byte: the low 5 bits say what it is, the top 3 are flags (events only).
 enum Tag : uint8_t {
+    // 0..12: an event of that EventKind
+    tag_free_pair = 13,        // free_requested + free_completed at one instant: the common case
+    tag_free_pair_later = 14,  // the same, completed later (other streams): + µs to completion
+    tag_unaligned = 15,        // escape: the real tag follows; address and size are stored unshifted
     // definitions (ids are implicit: 1, 2, ... in order of appearance, per table)
-    tag_meta = 0x01,      // key_len key value_len value
-    tag_device = 0x02,    // device total_memory baseline_allocated baseline_reserved
-    tag_string = 0x03,    // len bytes
-    tag_frame = 0x04,     // file_string function_string line
-    tag_stack = 0x05,     // parent_stack frame
-    tag_context = 0x06,   // device stream: the device/stream of the events that follow
-    tag_chunk_time = 0x07,// absolute time_us (zigzag) the next event's delta counts from
-    // events: tag = kEventBase + EventKind, then: dt_us; then by kind (see writer.cpp)
-    kEventBase = 0x20,
-    // One record for free_requested + free_completed at the same instant: the common case.
-    tag_free_both = 0x40,
+    tag_meta = 16,        // key_len key value_len value
+    tag_device = 17,      // device total_memory baseline_allocated baseline_reserved
+    tag_string = 18,      // shared prefix length << 3 | which of the last 8 strings, then len bytes of the rest
+    tag_frame = 19,       // file_string function_string line
+    tag_stack = 20,       // parent_stack frame
+    tag_context = 21,     // index into the file's (device, stream) list; a new index is followed by
+                          // device and stream. Applies to the events that follow in the chunk.
+    tag_chunk_time = 22,  // zigzag absolute time_us the next event's delta counts from
+    tag_alloc_reused = 23,// an alloc at the predicted address (the block just freed with its size)
 };
+inline constexpr uint8_t kTypeMask = 0x1f;
 
-// Flag bits or'ed into an event tag: the address and the size are multiples of 512
-// (the caching allocator's rounding), stored shifted to save a byte each.
-inline constexpr uint8_t kAligned = 0x80;
+// Event flags (predict.h makes the guesses).
+inline constexpr uint8_t kGuessed = 0x80;   // alloc/segment/oom: stack is the predicted one;
+                                            // frees: address is a recent alloc's, stored as its index
+inline constexpr uint8_t kSizeKnown = 0x40; // size not stored: it is the predicted one
+inline constexpr uint8_t kSameTime = 0x20;  // time delta not stored: 0
+
+// Addresses and sizes are multiples of 512 (the caching allocator's rounding) unless escaped
+// with tag_unaligned, and are stored shifted right by 9.
 inline constexpr unsigned kAlignShift = 9;
 
 }  // namespace vramscope::format

@@ -8,6 +8,7 @@
 
 #include "common/file.h"
 #include "trace/format.h"
+#include "trace/predict.h"
 #include "trace/varint.h"
 
 namespace vramscope {
@@ -32,8 +33,10 @@ public:
         base_ = begin;
         file_offset_ = file_offset;
         const uint8_t* p = begin;
-        uint16_t device = 0;
-        uint64_t stream = 0, last_addr = 0;
+        uint8_t device = 0;
+        uint16_t stream = 0;
+        uint64_t* last_addr = nullptr;  // of the current context
+        std::fill(last_addr_.begin(), last_addr_.end(), 0);
         int64_t time = 0;
         while (p < end) {
             const uint8_t* at = p;
@@ -53,7 +56,16 @@ public:
                 t_.device(d.device) = d;
                 break;
             }
-            case tag_string: strings_.push_back(t_.stacks.intern_string(bytes(p, end, at))); break;
+            case tag_string: {
+                const uint64_t shared = num(p, end, at), common = shared >> 3, back = shared & 7;
+                if (back + 1 >= strings_.size() && common > 0) throw ChunkError{size_t(at - base_), "string refers to an undefined one"};
+                const std::string_view prev = common ? t_.stacks.string(strings_[strings_.size() - 1 - back]) : std::string_view();
+                if (common > prev.size()) throw ChunkError{size_t(at - base_), "string shares more than its predecessor has"};
+                std::string s(prev.substr(0, size_t(common)));
+                s += bytes(p, end, at);
+                strings_.push_back(t_.stacks.intern_string(s));
+                break;
+            }
             case tag_frame: {
                 Frame f;
                 f.file = ref(strings_, num(p, end, at), at);
@@ -68,48 +80,89 @@ public:
                 stacks_.push_back(t_.stacks.intern_stack(parent, frame));
                 break;
             }
-            case tag_context:
-                device = uint16_t(num(p, end, at));
-                stream = num(p, end, at);
-                break;
-            case tag_chunk_time: time = unzigzag(num(p, end, at)); break;
-            default: {
-                const bool packed = tag & kAligned;
-                const uint8_t base = tag & ~kAligned;
-                const bool both = base == tag_free_both;
-                if (!both && (base < kEventBase || base >= kEventBase + kEventKindCount))
-                    throw ChunkError{size_t(at - base_), "unknown record tag"};
-                Event e;
-                e.kind = both ? EventKind::free_requested : EventKind(base - kEventBase);
-                e.device = device;
-                e.stream = stream;
-                time += unzigzag(num(p, end, at));
-                e.time_us = time;
-                if (both || is_block_event(e.kind) || is_segment_event(e.kind) || e.kind == EventKind::oom) {
-                    const unsigned shift = packed ? kAlignShift : 0;
-                    int64_t addr = int64_t(last_addr >> shift) + unzigzag(num(p, end, at));
-                    e.addr = uint64_t(addr) << shift;
-                    e.size = num(p, end, at) << shift;
-                    last_addr = e.addr;
-                    if (both) {
-                        t_.events.push_back(e);
-                        time += int64_t(num(p, end, at));
-                        e.kind = EventKind::free_completed;
-                        e.time_us = time;
-                    } else if (e.kind != EventKind::free_requested && e.kind != EventKind::free_completed) {
-                        e.stack = ref(stacks_, num(p, end, at), at);
-                    }
-                } else {
-                    e.name = ref(strings_, num(p, end, at), at);
+            case tag_context: {
+                const uint64_t i = num(p, end, at);
+                if (i == contexts_.size()) {
+                    const uint64_t d = num(p, end, at);
+                    if (d > 0xFF) throw ChunkError{size_t(at - base_), "device number out of range"};
+                    t_.device(uint16_t(d));
+                    contexts_.emplace_back(uint8_t(d), t_.stream_index(num(p, end, at)));
+                    last_addr_.push_back(0);
+                } else if (i > contexts_.size()) {
+                    throw ChunkError{size_t(at - base_), "reference to an undefined id"};
                 }
-                t_.events.push_back(e);
+                device = contexts_[i].first;
+                stream = contexts_[i].second;
+                last_addr = &last_addr_[i];
+                break;
             }
+            case tag_chunk_time: time = unzigzag(num(p, end, at)); break;
+            default: decode_event(tag, p, end, at, device, stream, last_addr, time);
             }
         }
     }
 
 private:
+    // The mirror of TraceWriter::emit_block_locked: same field order, same guesses.
+    void decode_event(uint8_t tag, const uint8_t*& p, const uint8_t* end, const uint8_t* at, uint8_t device,
+                      uint16_t stream, uint64_t* last_addr, int64_t& time) {
+        unsigned shift = kAlignShift;
+        if (tag == tag_unaligned) {
+            if (p >= end) throw ChunkError{size_t(at - base_), "record cut short"};
+            tag = *p++;
+            shift = 0;
+        }
+        uint8_t type = tag & kTypeMask;
+        const bool pair = type == tag_free_pair || type == tag_free_pair_later;
+        const bool reused = type == tag_alloc_reused;
+        if (reused) type = uint8_t(EventKind::alloc);
+        if (!pair && type >= kEventKindCount) throw ChunkError{size_t(at - base_), "unknown record tag"};
+        Event& e = t_.events.emplace_back();
+        e.kind = pair ? EventKind::free_requested : EventKind(type);
+        e.device = device;
+        e.stream = stream;
+        if (!(tag & kSameTime)) time += unzigzag(num(p, end, at));
+        e.time_us = time;
+        if (!carries_address(e.kind)) {
+            e.name = ref(strings_, num(p, end, at), at);
+            return;
+        }
+        if (!last_addr) throw ChunkError{size_t(at - base_), "event before its device and stream"};
+        const bool is_alloc = e.kind == EventKind::alloc;
+        auto get_addr = [&] {
+            if (reused) {
+                e.addr = guess_.alloc_address(e.size);
+            } else if (!is_alloc && !has_stack(e.kind) && (tag & kGuessed)) {
+                if (p >= end) throw ChunkError{size_t(at - base_), "record cut short"};
+                const uint8_t j = *p++;
+                if (j >= format::Predictors::kRecent) throw ChunkError{size_t(at - base_), "recent-allocation index out of range"};
+                e.addr = guess_.recent(j);
+            } else {
+                e.addr = uint64_t(int64_t(*last_addr >> shift) + unzigzag(num(p, end, at))) << shift;
+            }
+            *last_addr = e.addr;
+        };
+        if (!is_alloc) get_addr();
+        uint64_t file_stack = 0;
+        if (has_stack(e.kind)) {
+            file_stack = (tag & kGuessed) ? guess_.next_stack() : num(p, end, at);
+            e.stack = ref(stacks_, file_stack, at);
+        }
+        e.size = (tag & kSizeKnown) ? guess_.size(e.kind, e.addr, file_stack) : num(p, end, at) << shift;
+        if (is_alloc) get_addr();
+        guess_.update(e.kind, e.addr, e.size, file_stack);
+        if (pair) {
+            if (type == tag_free_pair_later) time += int64_t(num(p, end, at));
+            Event completed = e;  // a copy: the next emplace may move e
+            completed.kind = EventKind::free_completed;
+            completed.time_us = time;
+            t_.events.push_back(completed);
+            guess_.update(EventKind::free_completed, completed.addr, completed.size, 0);
+        }
+    }
+
     uint64_t num(const uint8_t*& p, const uint8_t* end, const uint8_t* at) {
+        if (p < end && *p < 0x80) return *p++;  // most fields fit one byte
         uint64_t v;
         if (!get_varint(p, end, v)) throw ChunkError{size_t(at - base_), "record cut short"};
         return v;
@@ -130,6 +183,9 @@ private:
     const uint8_t* base_ = nullptr;
     size_t file_offset_ = 0;
     std::vector<uint32_t> strings_, frames_, stacks_;
+    std::vector<std::pair<uint8_t, uint16_t>> contexts_;  // (device, stream index)
+    std::vector<uint64_t> last_addr_;                     // per context
+    format::Predictors guess_;  // the writer's, replayed
 };
 
 }  // namespace
@@ -150,6 +206,7 @@ Trace parse_trace(std::string_view bytes, const std::string& name) {
     trace.source = name;
     trace.format = "vscope";
     ChunkDecoder decoder(trace);
+    trace.events.reserve(bytes.size() / 2);  // >= 2 bytes an event in practice; huge pages keep the rest untouched
     size_t off = kHeaderBytes, chunks = 0;
     auto stop = [&](size_t at, const std::string& why) {
         trace.warnings.push_back(name + ": offset " + std::to_string(at) + ": " + why + "; read " +
@@ -183,7 +240,7 @@ Trace parse_trace(std::string_view bytes, const std::string& name) {
             decoder.decode(payload, payload + len, off + kChunkHeaderBytes);
         } catch (const ChunkError& e) {
             trace.events.resize(events_before);
-            stop(off + kChunkHeaderBytes + e.offset, e.why);
+            stop(off, std::string(e.why) + " (byte " + std::to_string(e.offset) + " of the chunk's records)");
             break;
         }
         off += kChunkHeaderBytes + len;

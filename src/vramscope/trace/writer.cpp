@@ -5,6 +5,7 @@
 #include <zlib.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 
@@ -24,6 +25,48 @@ void put_bytes(std::string& out, std::string_view s) {
 }
 bool aligned(uint64_t v) { return (v & ((1u << kAlignShift) - 1)) == 0; }
 }  // namespace
+
+// One block event, or a free pair when its completion comes with it. Fields go in the order
+// the reader needs to replay the same guesses: an alloc's size is guessed from its stack, its
+// address from its size; every other event's size from its address.
+void TraceWriter::emit_block_locked(const Event& e, const Event* completed) {
+    const bool pair = completed != nullptr;
+    const int64_t done_after = pair ? completed->time_us - e.time_us : 0;
+    const bool same_time = e.time_us == last_time_;
+    const bool is_alloc = e.kind == EventKind::alloc;
+    uint8_t type = pair ? uint8_t(done_after ? tag_free_pair_later : tag_free_pair) : uint8_t(e.kind);
+    uint8_t flags = same_time ? kSameTime : 0;
+    const bool stack_guessed = has_stack(e.kind) && e.stack != 0 && guess_.next_stack() == e.stack;
+    if (stack_guessed) flags |= kGuessed;
+    const uint64_t size_guess = guess_.size(e.kind, e.addr, e.stack);
+    if (size_guess != 0 && size_guess == e.size) flags |= kSizeKnown;
+    const int recent = is_alloc || has_stack(e.kind) ? -1 : guess_.recent_index(e.addr);
+    if (recent >= 0) flags |= kGuessed;
+    if (is_alloc && guess_.alloc_address(e.size) == e.addr && e.addr != 0) type = tag_alloc_reused;
+    const bool unaligned = (e.addr & 511) || (!(flags & kSizeKnown) && (e.size & 511));
+    const unsigned shift = unaligned ? 0 : kAlignShift;
+    if (unaligned) buf_.push_back(char(tag_unaligned));
+    buf_.push_back(char(type | flags));
+    if (!same_time) put_varint(buf_, zigzag(e.time_us - last_time_));
+    last_time_ = e.time_us;
+    uint64_t& last_addr = last_addr_[cur_context_ - 1];
+    auto put_addr = [&] {
+        if (recent >= 0) {
+            buf_.push_back(char(recent));
+        } else if (type != tag_alloc_reused) {
+            put_varint(buf_, zigzag(int64_t(e.addr >> shift) - int64_t(last_addr >> shift)));
+        }
+        last_addr = e.addr;
+    };
+    if (!is_alloc) put_addr();
+    if (has_stack(e.kind) && !stack_guessed) put_varint(buf_, e.stack);
+    if (!(flags & kSizeKnown)) put_varint(buf_, e.size >> shift);
+    if (is_alloc) put_addr();
+    if (pair && done_after) put_varint(buf_, uint64_t(done_after));
+    if (pair) last_time_ = completed->time_us;
+    guess_.update(e.kind, e.addr, e.size, e.stack);
+    if (pair) guess_.update(EventKind::free_completed, e.addr, e.size, 0);
+}
 
 TraceWriter::TraceWriter(const std::string& path, size_t chunk_bytes)
     : path_(path), chunk_bytes_(chunk_bytes) {
@@ -77,8 +120,19 @@ void TraceWriter::device(const DeviceInfo& d) {
 
 void TraceWriter::define_string(uint32_t id) {
     if (id <= defined_strings_) return;
+    // Front-coded against whichever of the last 8 strings shares the longest prefix: paths
+    // share long ones, and file and function names alternate.
+    const std::string_view s = table_.string(id);
+    size_t common = 0, back = 0;
+    for (size_t k = 1; k <= 8 && k < id; ++k) {
+        const std::string_view prev = table_.string(uint32_t(id - k));
+        size_t n = 0;
+        while (n < s.size() && n < prev.size() && s[n] == prev[n]) ++n;
+        if (n > common) common = n, back = k - 1;
+    }
     buf_.push_back(char(tag_string));
-    put_bytes(buf_, table_.string(id));
+    put_varint(buf_, common << 3 | back);
+    put_bytes(buf_, s.substr(common));
     defined_strings_ = id;
 }
 
@@ -124,6 +178,14 @@ uint32_t TraceWriter::intern_stack(const uint32_t* frames, size_t count) {
     return node;
 }
 
+uint16_t TraceWriter::intern_stream(uint64_t handle) {
+    std::lock_guard lock(mutex_);
+    for (size_t i = 0; i < streams_.size(); ++i)
+        if (streams_[i] == handle) return uint16_t(i);
+    streams_.push_back(handle);
+    return uint16_t(streams_.size() - 1);
+}
+
 void TraceWriter::event(const Event& e) {
     std::lock_guard lock(mutex_);
     if (has_pending_free_) {
@@ -145,13 +207,19 @@ void TraceWriter::event(const Event& e) {
 }
 
 void TraceWriter::emit_locked(const Event& e, const Event* completed) {
-    if (!context_set_ || e.device != cur_device_ || e.stream != cur_stream_) {
+    const std::pair<uint16_t, uint64_t> context(e.device, e.stream < streams_.size() ? streams_[e.stream] : 0);
+    if (cur_context_ == 0 || contexts_[cur_context_ - 1] != context) {
+        size_t i = 0;
+        while (i < contexts_.size() && contexts_[i] != context) ++i;
         buf_.push_back(char(tag_context));
-        put_varint(buf_, e.device);
-        put_varint(buf_, e.stream);
-        cur_device_ = e.device;
-        cur_stream_ = e.stream;
-        context_set_ = true;
+        put_varint(buf_, i);
+        if (i == contexts_.size()) {
+            put_varint(buf_, context.first);
+            put_varint(buf_, context.second);
+            contexts_.push_back(context);
+            last_addr_.push_back(0);
+        }
+        cur_context_ = uint32_t(i + 1);
     }
     if (!chunk_has_time_) {
         buf_.push_back(char(tag_chunk_time));
@@ -159,24 +227,13 @@ void TraceWriter::emit_locked(const Event& e, const Event* completed) {
         last_time_ = e.time_us;
         chunk_has_time_ = true;
     }
-    const bool carries_block = is_block_event(e.kind) || is_segment_event(e.kind) || e.kind == EventKind::oom;
-    const bool packed = carries_block && aligned(e.addr) && aligned(e.size);
-    const uint8_t tag = completed ? uint8_t(tag_free_both) : uint8_t(kEventBase + uint8_t(e.kind));
-    buf_.push_back(char(tag | (packed ? kAligned : 0)));
-    put_varint(buf_, zigzag(e.time_us - last_time_));
-    last_time_ = e.time_us;
-    if (carries_block) {
-        const unsigned shift = packed ? kAlignShift : 0;
-        put_varint(buf_, zigzag(int64_t(e.addr >> shift) - int64_t(last_addr_ >> shift)));
-        put_varint(buf_, e.size >> shift);
-        last_addr_ = e.addr;
-        if (completed) {
-            put_varint(buf_, uint64_t(completed->time_us - e.time_us));
-            last_time_ = completed->time_us;
-        } else if (e.kind != EventKind::free_requested && e.kind != EventKind::free_completed) {
-            put_varint(buf_, e.stack);
-        }
+    if (carries_address(e.kind)) {
+        emit_block_locked(e, completed);
     } else {
+        const bool same_time = e.time_us == last_time_;
+        buf_.push_back(char(uint8_t(e.kind) | (same_time ? kSameTime : 0)));
+        if (!same_time) put_varint(buf_, zigzag(e.time_us - last_time_));
+        last_time_ = e.time_us;
         put_varint(buf_, e.name);
     }
     events_written_ += completed ? 2 : 1;
@@ -201,8 +258,8 @@ void TraceWriter::flush_locked() {
     head.append(buf_);
     buf_.clear();
     chunk_has_time_ = false;
-    context_set_ = false;
-    last_addr_ = 0;
+    cur_context_ = 0;
+    std::fill(last_addr_.begin(), last_addr_.end(), 0);
     write_all(head.data(), head.size());
 }
 
@@ -219,12 +276,13 @@ void TraceWriter::close() {
     fd_ = -1;
 }
 
-void write_trace(const Trace& trace, const std::string& path) {
-    TraceWriter w(path);
+void write_trace(const Trace& trace, const std::string& path, size_t chunk_bytes) {
+    TraceWriter w(path, chunk_bytes);
     w.meta("format", trace.format);
     w.meta("source", trace.source);
     for (const auto& [k, v] : trace.meta) w.meta(k, v);
     for (const auto& d : trace.devices) w.device(d);
+    for (uint64_t handle : trace.streams) w.intern_stream(handle);
     // A fresh table hands out ids in order, so re-interning in id order keeps every id.
     const StackTable& t = trace.stacks;
     for (uint32_t i = 1; i <= t.string_count(); ++i) w.intern_string(t.string(i));

@@ -10,6 +10,8 @@
 #include "events/event.h"
 #include "events/stack_table.h"
 #include "events/trace.h"
+#include "trace/format.h"
+#include "trace/predict.h"
 
 namespace vramscope {
 
@@ -30,6 +32,8 @@ public:
     uint32_t intern_stack(const uint32_t* frames_innermost_first, size_t count);
     uint32_t intern_stack_node(uint32_t parent, uint32_t frame);
 
+    // Stream indices used by events map to CUDA stream handles in the order interned here.
+    uint16_t intern_stream(uint64_t handle);
     void event(const Event& e);
 
     // Ends the current chunk and hands it to the OS: what a reader sees after a crash.
@@ -42,6 +46,7 @@ public:
 private:
     void define_string(uint32_t id);
     void emit_locked(const Event& e, const Event* completed);
+    void emit_block_locked(const Event& e, const Event* completed);
     void flush_locked();
     void maybe_flush_locked();
     void write_all(const char* data, size_t n);
@@ -56,18 +61,19 @@ private:
     // Per-chunk delta state, reset at each chunk.
     bool chunk_has_time_ = false;
     int64_t last_time_ = 0;
-    uint64_t last_addr_ = 0;
-    uint16_t cur_device_ = 0;
-    uint64_t cur_stream_ = 0;
-    bool context_set_ = false;
+    std::vector<uint64_t> last_addr_;  // per context: addresses are deltas within a stream's pool
+    uint32_t cur_context_ = 0;  // 1-based index into contexts_; 0: none yet in this chunk
+    std::vector<std::pair<uint16_t, uint64_t>> contexts_;  // (device, stream handle), in file order
+    std::vector<uint64_t> streams_{0};
     // A free_requested held back one event: if its free_completed follows at once, both go out
     // as one free_both record (the common case, a third of all events).
     bool has_pending_free_ = false;
     Event pending_free_;
+    format::Predictors guess_;  // the reader keeps the same ones
     uint64_t bytes_written_ = 0, events_written_ = 0;
 };
 
 // Writes a whole in-memory trace (what `vramscope convert` does).
-void write_trace(const Trace& trace, const std::string& path);
+void write_trace(const Trace& trace, const std::string& path, size_t chunk_bytes = 64 * 1024);
 
 }  // namespace vramscope

@@ -1,0 +1,68 @@
+// What the next block event probably looks like, learned from the ones before. Writer and reader
+// each keep one and update it identically, so a correct guess costs a flag bit instead of a field
+// (format.h). Guesses that fail cost nothing but the lookup.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "events/event.h"
+
+namespace vramscope::format {
+
+class Predictors {
+public:
+    // An alloc's size: the last alloc's at the same stack. Any other block event's: the size
+    // last seen at its address. 0: no guess.
+    uint64_t size(EventKind kind, uint64_t addr, uint64_t stack) const {
+        if (kind == EventKind::alloc) return stack < size_by_stack_.size() ? size_by_stack_[stack] : 0;
+        const auto& [a, s] = size_at_[slot(addr)];
+        return a == addr ? s : 0;
+    }
+    // The stack that followed the previous alloc's stack last time: loops repeat.
+    uint64_t next_stack() const { return last_stack_ < next_stack_.size() ? next_stack_[last_stack_] : 0; }
+    // The caching allocator often hands out the block just freed with the same size.
+    uint64_t alloc_address(uint64_t size) const {
+        const auto& [s, a] = freed_by_size_[(size * 0x9E3779B97F4A7C15ull) >> (64 - 12)];
+        return s == size ? a : 0;
+    }
+    // Frees mostly hit one of the last few allocations: its distance back, or -1.
+    int recent_index(uint64_t addr) const {
+        for (int j = 0; j < kRecent; ++j)
+            if (recent_[(recent_pos_ - 1 - j) & (kRecent - 1)] == addr) return j;
+        return -1;
+    }
+    uint64_t recent(int j) const { return recent_[(recent_pos_ - 1 - unsigned(j)) & (kRecent - 1)]; }
+
+    // After every block event, with its file stack id (0 if none). False for a stack id too
+    // large to be real (a reader checks ids against its definitions first).
+    void update(EventKind kind, uint64_t addr, uint64_t size, uint64_t stack) {
+        size_at_[slot(addr)] = {addr, size};
+        if (kind == EventKind::alloc) {
+            if (stack >= size_by_stack_.size()) size_by_stack_.resize(stack + 1, 0);
+            size_by_stack_[stack] = size;
+            if (last_stack_ >= next_stack_.size()) next_stack_.resize(last_stack_ + 1, 0);
+            next_stack_[last_stack_] = stack;
+            last_stack_ = stack;
+            recent_[recent_pos_++ & (kRecent - 1)] = addr;
+        } else if (kind == EventKind::free_completed) {
+            freed_by_size_[(size * 0x9E3779B97F4A7C15ull) >> (64 - 12)] = {size, addr};
+        }
+    }
+
+    static constexpr int kRecent = 16;
+
+private:
+    static size_t slot(uint64_t addr) { return size_t(((addr >> 9) * 0x9E3779B97F4A7C15ull) >> (64 - 16)); }
+
+    std::vector<std::pair<uint64_t, uint64_t>> size_at_ = std::vector<std::pair<uint64_t, uint64_t>>(size_t(1) << 16);
+    std::vector<uint64_t> size_by_stack_;
+    std::vector<uint64_t> next_stack_;
+    uint64_t last_stack_ = 0;
+    std::vector<std::pair<uint64_t, uint64_t>> freed_by_size_ = std::vector<std::pair<uint64_t, uint64_t>>(size_t(1) << 12);
+    std::array<uint64_t, kRecent> recent_{};
+    unsigned recent_pos_ = 0;
+};
+
+}  // namespace vramscope::format
