@@ -1,6 +1,7 @@
 // Whole-file input: every reader takes bytes, so importers, the trace reader and tests share
 // one way in. Big inputs land in huge pages (see huge_pages.h).
 #pragma once
+#include <cstdint>
 #include <string>
 #include <string_view>
 

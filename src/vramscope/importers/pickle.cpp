@@ -332,7 +332,7 @@ private:
         if (n == 0) return;
         Document::Batch b;
         b.count = uint32_t(n);
-        b.begin = shared_batch(from, n);
+        b.begin = shared_batch(from, n, want);
         doc_.batches_.push_back(b);
         uint32_t id = uint32_t(doc_.batches_.size() - 1);
         Value& cc = doc_.values_[container];
@@ -343,19 +343,19 @@ private:
     }
 
     // Batches are never changed once written, so equal ones can share their items: the same
-    // stack's frame list appears in every allocation made there. A direct-mapped cache finds
-    // most repeats; a miss only costs the copy it would have cost anyway.
-    uint32_t shared_batch(size_t from, size_t n) {
+    // stack's frame list appears in every allocation made there. A direct-mapped cache keyed by
+    // the list's ends finds most repeats (memcmp confirms); a miss only costs the copy it would
+    // have cost anyway. Dict batches hold fresh values each time and are not worth a look.
+    uint32_t shared_batch(size_t from, size_t n, Type type) {
         const Ref* items = stack_.data() + from;
-        size_t slot = 0;
-        if (n >= 4) {
-            uint64_t h = n;
-            for (size_t k = 0; k < n; ++k) h = (h ^ items[k]) * 0x100000001b3ull;
-            slot = size_t(h >> 48);
-            const CachedBatch& c = batch_cache_[slot];
-            if (c.hash == h && c.count == n && std::memcmp(doc_.items_.data() + c.begin, items, n * sizeof(Ref)) == 0)
-                return c.begin;
-            batch_cache_[slot] = {h, uint32_t(doc_.items_.size()), uint32_t(n)};
+        CachedBatch* c = nullptr;
+        if (type == Type::list && n >= 4) {
+            const uint64_t h = (uint64_t(items[0]) * 0x9E3779B97F4A7C15ull) ^ (uint64_t(items[1]) * 0xC2B2AE3D27D4EB4Full) ^
+                               (uint64_t(items[n - 1]) * 0x165667B19E3779F9ull) ^ (uint64_t(items[n - 2]) << 17) ^ n;
+            c = &batch_cache_[size_t(h >> 48)];
+            if (c->hash == h && c->count == n && std::memcmp(doc_.items_.data() + c->begin, items, n * sizeof(Ref)) == 0)
+                return c->begin;
+            *c = {h, uint32_t(doc_.items_.size()), uint32_t(n)};
         }
         const uint32_t begin = uint32_t(doc_.items_.size());
         doc_.items_.insert(doc_.items_.end(), items, items + n);
