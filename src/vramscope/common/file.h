@@ -1,15 +1,15 @@
 // Whole-file input: every reader takes bytes, so importers, the trace reader and tests share
-// one way in. Big inputs land in huge pages (see huge_pages.h).
+// one way in.
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 #include <string_view>
 
-#include "common/huge_pages.h"
 
 namespace vramscope {
 
-using Bytes = BigVector<char>;
+using Bytes = std::vector<char>;
 
 inline std::string_view view(const Bytes& b) { return {b.data(), b.size()}; }
 

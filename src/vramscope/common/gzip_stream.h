@@ -35,6 +35,7 @@ public:
 
     size_t wait(size_t need) override;
     const char* data() const { return out_.data(); }
+    size_t size_hint() const { return out_.size(); }  // what the gzip trailer announced
 
 private:
     void inflate_all();

@@ -5,7 +5,6 @@
 #include <string>
 #include <vector>
 
-#include "common/huge_pages.h"
 #include "events/event.h"
 #include "events/stack_table.h"
 
@@ -34,7 +33,7 @@ struct Trace {
     std::map<std::string, std::string> meta;    // torch version, command, rank, ...
     std::vector<DeviceInfo> devices;
     StackTable stacks;
-    BigVector<Event> events;                    // in time order
+    std::vector<Event> events;                    // in time order
     std::vector<uint64_t> streams{0};           // Event::stream -> the CUDA stream handle (0: default)
     std::vector<LiveBlock> final_blocks;        // from a snapshot's segments, when imported
     uint64_t final_reserved = 0;                // sum of those segments' sizes

@@ -20,12 +20,21 @@ std::optional<Value> Document::get(Ref dict, std::string_view key, Ref* out_ref)
 }
 
 class Parser {
+    static constexpr Ref kNoRef = 0xFFFFFFFFu;
+    struct Mark {
+        size_t stack;
+        uint32_t values, items, batches;  // arena sizes when the MARK was read
+        size_t memo_log;
+        Ref min_grown = kNoRef;           // oldest container given items since (immediates excluded)
+    };
+
 public:
-    Parser(const char* base, size_t available, GrowingInput* more, const std::string& name)
-        : p_(reinterpret_cast<const uint8_t*>(base)), begin_(p_), end_(p_ + available), more_(more), name_(name) {
+    Parser(const char* base, size_t available, GrowingInput* more, Sink* sink, const std::string& name)
+        : p_(reinterpret_cast<const uint8_t*>(base)), begin_(p_), end_(p_ + available), more_(more), name_(name),
+          sink_(sink) {
         doc_.base_ = base;
-        // Sized for snapshots (a value per ~12 bytes); huge pages leave the unused part untouched.
-        const size_t expect = more ? size_t(256) << 20 : available;
+        // Sized for snapshots (a value per ~12 bytes); pages of the unused part are never touched.
+        const size_t expect = sink ? size_t(16) << 20 : more ? size_t(256) << 20 : available;
         doc_.values_.reserve(expect / 12);
         doc_.items_.reserve(expect / 3);
     }
@@ -33,7 +42,7 @@ public:
     Document run() {
         while (true) {
             op_at_ = size_t(p_ - begin_);
-            if (p_ >= end_ && !refill(1)) fail("pickle cut short (no STOP opcode)");
+            if (__builtin_expect(p_ >= end_, 0) && !refill(1)) fail("pickle cut short (no STOP opcode)");
             const uint8_t op = *p_++;
             switch (op) {
             case 0x80: take(1); break;                         // PROTO
@@ -42,7 +51,10 @@ public:
             case ']': push(make(Type::list)); break;           // EMPTY_LIST
             case ')': push(make(Type::tuple)); break;          // EMPTY_TUPLE
             case 0x8f: push(make(Type::set)); break;           // EMPTY_SET
-            case '(': marks_.push_back(stack_.size()); break;  // MARK
+            case '(':  // MARK: also where a streamed batch's values begin
+                marks_.push_back(Mark{stack_.size(), uint32_t(doc_.values_.size()), uint32_t(doc_.items_.size()),
+                                      uint32_t(doc_.batches_.size()), memo_log_.size()});
+                break;
             case 'd': {                                        // DICT
                 Ref d = make(Type::dict);
                 add_from_mark(d, Type::dict, 2);
@@ -78,7 +90,8 @@ public:
             }
             case 'a': {  // APPEND
                 need(2);
-                add_items(stack_[stack_.size() - 2], Type::list, stack_.size() - 1, 1);
+                const Ref list = stack_[stack_.size() - 2];
+                if (!offer(list, stack_.size() - 1, 1)) add_items(list, Type::list, stack_.size() - 1, 1);
                 stack_.pop_back();
                 break;
             }
@@ -132,7 +145,7 @@ public:
             case 'L': text_int(); break;                                  // LONG (text)
             case 'F': text_float(); break;                                // FLOAT (text)
             case '0': need(1); stack_.pop_back(); break;                  // POP
-            case '1': stack_.resize(pop_mark()); break;                   // POP_MARK
+            case '1': stack_.resize(pop_mark().stack); break;             // POP_MARK
             case '2': need(1); push(stack_.back()); break;                // DUP
             case '.':                                                     // STOP
                 need(1);
@@ -144,7 +157,7 @@ public:
     }
 
 private:
-    [[noreturn]] void fail(const std::string& why) { throw Error(name_, op_at_, why); }
+    [[noreturn, gnu::noinline, gnu::cold]] void fail(const std::string& why) { throw Error(name_, op_at_, why); }
 
     [[noreturn]] void refuse(uint8_t op) {
         const char* name = nullptr;
@@ -174,7 +187,7 @@ private:
     }
 
     // More input, if a producer is still writing it: true once n bytes from p_ exist.
-    bool refill(uint64_t n) {
+    [[gnu::noinline]] bool refill(uint64_t n) {
         if (!more_) return false;
         const uint64_t want = uint64_t(p_ - begin_) + n;
         if (want > (uint64_t(1) << 48)) return false;
@@ -182,8 +195,8 @@ private:
         return uint64_t(end_ - p_) >= n;
     }
 
-    const uint8_t* take(uint64_t n) {
-        if (n > uint64_t(end_ - p_) && !refill(n)) fail("pickle cut short inside an opcode's argument");
+    [[gnu::always_inline]] const uint8_t* take(uint64_t n) {
+        if (__builtin_expect(n > uint64_t(end_ - p_), 0) && !refill(n)) fail("pickle cut short inside an opcode's argument");
         const uint8_t* at = p_;
         p_ += n;
         return at;
@@ -199,11 +212,13 @@ private:
     }
     void push(Ref r) { stack_.push_back(r); }
     void need(size_t n) {
-        size_t floor = marks_.empty() ? 0 : marks_.back();
+        size_t floor = marks_.empty() ? 0 : marks_.back().stack;
         if (stack_.size() < floor + n) fail("pickle stack underflow");
     }
+    // 31 bits, less the two patterns that are kNoRef and kForgotten.
+    static bool fits_immediate(int64_t v) { return v >= -(int64_t(1) << 30) && v < (int64_t(1) << 30) && v != -1 && v != -2; }
     void push_int(int64_t v) {
-        if (v >= -(int64_t(1) << 30) && v < (int64_t(1) << 30)) return push(kImmediate | (uint32_t(v) & ~kImmediate));
+        if (fits_immediate(v)) return push(kImmediate | (uint32_t(v) & ~kImmediate));
         Ref r = make(Type::integer);
         doc_.values_[r].i = v;
         push(r);
@@ -240,7 +255,7 @@ private:
         for (uint64_t k = 8; k < n; ++k)
             if (b[k] != (negative ? 0xff : 0x00)) doc_.values_[r].type = Type::big_integer;
         // Positive values in [2^63, 2^64) keep their bits; readers of addresses take them as uint64.
-        if (doc_.values_[r].type == Type::integer && int64_t(v) >= -(int64_t(1) << 30) && int64_t(v) < (int64_t(1) << 30)) {
+        if (doc_.values_[r].type == Type::integer && fits_immediate(int64_t(v))) {
             doc_.values_.pop_back();  // small after all: no storage needed
             return push(kImmediate | (uint32_t(v) & ~kImmediate));
         }
@@ -292,15 +307,17 @@ private:
         if (idx >= memo_.size()) memo_.resize(idx + 1, kNoRef);
         if (memo_[idx] == kNoRef) ++memo_count_;  // MEMOIZE's index is the memo's size
         memo_[idx] = stack_.back();
+        if (sink_) memo_log_.push_back(uint32_t(idx));
     }
     void memo_get(uint64_t idx) {
         if (idx >= memo_.size() || memo_[idx] == kNoRef) fail("memo index " + std::to_string(idx) + " was never stored");
         push(memo_[idx]);
     }
-    size_t pop_mark() {
+    Mark pop_mark() {
         if (marks_.empty()) fail("pickle MARK missing");
-        size_t m = marks_.back();
+        Mark m = marks_.back();
         marks_.pop_back();
+        if (!marks_.empty()) marks_.back().min_grown = std::min(marks_.back().min_grown, m.min_grown);
         return m;
     }
     void tuple_of(size_t n) {
@@ -311,28 +328,118 @@ private:
         push(t);
     }
     void add_from_mark(Ref container, Type t, size_t arity) {
-        size_t m = pop_mark();
+        const size_t m = pop_mark().stack;
         size_t n = stack_.size() - m;
         if (n % arity) fail("odd number of items for a dict");
         add_items(container, t, m, n);
         stack_.resize(m);
     }
     void add_to_container_below_mark(Type t, size_t arity) {
-        size_t m = pop_mark();
-        if (m == (marks_.empty() ? 0 : marks_.back())) fail("pickle stack underflow");
+        const Mark mark = pop_mark();
+        const size_t m = mark.stack;
+        if (m == (marks_.empty() ? 0 : marks_.back().stack)) fail("pickle stack underflow");
         size_t n = stack_.size() - m;
         if (n % arity) fail("odd number of items for a dict");
-        add_items(stack_[m - 1], t, m, n);
+        const Ref container = stack_[m - 1];
+        if (t == Type::list && offer(container, m, n)) {
+            forget_since(mark);
+        } else {
+            add_items(container, t, m, n);
+        }
         stack_.resize(m);
     }
+
+    // A batch for a list goes to the sink first; if it takes the items, the list only counts them.
+    bool offer(Ref list, size_t from, size_t n) {
+        if (!sink_ || (list & kImmediate) || doc_.values_[list].type != Type::list) return false;
+        forget_.clear();
+        if (!sink_->take(doc_, list, stack_.data() + from, n, forget_)) return false;
+        doc_.values_[list].len += uint32_t(n);
+        return true;
+    }
+
+    // After the sink took a batch: everything made since its MARK is garbage unless the memo can
+    // still reach it. Memo entries of what the sink forgot now yield `forgotten`; what else the
+    // memo reaches (pickle memoizes every string) moves down to the window's start, and the arenas
+    // shrink to that. A snapshot's million entries thus reuse the same few hundred kilobytes.
+    void forget_since(const Mark& m) {
+        if (m.min_grown < m.values) return;  // an older container now points into the window: keep all
+        const uint32_t v0 = m.values, vn = uint32_t(doc_.values_.size());
+        auto in_window = [&](Ref r) { return !(r & kImmediate) && r >= v0 && r < vn; };
+        std::vector<uint8_t>& state = scratch_state_;  // 0 garbage, 1 forgotten, 2 kept
+        state.assign(vn - v0, 0);
+        for (Ref r : forget_)
+            if (in_window(r)) state[r - v0] = 1;
+        std::vector<Ref>& work = scratch_work_;
+        work.clear();
+        size_t keep_log = m.memo_log;
+        for (size_t k = m.memo_log; k < memo_log_.size(); ++k) {
+            Ref& r = memo_[memo_log_[k]];
+            if (!in_window(r)) continue;
+            if (state[r - v0] == 1) {
+                r = kForgotten;
+                continue;
+            }
+            work.push_back(r);
+            memo_log_[keep_log++] = memo_log_[k];
+        }
+        memo_log_.resize(keep_log);
+        while (!work.empty()) {
+            const Ref r = work.back();
+            work.pop_back();
+            if (state[r - v0] == 2) continue;
+            state[r - v0] = 2;
+            doc_.for_each_item(r, [&](Ref c) {
+                if (in_window(c) && state[c - v0] != 2) work.push_back(c);
+            });
+        }
+        // Kept values move down in order; kept containers get their items again, remapped.
+        std::vector<Ref>& to = scratch_remap_;
+        to.assign(vn - v0, kForgotten);  // what a ref to a dropped value reads as from now on
+        uint32_t next = v0;
+        for (uint32_t r = v0; r < vn; ++r)
+            if (state[r - v0] == 2) to[r - v0] = next++;
+        auto moved = [&](Ref c) { return in_window(c) ? to[c - v0] : c; };
+        scratch_items_.clear();
+        scratch_batches_.clear();
+        for (uint32_t r = v0; r < vn; ++r) {
+            if (state[r - v0] != 2) continue;
+            Value v = doc_.values_[r];
+            if (v.type >= Type::list) {
+                uint32_t first = 0, last = 0;
+                for (uint32_t b = v.first; b != 0; b = doc_.batches_[b].next) {
+                    const Document::Batch& old = doc_.batches_[b];
+                    const uint32_t id = m.batches + uint32_t(scratch_batches_.size());
+                    scratch_batches_.push_back({m.items + uint32_t(scratch_items_.size()), old.count, 0});
+                    for (uint32_t k = 0; k < old.count; ++k) scratch_items_.push_back(moved(doc_.items_[old.begin + k]));
+                    if (last) scratch_batches_[last - m.batches].next = id;
+                    else first = id;
+                    last = id;
+                }
+                v.first = first;
+                v.last = last;
+            }
+            doc_.values_[to[r - v0]] = v;
+        }
+        doc_.values_.resize(next);
+        doc_.items_.resize(m.items);
+        doc_.items_.insert(doc_.items_.end(), scratch_items_.begin(), scratch_items_.end());
+        doc_.batches_.resize(m.batches);
+        doc_.batches_.insert(doc_.batches_.end(), scratch_batches_.begin(), scratch_batches_.end());
+        for (size_t k = m.memo_log; k < memo_log_.size(); ++k) memo_[memo_log_[k]] = moved(memo_[memo_log_[k]]);
+        sink_->reclaimed(v0);
+    }
+
     // Appends stack_[from, from+n) to a container as one batch.
     void add_items(Ref container, Type want, size_t from, size_t n) {
         if ((container & kImmediate) || doc_.values_[container].type != want)
             fail("pickle adds items to a value of the wrong type");
         if (n == 0) return;
+        if (!marks_.empty()) marks_.back().min_grown = std::min(marks_.back().min_grown, container);
         Document::Batch b;
         b.count = uint32_t(n);
-        b.begin = shared_batch(from, n, want);
+        b.begin = uint32_t(doc_.items_.size());
+        doc_.items_.insert(doc_.items_.end(), stack_.begin() + long(from), stack_.begin() + long(from + n));
         doc_.batches_.push_back(b);
         uint32_t id = uint32_t(doc_.batches_.size() - 1);
         Value& cc = doc_.values_[container];
@@ -342,51 +449,31 @@ private:
         cc.len += uint32_t(want == Type::dict ? n / 2 : n);
     }
 
-    // Batches are never changed once written, so equal ones can share their items: the same
-    // stack's frame list appears in every allocation made there. A direct-mapped cache keyed by
-    // the list's ends finds most repeats (memcmp confirms); a miss only costs the copy it would
-    // have cost anyway. Dict batches hold fresh values each time and are not worth a look.
-    uint32_t shared_batch(size_t from, size_t n, Type type) {
-        const Ref* items = stack_.data() + from;
-        CachedBatch* c = nullptr;
-        if (type == Type::list && n >= 4) {
-            const uint64_t h = (uint64_t(items[0]) * 0x9E3779B97F4A7C15ull) ^ (uint64_t(items[1]) * 0xC2B2AE3D27D4EB4Full) ^
-                               (uint64_t(items[n - 1]) * 0x165667B19E3779F9ull) ^ (uint64_t(items[n - 2]) << 17) ^ n;
-            c = &batch_cache_[size_t(h >> 48)];
-            if (c->hash == h && c->count == n && std::memcmp(doc_.items_.data() + c->begin, items, n * sizeof(Ref)) == 0)
-                return c->begin;
-            *c = {h, uint32_t(doc_.items_.size()), uint32_t(n)};
-        }
-        const uint32_t begin = uint32_t(doc_.items_.size());
-        doc_.items_.insert(doc_.items_.end(), items, items + n);
-        return begin;
-    }
-
-    static constexpr Ref kNoRef = 0xFFFFFFFFu;
-    struct CachedBatch {
-        uint64_t hash;
-        uint32_t begin, count;
-    };
-    std::vector<CachedBatch> batch_cache_ = std::vector<CachedBatch>(1 << 16);
+    std::vector<uint32_t> memo_log_;  // memo indices written, in order (only with a sink)
+    std::vector<Ref> forget_;
+    std::vector<uint8_t> scratch_state_;
+    std::vector<Ref> scratch_work_, scratch_remap_, scratch_items_;
+    std::vector<Document::Batch> scratch_batches_;
     const uint8_t* p_;
     const uint8_t* begin_;
     const uint8_t* end_;  // of what is available so far
     GrowingInput* more_;
     const std::string& name_;
+    Sink* sink_;
     size_t op_at_ = 0;
     Document doc_;
     std::vector<Ref> stack_;
-    std::vector<size_t> marks_;
-    BigVector<Ref> memo_;
+    std::vector<Mark> marks_;
+    std::vector<Ref> memo_;
     uint64_t memo_count_ = 0;
 };
 
-Document parse(std::string_view bytes, const std::string& name) {
-    return Parser(bytes.data(), bytes.size(), nullptr, name).run();
+Document parse(std::string_view bytes, const std::string& name, Sink* sink) {
+    return Parser(bytes.data(), bytes.size(), nullptr, sink, name).run();
 }
 
-Document parse(const char* base, GrowingInput& input, const std::string& name) {
-    return Parser(base, 0, &input, name).run();
+Document parse(const char* base, GrowingInput& input, const std::string& name, Sink* sink) {
+    return Parser(base, 0, &input, sink, name).run();
 }
 
 }  // namespace vramscope::pickle

@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "common/gzip_stream.h"
-#include "common/huge_pages.h"
 
 namespace vramscope::pickle {
 
@@ -22,12 +21,14 @@ public:
     size_t offset;
 };
 
-enum class Type : uint8_t { none, boolean, integer, big_integer, floating, string, bytes, list, tuple, dict, set };
+// `forgotten`: a value a Sink took and let go, met again through the memo (see Sink).
+enum class Type : uint8_t { none, boolean, integer, big_integer, floating, string, bytes, forgotten, list, tuple, dict, set };
 
 // Index of a value in its Document, or, with the top bit set, a small integer held in the Ref
 // itself: snapshots hold millions of small ints (sizes, lines, streams) that need no storage.
 using Ref = uint32_t;
 inline constexpr Ref kImmediate = 0x80000000u;
+inline constexpr Ref kForgotten = 0xFFFFFFFEu;  // never an immediate: -1 and -2 are stored as values
 
 // 16 bytes: a large snapshot decodes into tens of millions of these.
 struct Value {
@@ -50,20 +51,21 @@ public:
     Value operator[](Ref r) const {
         if (!(r & kImmediate)) return values_[r];
         Value v;
-        v.type = Type::integer;
+        v.type = r == kForgotten ? Type::forgotten : Type::integer;
         v.i = int64_t(int32_t(r << 1) >> 1);  // sign-extend the low 31 bits
         return v;
     }
     size_t value_count() const { return values_.size(); }
 
-    // Calls f(item) for each item of a list/tuple/set, f(key, value) for each dict pair.
+    // Calls f(item) for each item of a container (a dict's keys and values alternate), f(key, value)
+    // for each dict pair. Nothing for other values.
     template <class F> void for_each_item(Ref container, F&& f) const {
-        if (container & kImmediate) return;
+        if ((container & kImmediate) || values_[container].type < Type::list) return;
         for (uint32_t b = values_[container].first; b != 0; b = batches_[b].next)
             for (uint32_t k = 0; k < batches_[b].count; ++k) f(items_[batches_[b].begin + k]);
     }
     template <class F> void for_each_pair(Ref dict, F&& f) const {
-        if (dict & kImmediate) return;
+        if ((dict & kImmediate) || values_[dict].type != Type::dict) return;
         for (uint32_t b = values_[dict].first; b != 0; b = batches_[b].next)
             for (uint32_t k = 0; k + 1 < batches_[b].count; k += 2)
                 f(items_[batches_[b].begin + k], items_[batches_[b].begin + k + 1]);
@@ -78,16 +80,33 @@ private:
         uint32_t begin = 0, count = 0, next = 0;
     };
     const char* base_ = nullptr;  // the input: strings are offsets into it
-    BigVector<Value> values_;
-    BigVector<Batch> batches_{1};  // batch 0 is the "none" sentinel
-    BigVector<Ref> items_;
+    std::vector<Value> values_;
+    std::vector<Batch> batches_{1};  // batch 0 is the "none" sentinel
+    std::vector<Ref> items_;
     Ref root_ = 0;
 };
 
+// Receives items as they are appended to lists, before the list stores them: an importer can
+// turn a million records into its own form as they complete, and the parser then reuses their
+// memory instead of holding the whole document.
+class Sink {
+public:
+    virtual ~Sink() = default;
+    // Return true to take the items (the list then only counts them); put in `forget` the values
+    // taken that the parser may drop: a later GET of one yields a value of type `forgotten`, and
+    // a reader that needs its content throws NeedsWholeDocument.
+    virtual bool take(const Document& doc, Ref list, const Ref* items, size_t n, std::vector<Ref>& forget) = 0;
+    // Values from `first` on were dropped or moved: drop whatever is keyed by such refs.
+    virtual void reclaimed(Ref first) = 0;
+};
+
+// A reader met a `forgotten` value whose content it needs: parse again without the sink.
+struct NeedsWholeDocument {};
+
 // Parses bytes (not a file name: `name` is only for messages). Throws pickle::Error.
-Document parse(std::string_view bytes, const std::string& name);
+Document parse(std::string_view bytes, const std::string& name, Sink* sink = nullptr);
 
 // Parses bytes still being produced at `base` (see GrowingInput), e.g. by a GzipStream.
-Document parse(const char* base, GrowingInput& input, const std::string& name);
+Document parse(const char* base, GrowingInput& input, const std::string& name, Sink* sink = nullptr);
 
 }  // namespace vramscope::pickle

@@ -22,54 +22,100 @@ enum class Key : uint8_t { other, action, addr, size, stream, time_us, frames, d
 
 class KeyCache {
 public:
-    explicit KeyCache(const Document& doc) : doc_(doc) {}
-    Key operator()(Ref key) {
-        for (const auto& [ref, k] : seen_)
-            if (ref == key) return k;
-        Key k = Key::other;
-        if (doc_[key].type == Type::string) {
-            static constexpr std::pair<std::string_view, Key> kNames[] = {
-                {"action", Key::action},     {"addr", Key::addr},     {"size", Key::size},
-                {"stream", Key::stream},     {"time_us", Key::time_us}, {"frames", Key::frames},
-                {"device_free", Key::device_free}, {"filename", Key::filename}, {"line", Key::line},
-                {"name", Key::name}};
-            for (const auto& [name, id] : kNames)
-                if (doc_.str(key) == name) k = id;
-        }
-        if (seen_.size() < 64) seen_.emplace_back(key, k);  // unmemoized keys: just compare again
+    void forget_from(Ref first) {
+        for (auto& [ref, k] : seen_)
+            if (ref >= first && !(ref & pickle::kImmediate)) ref = kNoKey;
+    }
+    Key operator()(const Document& doc, Ref key) {
+        auto& [ref, k] = seen_[key & (seen_.size() - 1)];
+        if (ref == key) return k;
+        ref = key;
+        k = resolve(doc, key);
         return k;
     }
 
 private:
-    const Document& doc_;
-    std::vector<std::pair<Ref, Key>> seen_;
+    static Key resolve(const Document& doc, Ref key) {
+        if (doc[key].type != Type::string) return Key::other;
+        static constexpr std::pair<std::string_view, Key> kNames[] = {
+            {"action", Key::action},           {"addr", Key::addr},         {"size", Key::size},
+            {"stream", Key::stream},           {"time_us", Key::time_us},   {"frames", Key::frames},
+            {"device_free", Key::device_free}, {"filename", Key::filename}, {"line", Key::line},
+            {"name", Key::name}};
+        for (const auto& [name, id] : kNames)
+            if (doc.str(key) == name) return id;
+        return Key::other;
+    }
+
+    static constexpr Ref kNoKey = 0xFFFFFFFFu;
+    std::vector<std::pair<Ref, Key>> seen_ = std::vector<std::pair<Ref, Key>>(1024, {kNoKey, Key::other});
 };
 
-class SnapshotImporter {
+// Builds a Trace from a snapshot. As a pickle::Sink it takes the trace entries while the parser
+// reads them (a million entries never exist as a document at once); run() then reads the rest.
+class SnapshotImporter : public pickle::Sink {
 public:
-    SnapshotImporter(const Document& doc, Trace& trace, const std::string& name)
-        : doc_(doc), t_(trace), name_(name), key_(doc) {}
+    SnapshotImporter(Trace& trace, const std::string& name) : t_(trace), name_(name) {}
 
-    void run() {
-        const Ref root = doc_.root();
-        if (doc_[root].type != Type::dict)
+    bool take(const Document& doc, Ref list, const Ref* items, size_t n, std::vector<Ref>& forget) override {
+        doc_ = &doc;
+        if (!is_entry(items[0])) return false;
+        uint8_t ordinal = 0;
+        while (ordinal < streamed_lists_.size() && streamed_lists_[ordinal] != list) ++ordinal;
+        if (ordinal == streamed_lists_.size()) {
+            if (ordinal == 0xFF) return false;
+            streamed_lists_.push_back(list);
+        }
+        for (size_t i = 0; i < n; ++i) {
+            forget.push_back(items[i]);
+            read_entry(items[i], ordinal, &forget);
+        }
+        return true;
+    }
+
+    void reclaimed(Ref first) override {
+        key_.forget_from(first);
+        std::erase_if(actions_, [&](const Action& a) { return a.ref >= first; });
+        std::erase_if(frame_cache_, [&](const auto& kv) { return kv.first >= first; });
+        for (auto& [hash, bucket] : stack_cache_)
+            std::erase_if(bucket, [&](const CachedStack& c) { return c.max_ref >= first; });
+    }
+
+    void run(const Document& doc) {
+        doc_ = &doc;
+        const Ref root = doc_->root();
+        if ((*doc_)[root].type != Type::dict)
             throw std::runtime_error(name_ + ": not a torch memory snapshot (the pickle holds no dict)");
         Ref traces = 0, segments = 0, annotations = 0;
-        const bool has_traces = doc_.get(root, "device_traces", &traces) && doc_[traces].type == Type::list;
-        const bool has_segments = doc_.get(root, "segments", &segments) && doc_[segments].type == Type::list;
+        const bool has_traces = doc_->get(root, "device_traces", &traces) && (*doc_)[traces].type == Type::list;
+        const bool has_segments = doc_->get(root, "segments", &segments) && (*doc_)[segments].type == Type::list;
         if (!has_traces && !has_segments)
             throw std::runtime_error(name_ + ": not a torch memory snapshot (no 'segments' or 'device_traces')");
         if (has_segments) read_segments(segments);
-        if (doc_.get(root, "external_annotations", &annotations) && doc_[annotations].type == Type::list)
+        if (doc_->get(root, "external_annotations", &annotations) && (*doc_)[annotations].type == Type::list)
             read_annotations(annotations);
+        // Entries taken while parsing carry the ordinal of their list; the list's place in
+        // device_traces is its device. Entries of a list found elsewhere are not a trace: dropped.
+        constexpr int kNotATrace = -1;
+        std::vector<int> device_of(streamed_lists_.size(), kNotATrace);
+        std::vector<std::pair<Ref, uint8_t>> stored;  // device lists still holding their entries
         if (has_traces) {
             uint16_t device = 0;
-            doc_.for_each_item(traces, [&](Ref dev_trace) {
+            doc_->for_each_item(traces, [&](Ref dev_trace) {
                 if (device > 0xFF) throw std::runtime_error(name_ + ": more than 256 devices in one snapshot");
-                if (doc_[dev_trace].type == Type::list) read_device_trace(dev_trace, uint8_t(device));
+                for (size_t k = 0; k < streamed_lists_.size(); ++k)
+                    if (streamed_lists_[k] == dev_trace) device_of[k] = device;
+                if ((*doc_)[dev_trace].type == Type::list) {
+                    t_.device(device);
+                    stored.emplace_back(dev_trace, uint8_t(device));
+                }
                 ++device;
             });
         }
+        std::erase_if(t_.events, [&](const Event& e) { return device_of[e.device] == kNotATrace; });
+        for (Event& e : t_.events) e.device = uint8_t(device_of[e.device]);
+        for (const auto& [list, device] : stored)
+            doc_->for_each_item(list, [&](Ref e) { read_entry(e, device); });
         order_events();
         compute_baselines();
         if (unknown_actions_)
@@ -79,7 +125,7 @@ public:
 
 private:
     int64_t integer(Ref dict, std::string_view key, int64_t fallback = 0) const {
-        const auto v = doc_.get(dict, key);
+        const auto v = doc_->get(dict, key);
         if (!v) return fallback;
         if (v->type == Type::integer || v->type == Type::boolean) return v->i;
         if (v->type == Type::floating) return int64_t(v->f);
@@ -87,17 +133,17 @@ private:
     }
     std::string_view string(Ref dict, std::string_view key) const {
         Ref r;
-        const auto v = doc_.get(dict, key, &r);
-        return v && v->type == Type::string ? doc_.str(r) : std::string_view();
+        const auto v = doc_->get(dict, key, &r);
+        return v && v->type == Type::string ? doc_->str(r) : std::string_view();
     }
 
     int64_t number(Ref v) const {
-        const pickle::Value& x = doc_[v];
+        const pickle::Value& x = (*doc_)[v];
         if (x.type == Type::integer || x.type == Type::boolean) return x.i;
         if (x.type == Type::floating) return int64_t(x.f);
         return 0;
     }
-    std::string_view text(Ref v) const { return doc_[v].type == Type::string ? doc_.str(v) : std::string_view(); }
+    std::string_view text(Ref v) const { return (*doc_)[v].type == Type::string ? doc_->str(v) : std::string_view(); }
 
     // Actions are memoized strings too: one parse per distinct value.
     bool action_of(Ref v, EventKind& kind, bool& annotate) {
@@ -122,9 +168,9 @@ private:
         auto it = frame_cache_.find(f);
         if (it != frame_cache_.end()) return it->second;
         Frame fr;
-        if (doc_[f].type == Type::dict) {
-            doc_.for_each_pair(f, [&](Ref k, Ref v) {
-                switch (key_(k)) {
+        if ((*doc_)[f].type == Type::dict) {
+            doc_->for_each_pair(f, [&](Ref k, Ref v) {
+                switch (key_(*doc_, k)) {
                 case Key::filename: fr.file = t_.stacks.intern_string(text(v)); break;
                 case Key::name: fr.function = t_.stacks.intern_string(text(v)); break;
                 case Key::line: fr.line = uint32_t(number(v)); break;
@@ -141,24 +187,27 @@ private:
     // identifies a stack: hash it, confirm against the refs kept for that hash, and only then
     // fall back to interning frame by frame.
     uint32_t stack_of(Ref frames) {
-        if (doc_[frames].type != Type::list) return 0;
+        const Type type = (*doc_)[frames].type;
+        if (type == Type::forgotten) throw pickle::NeedsWholeDocument();
+        if (type != Type::list) return 0;
         refs_.clear();
-        doc_.for_each_item(frames, [&](Ref f) { refs_.push_back(f); });
+        doc_->for_each_item(frames, [&](Ref f) { refs_.push_back(f); });
         if (refs_.empty()) return 0;
         uint64_t h = 0xcbf29ce484222325ull;
-        for (Ref r : refs_) h = (h ^ r) * 0x100000001b3ull;
+        Ref max_ref = 0;
+        for (Ref r : refs_) h = (h ^ r) * 0x100000001b3ull, max_ref = std::max(max_ref, r);
         auto& bucket = stack_cache_[h];
-        for (const auto& [refs, id] : bucket)
-            if (refs == refs_) return id;
+        for (const CachedStack& c : bucket)
+            if (c.refs == refs_) return c.stack;
         uint32_t node = 0;
         for (size_t i = refs_.size(); i-- > 0;) node = t_.stacks.intern_stack(node, frame_of(refs_[i]));
-        bucket.emplace_back(refs_, node);
+        bucket.push_back(CachedStack{refs_, max_ref, node});
         return node;
     }
 
     void read_segments(Ref segments) {
-        doc_.for_each_item(segments, [&](Ref seg) {
-            if (doc_[seg].type != Type::dict) return;
+        doc_->for_each_item(segments, [&](Ref seg) {
+            if ((*doc_)[seg].type != Type::dict) return;
             const auto device = uint16_t(integer(seg, "device"));
             const uint64_t base = uint64_t(integer(seg, "address"));
             const uint64_t stream = uint64_t(integer(seg, "stream"));
@@ -167,10 +216,10 @@ private:
             t_.final_reserved += total;
             t_.device(device);
             Ref blocks;
-            if (!doc_.get(seg, "blocks", &blocks) || doc_[blocks].type != Type::list) return;
+            if (!doc_->get(seg, "blocks", &blocks) || (*doc_)[blocks].type != Type::list) return;
             uint64_t offset = base;  // older snapshots give no block address: blocks tile the segment
-            doc_.for_each_item(blocks, [&](Ref b) {
-                if (doc_[b].type != Type::dict) return;
+            doc_->for_each_item(blocks, [&](Ref b) {
+                if ((*doc_)[b].type != Type::dict) return;
                 const uint64_t size = uint64_t(integer(b, "size"));
                 const uint64_t addr = uint64_t(integer(b, "address", int64_t(offset)));
                 offset = addr + size;
@@ -184,46 +233,52 @@ private:
                 lb.stream = stream;
                 lb.pending_free = state != "active_allocated";
                 Ref frames;
-                if (doc_.get(b, "frames", &frames)) lb.stack = stack_of(frames);
+                if (doc_->get(b, "frames", &frames)) lb.stack = stack_of(frames);
                 allocated_[device] += size;
                 t_.final_blocks.push_back(lb);
             });
         });
     }
 
-    void read_device_trace(Ref entries, uint8_t device) {
-        t_.device(device);
-        doc_.for_each_item(entries, [&](Ref e) {
-            if (doc_[e].type != Type::dict) return;
-            Event ev;
-            ev.device = device;
-            Ref action = 0, frames = 0;
-            bool has_action = false, has_frames = false;
-            int64_t device_free = 0;
-            doc_.for_each_pair(e, [&](Ref k, Ref v) {
-                switch (key_(k)) {
-                case Key::action: action = v, has_action = true; break;
-                case Key::addr: ev.addr = uint64_t(number(v)); break;
-                case Key::size: ev.size = uint64_t(number(v)); break;
-                case Key::stream: ev.stream = t_.stream_index(uint64_t(number(v))); break;
-                case Key::time_us: ev.time_us = number(v); break;
-                case Key::frames: frames = v, has_frames = true; break;
-                case Key::device_free: device_free = number(v); break;
-                default: break;
-                }
-            });
-            bool annotate = false;
-            if (!has_action || !action_of(action, ev.kind, annotate)) {
-                if (annotate) read_annotation(e, device);  // older builds put annotations here
-                else ++unknown_actions_;
-                return;
+    bool is_entry(Ref e) {
+        if ((*doc_)[e].type != Type::dict) return false;
+        bool found = false;
+        doc_->for_each_pair(e, [&](Ref k, Ref v) { found = found || (key_(*doc_, k) == Key::action && (*doc_)[v].type == Type::string); });
+        return found;
+    }
+
+    // One device_traces entry; with `forget`, it also lets the parser drop the frames list: a free
+    // shares its alloc's list, and frees' stacks are not read.
+    void read_entry(Ref e, uint8_t device, std::vector<Ref>* forget = nullptr) {
+        if ((*doc_)[e].type != Type::dict) return;
+        Event ev;
+        ev.device = device;
+        Ref action = 0, frames = 0;
+        bool has_action = false, has_frames = false;
+        int64_t device_free = 0;
+        doc_->for_each_pair(e, [&](Ref k, Ref v) {
+            switch (key_(*doc_, k)) {
+            case Key::action: action = v, has_action = true; break;
+            case Key::addr: ev.addr = uint64_t(number(v)); break;
+            case Key::size: ev.size = uint64_t(number(v)); break;
+            case Key::stream: ev.stream = t_.stream_index(uint64_t(number(v))); break;
+            case Key::time_us: ev.time_us = number(v); break;
+            case Key::frames: frames = v, has_frames = true; break;
+            case Key::device_free: device_free = number(v); break;
+            default: break;
             }
-            if (ev.kind == EventKind::oom) ev.addr = uint64_t(device_free);
-            if (has_frames && ev.kind != EventKind::free_requested && ev.kind != EventKind::free_completed)
-                ev.stack = stack_of(frames);
-            while (next_note_ < notes_.size() && before(notes_[next_note_], ev)) t_.events.push_back(notes_[next_note_++]);
-            t_.events.push_back(ev);
         });
+        if (has_frames && forget) forget->push_back(frames);
+        bool annotate = false;
+        if (!has_action || !action_of(action, ev.kind, annotate)) {
+            if (annotate) read_annotation(e, device);  // older builds put annotations here
+            else ++unknown_actions_;
+            return;
+        }
+        if (ev.kind == EventKind::oom) ev.addr = uint64_t(device_free);
+        if (has_frames && ev.kind != EventKind::free_requested && ev.kind != EventKind::free_completed)
+            ev.stack = stack_of(frames);
+        t_.events.push_back(ev);
     }
 
     void read_annotation(Ref a, uint16_t fallback_device) {
@@ -237,23 +292,29 @@ private:
     }
 
     void read_annotations(Ref list) {
-        doc_.for_each_item(list, [&](Ref a) {
-            if (doc_[a].type == Type::dict) read_annotation(a, 0);
+        doc_->for_each_item(list, [&](Ref a) {
+            if ((*doc_)[a].type == Type::dict) read_annotation(a, 0);
         });
-        std::stable_sort(notes_.begin(), notes_.end(), before);
     }
 
-    // Devices' traces and the annotations are separate lists, each in time order: annotations
-    // are merged in while the first trace is read, and only several devices need a sort. At one
-    // instant a region's start goes before the events and its end after them.
+    // Each device's trace and the annotations are in time order: one device needs only a merge
+    // of the two, several a sort. At one instant a region's start goes before the events and its
+    // end after them, so the events belong inside.
     static int rank(EventKind k) { return k == EventKind::annotation_start ? 0 : k == EventKind::annotation_end ? 2 : 1; }
     static bool before(const Event& a, const Event& b) {
         return a.time_us != b.time_us ? a.time_us < b.time_us : rank(a.kind) < rank(b.kind);
     }
     void order_events() {
-        while (next_note_ < notes_.size()) t_.events.push_back(notes_[next_note_++]);
-        if (!std::is_sorted(t_.events.begin(), t_.events.end(), before))
-            std::stable_sort(t_.events.begin(), t_.events.end(), before);
+        std::stable_sort(notes_.begin(), notes_.end(), before);
+        std::vector<Event>& ev = t_.events;
+        if (!std::is_sorted(ev.begin(), ev.end(), before)) std::stable_sort(ev.begin(), ev.end(), before);
+        // Merge from the back, in place: no second copy of the events.
+        size_t i = ev.size(), j = notes_.size();
+        ev.resize(ev.size() + notes_.size());
+        for (size_t k = ev.size(); j > 0;) {
+            if (i > 0 && before(notes_[j - 1], ev[i - 1])) ev[--k] = ev[--i];
+            else ev[--k] = notes_[--j];
+        }
     }
 
     // The trace may start after the program did (or the ring buffer wrapped): what was allocated
@@ -282,15 +343,20 @@ private:
         EventKind kind;
         bool annotate, known;
     };
-    const Document& doc_;
+    const Document* doc_ = nullptr;
     Trace& t_;
     const std::string& name_;
     KeyCache key_;
     std::vector<Action> actions_;
-    std::vector<Event> notes_;  // annotations, merged into the events in time order
-    size_t next_note_ = 0;
+    std::vector<Event> notes_;      // annotations, merged into the events in time order
+    std::vector<Ref> streamed_lists_;  // device trace lists whose entries were taken while parsing
     std::unordered_map<Ref, uint32_t> frame_cache_;
-    std::unordered_map<uint64_t, std::vector<std::pair<std::vector<Ref>, uint32_t>>> stack_cache_;
+    struct CachedStack {
+        std::vector<Ref> refs;
+        Ref max_ref;  // refs at or past a reclaim point are stale: the entry goes with them
+        uint32_t stack;
+    };
+    std::unordered_map<uint64_t, std::vector<CachedStack>> stack_cache_;
     std::vector<Ref> refs_;
     std::unordered_map<uint16_t, uint64_t> allocated_, reserved_;
     size_t unknown_actions_ = 0;
@@ -309,16 +375,32 @@ Trace load_plain(std::string_view bytes, const std::string& path) {
 
 bool looks_like_pickle(std::string_view b) { return b.size() >= 2 && uint8_t(b[0]) == 0x80 && uint8_t(b[1]) <= 5; }
 
-Trace import_torch_snapshot(const pickle::Document& doc, const std::string& name) {
+namespace {
+// Parses with the importer as the parser's sink; a pickle that refers back to a taken entry (no
+// torch snapshot does) is parsed again whole.
+template <class Parse> Trace import_with(const std::string& name, size_t pickle_bytes, Parse&& parse) {
     Trace trace;
     trace.source = name;
     trace.format = "torch-snapshot";
-    SnapshotImporter(doc, trace, name).run();
-    return trace;
+    trace.events.reserve(pickle_bytes / 64);  // ~86 pickle bytes an event: growing it costs copies
+    try {
+        SnapshotImporter importer(trace, name);
+        const pickle::Document doc = parse(&importer);
+        importer.run(doc);
+        return trace;
+    } catch (const pickle::NeedsWholeDocument&) {
+    }
+    Trace whole;
+    whole.source = name;
+    whole.format = "torch-snapshot";
+    SnapshotImporter importer(whole, name);
+    importer.run(parse(nullptr));
+    return whole;
 }
+}  // namespace
 
 Trace import_torch_snapshot(std::string_view bytes, const std::string& name) {
-    return import_torch_snapshot(pickle::parse(bytes, name), name);
+    return import_with(name, bytes.size(), [&](pickle::Sink* sink) { return pickle::parse(bytes, name, sink); });
 }
 
 Trace load_any(const std::string& path) {
@@ -328,8 +410,9 @@ Trace load_any(const std::string& path) {
         try {
             GzipStream gz(bytes, path);
             const size_t head = gz.wait(sizeof(uint64_t) + 4);
-            const std::string_view start(gz.data(), head);
-            if (looks_like_pickle(start)) return import_torch_snapshot(pickle::parse(gz.data(), gz, path), path);
+            if (looks_like_pickle(std::string_view(gz.data(), head)))
+                return import_with(path, gz.size_hint(),
+                                   [&](pickle::Sink* sink) { return pickle::parse(gz.data(), gz, path, sink); });
         } catch (const GzipStream::Overflow&) {
         }
         const Bytes plain = gunzip(bytes, path);

@@ -5,7 +5,6 @@
 #include <string_view>
 
 #include "events/trace.h"
-#include "importers/pickle.h"
 
 namespace vramscope {
 
@@ -13,7 +12,6 @@ bool looks_like_pickle(std::string_view bytes);
 
 // Throws std::runtime_error("NAME: offset N: why") on a file that is not a usable snapshot.
 Trace import_torch_snapshot(std::string_view pickle_bytes, const std::string& name);
-Trace import_torch_snapshot(const pickle::Document& doc, const std::string& name);
 
 // Reads any supported input by its content: .vscope, pickle, gzip'd pickle.
 Trace load_any(const std::string& path);

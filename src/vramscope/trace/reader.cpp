@@ -206,7 +206,7 @@ Trace parse_trace(std::string_view bytes, const std::string& name) {
     trace.source = name;
     trace.format = "vscope";
     ChunkDecoder decoder(trace);
-    trace.events.reserve(bytes.size() / 2);  // >= 2 bytes an event in practice; huge pages keep the rest untouched
+    trace.events.reserve(bytes.size() / 2);  // >= 2 bytes an event in practice; unused pages are never touched
     size_t off = kHeaderBytes, chunks = 0;
     auto stop = [&](size_t at, const std::string& why) {
         trace.warnings.push_back(name + ": offset " + std::to_string(at) + ": " + why + "; read " +

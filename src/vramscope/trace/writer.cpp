@@ -23,7 +23,6 @@ void put_bytes(std::string& out, std::string_view s) {
     put_varint(out, s.size());
     out.append(s);
 }
-bool aligned(uint64_t v) { return (v & ((1u << kAlignShift) - 1)) == 0; }
 }  // namespace
 
 // One block event, or a free pair when its completion comes with it. Fields go in the order
