@@ -240,25 +240,17 @@ private:
     // (a top bit set in 8 bytes is followed by a 0 sign byte); wider ones stay unusable.
     void long_le(uint64_t n) {
         const uint8_t* b = take(n);
-        Ref r = make(Type::integer);
-        if (n == 0) {
-            push(r);
-            return;
+        uint64_t v = 0;
+        bool big = false;
+        if (n > 0) {
+            const bool negative = b[n - 1] & 0x80;
+            std::memcpy(&v, b, n < 8 ? n : 8);
+            if (n < 8 && negative) v |= ~uint64_t(0) << (8 * n);
+            for (uint64_t k = 8; k < n; ++k) big = big || b[k] != (negative ? 0xff : 0x00);
         }
-        const bool negative = b[n - 1] & 0x80;
-        uint64_t v = negative ? ~uint64_t(0) : 0;
-        const uint64_t used = n < 8 ? n : 8;
-        for (uint64_t k = 0; k < used; ++k) {
-            v &= ~(uint64_t(0xff) << (8 * k));
-            v |= uint64_t(b[k]) << (8 * k);
-        }
-        for (uint64_t k = 8; k < n; ++k)
-            if (b[k] != (negative ? 0xff : 0x00)) doc_.values_[r].type = Type::big_integer;
         // Positive values in [2^63, 2^64) keep their bits; readers of addresses take them as uint64.
-        if (doc_.values_[r].type == Type::integer && fits_immediate(int64_t(v))) {
-            doc_.values_.pop_back();  // small after all: no storage needed
-            return push(kImmediate | (uint32_t(v) & ~kImmediate));
-        }
+        if (!big && fits_immediate(int64_t(v))) return push(kImmediate | (uint32_t(v) & ~kImmediate));
+        const Ref r = make(big ? Type::big_integer : Type::integer);
         doc_.values_[r].i = int64_t(v);
         push(r);
     }
@@ -303,10 +295,15 @@ private:
     }
     void memo_put(uint64_t idx) {
         need(1);
-        if (idx > (1u << 28)) fail("memo index out of range");
-        if (idx >= memo_.size()) memo_.resize(idx + 1, kNoRef);
-        if (memo_[idx] == kNoRef) ++memo_count_;  // MEMOIZE's index is the memo's size
-        memo_[idx] = stack_.back();
+        if (idx == memo_.size()) {  // MEMOIZE, the usual way in
+            memo_.push_back(stack_.back());
+            ++memo_count_;
+        } else {
+            if (idx > (1u << 28)) fail("memo index out of range");
+            if (idx >= memo_.size()) memo_.resize(idx + 1, kNoRef);
+            if (memo_[idx] == kNoRef) ++memo_count_;  // MEMOIZE's index is the memo's size
+            memo_[idx] = stack_.back();
+        }
         if (sink_) memo_log_.push_back(uint32_t(idx));
     }
     void memo_get(uint64_t idx) {
