@@ -159,3 +159,73 @@ TEST(TorchSnapshot, NonSnapshotPicklesAreNamedAsSuch) {
         EXPECT_NE(std::string(e.what()).find("not a torch memory snapshot"), std::string::npos);
     }
 }
+
+namespace {
+// A sink that takes every batch of dicts and forgets them: what the snapshot importer does.
+struct TakeDicts : pickle::Sink {
+    size_t taken = 0, reclaims = 0;
+    bool take(const pickle::Document& doc, pickle::Ref, const pickle::Ref* items, size_t n,
+              std::vector<pickle::Ref>& forget) override {
+        if (doc[items[0]].type != pickle::Type::dict) return false;
+        forget.insert(forget.end(), items, items + n);
+        taken += n;
+        return true;
+    }
+    void reclaimed(pickle::Ref) override { ++reclaims; }
+};
+
+// [[{"k": 1}], [{"k": 2}]] then a GET of the first dict: it was taken, so it reads as forgotten.
+std::string two_batches_then_get() {
+    P p;
+    p.op(']').memo().mark();                                        // outer list: memo 0
+    p.op(']').memo().mark().op('}').memo().mark().str("k").i1(1).op('u').op('e');  // [ {k:1} ] memo 1, 2
+    p.op(']').memo().mark().op('}').memo().mark().str("k").i1(2).op('u').op('e');  // memo 3, 4
+    p.get(2);
+    p.op('e');
+    return p.stop();
+}
+}  // namespace
+
+TEST(PickleSink, TakenItemsLeaveTheListAndTheirMemoReadsAsForgotten) {
+    const std::string bytes = two_batches_then_get();
+    TakeDicts sink;
+    pickle::Document d = pickle::parse(bytes, "s.pickle", &sink);
+    EXPECT_EQ(sink.taken, 2u);
+    EXPECT_EQ(sink.reclaims, 2u);
+    std::vector<pickle::Type> outer;
+    d.for_each_item(d.root(), [&](pickle::Ref r) { outer.push_back(d[r].type); });
+    ASSERT_EQ(outer.size(), 3u);
+    EXPECT_EQ(outer[2], pickle::Type::forgotten);
+    int inner_items = 0;
+    d.for_each_item(d.root(), [&](pickle::Ref r) { d.for_each_item(r, [&](pickle::Ref) { ++inner_items; }); });
+    EXPECT_EQ(inner_items, 0) << "taken items are counted, not kept";
+    // Without a sink the same bytes give the whole document.
+    pickle::Document whole = pickle::parse(bytes, "s.pickle");
+    int whole_items = 0;
+    whole.for_each_item(whole.root(), [&](pickle::Ref r) { whole.for_each_item(r, [&](pickle::Ref) { ++whole_items; }); });
+    EXPECT_EQ(whole_items, 1 + 1 + 2) << "two one-dict lists, and the GET's dict (a key and a value)";
+}
+
+TEST(TorchSnapshot, AnEntryThatReusesAnEarlierFramesListIsStillRight) {
+    // Entry B's frames list is a GET of entry A's, from an earlier batch the importer already took
+    // and let go: the importer must notice and read the document whole.
+    P p;
+    p.op('}').memo().mark().str("device_traces").op(']').memo().mark().op(']').memo();  // memo 0, 1, 2
+    auto entry = [&](const char* action, uint64_t addr, bool reuse) {
+        p.mark().op('}').memo().mark().str("action").str(action).str("addr").long1(addr).str("size").i4(512)
+            .str("stream").i1(0).str("time_us").i4(int32_t(addr & 0xffff)).str("frames");
+        if (reuse) p.get(4);
+        else p.op(']').memo().mark().op('}').memo().mark().str("filename").str("/home/u/train.py").str("line")
+                 .i1(7).str("name").str("f").op('u').op('e');
+        p.op('u').op('e');
+    };
+    entry("alloc", 0x7f0000000000ull, false);  // dict memo 3, frames memo 4, frame memo 5
+    entry("alloc", 0x7f0000000200ull, true);
+    p.op('e').op('u');
+    Trace t = import_torch_snapshot(p.stop(), "reuse.pickle");
+    ASSERT_EQ(t.events.size(), 2u);
+    EXPECT_NE(t.events[0].stack, 0u);
+    EXPECT_EQ(t.events[0].stack, t.events[1].stack);
+    const Frame& f = t.stacks.frame(t.stacks.node(t.events[1].stack).frame);
+    EXPECT_EQ(t.stacks.string(f.file), "/home/u/train.py");
+}
