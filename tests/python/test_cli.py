@@ -45,6 +45,18 @@ def test_analyze_json_matches_the_recorded_truth(fixture, tmp_path):
         assert findings["not_leaks"], "a clean run still explains what it holds"
 
 
+@pytest.mark.parametrize("fixture", FIXTURES, ids=lambda p: p.name)
+def test_timeline_follows_memory_allocated_per_step(fixture):
+    """Step ends sit where the recording run read torch.cuda.memory_allocated()."""
+    findings = json.loads(vramscope("analyze", str(fixture), "--json", "-").stdout)
+    ours = [p["allocated"] for p in findings["timeline"] if p["complete"]]
+    recorded = [s["allocated"] for s in truth(fixture)["steps"]]
+    assert len(ours) == len(recorded)
+    warm = findings["steps"]["warmup"]
+    for step, (a, b) in enumerate(zip(ours[warm:], recorded[warm:]), start=warm):
+        assert abs(a - b) <= 0.05 * b, f"step {step}: {a} vs memory_allocated() {b}"
+
+
 def test_fail_on_leak_sets_the_exit_code():
     leaky = [f for f in FIXTURES if truth(f)["expected"]["verdict"] == "leak"]
     clean = [f for f in FIXTURES if truth(f)["expected"]["verdict"] == "no-leak"]

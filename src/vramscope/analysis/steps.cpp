@@ -11,20 +11,25 @@ namespace {
 struct Marks {
     std::vector<size_t> steps;
     std::vector<size_t> optimizer_ends;
+    std::vector<size_t> zero_grad_ends;
 };
 
 Marks scan(const Trace& t) {
     Marks m;
-    std::vector<int8_t> is_optimizer_step;  // by string id: -1 unknown
+    std::vector<int8_t> kind_of_name;  // by string id: -1 unknown, 0 other, 1 optimizer step, 2 zero_grad
     for (size_t i = 0; i < t.events.size(); ++i) {
         const Event& e = t.events[i];
         if (e.kind == EventKind::step) {
             m.steps.push_back(i);
         } else if (e.kind == EventKind::annotation_end) {
-            if (e.name >= is_optimizer_step.size()) is_optimizer_step.resize(e.name + 1, -1);
-            int8_t& known = is_optimizer_step[e.name];
-            if (known < 0) known = t.stacks.string(e.name).starts_with("Optimizer.step#");
-            if (known) m.optimizer_ends.push_back(i);
+            if (e.name >= kind_of_name.size()) kind_of_name.resize(e.name + 1, -1);
+            int8_t& kind = kind_of_name[e.name];
+            if (kind < 0) {
+                const std::string_view name = t.stacks.string(e.name);
+                kind = name.starts_with("Optimizer.step#") ? 1 : name.starts_with("Optimizer.zero_grad#") ? 2 : 0;
+            }
+            if (kind == 1) m.optimizer_ends.push_back(i);
+            if (kind == 2) m.zero_grad_ends.push_back(i);
         }
     }
     return m;
@@ -55,6 +60,19 @@ bool from_optimizer_annotations(const Trace& t, const Marks& m, Steps& out) {
         if (t.events[i].name == best && t.events[i].device == device) out.ends.push_back(i);
     out.source = "optimizer-annotations";
     out.detail = std::string(t.stacks.string(best));
+    // A zero_grad() right after the step (no allocation between) belongs to it: the step then
+    // ends where users read memory_allocated(), with the gradients released.
+    size_t z = 0, extended = 0;
+    for (size_t k = 0; k < out.ends.size(); ++k) {
+        const size_t next = k + 1 < out.ends.size() ? out.ends[k + 1] : t.events.size();
+        while (z < m.zero_grad_ends.size() && m.zero_grad_ends[z] < out.ends[k]) ++z;
+        if (z == m.zero_grad_ends.size() || m.zero_grad_ends[z] >= next) continue;
+        bool allocates = false;
+        for (size_t i = out.ends[k] + 1; i < m.zero_grad_ends[z] && !allocates; ++i)
+            allocates = t.events[i].kind == EventKind::alloc;
+        if (!allocates) out.ends[k] = m.zero_grad_ends[z], ++extended;
+    }
+    if (extended) out.detail += " + zero_grad";
     return true;
 }
 
