@@ -114,8 +114,10 @@ public:
         }
         std::erase_if(t_.events, [&](const Event& e) { return device_of[e.device] == kNotATrace; });
         for (Event& e : t_.events) e.device = uint8_t(device_of[e.device]);
-        for (const auto& [list, device] : stored)
-            doc_->for_each_item(list, [&](Ref e) { read_entry(e, device); });
+        for (const auto& list_and_device : stored) {
+            const uint8_t device = list_and_device.second;
+            doc_->for_each_item(list_and_device.first, [&](Ref e) { read_entry(e, device); });
+        }
         order_events();
         compute_baselines();
         if (unknown_actions_)
