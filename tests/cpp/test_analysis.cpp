@@ -196,6 +196,39 @@ TEST(Analysis, ProjectsTheOomStepFromCapacity) {
     EXPECT_EQ(*f.projected_oom_step, 29u + uint64_t(std::ceil(left)));
 }
 
+TEST(Analysis, AnOomEventGivesTheStepAndTheCapacity) {
+    Loop o;
+    o.leak_bytes = 1024 * MiB;
+    Trace t = loop(o);
+    // The allocator ran out in step 20 with 300 MiB free on the device and 256 MiB reserved.
+    size_t at = 0, ends = 0;
+    while (ends < 20) ends += t.events[at++].kind == EventKind::step;
+    Event oom;
+    oom.kind = EventKind::oom;
+    oom.addr = 300 * MiB;
+    oom.size = 1024 * MiB;
+    t.events.insert(t.events.begin() + long(at), oom);
+    Findings f = analyze(t);
+    ASSERT_TRUE(f.devices[0].oom_step);
+    EXPECT_EQ(*f.devices[0].oom_step, 20u);
+    EXPECT_EQ(f.devices[0].capacity_source, "oom-event");
+    EXPECT_EQ(f.devices[0].total_memory, 556 * MiB);
+    ASSERT_TRUE(f.projected_oom_step);  // the synthetic run already exceeds it: projected right away
+    EXPECT_EQ(*f.projected_oom_step, 29u);
+}
+
+TEST(Analysis, TimelineSplitsLiveBytesByStream) {
+    Loop o;
+    o.leak_bytes = MiB;
+    o.leak_stream = kSide;
+    Findings f = analyze(loop(o));
+    const StepPoint& p = f.devices[0].timeline[9];
+    uint64_t side = 0;
+    for (const auto& [stream, bytes] : p.by_stream)
+        if (stream == kSide) side = bytes;
+    EXPECT_EQ(side, 10 * MiB);
+}
+
 TEST(Analysis, TooFewStepsSaysSoInsteadOfGuessing) {
     Loop o;
     o.steps = 4;

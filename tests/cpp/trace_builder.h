@@ -27,6 +27,7 @@ public:
         push(EventKind::free_completed, addr, size, stream, 0);
     }
     void segment(uint64_t addr, uint64_t size) { push(EventKind::segment_alloc, addr, size, 0, 0); }
+    void oom(uint64_t device_free, uint64_t asked) { push(EventKind::oom, device_free, asked, 0, 0); }
     void step() { push(EventKind::step, 0, 0, 0, 0); }
     void annotation(EventKind kind, const char* name) {
         Event e;

@@ -45,20 +45,22 @@ Replay replay(const Trace& t, const Steps& steps) {
     r.full_steps = steps.ends.size();
     struct State {
         int64_t allocated, reserved, pending, peak;
+        std::vector<int64_t> by_stream;  // by stream index
     };
     std::vector<State> state;
     for (const DeviceInfo& d : t.devices) {
         device_index(r.devices, d.device);
         r.devices.back().total_memory = d.total_memory;
+        if (d.total_memory) r.devices.back().capacity_source = "trace";
         const auto a = int64_t(d.baseline_allocated);
-        state.push_back({a, int64_t(d.baseline_reserved), 0, a});
+        state.push_back({a, int64_t(d.baseline_reserved), 0, a, std::vector<int64_t>(t.streams.size(), 0)});
     }
     std::array<int16_t, 256> slot_of_device;  // the hot path's device lookup
     slot_of_device.fill(-1);
     auto dev = [&](uint16_t device) -> size_t {
         if (device < slot_of_device.size() && slot_of_device[device] >= 0) return size_t(slot_of_device[device]);
         size_t i = device_index(r.devices, device);
-        if (i >= state.size()) state.push_back({0, 0, 0, 0});
+        if (i >= state.size()) state.push_back({0, 0, 0, 0, std::vector<int64_t>(t.streams.size(), 0)});
         if (device < slot_of_device.size()) slot_of_device[device] = int16_t(i);
         return i;
     };
@@ -74,10 +76,11 @@ Replay replay(const Trace& t, const Steps& steps) {
     auto close_step = [&] {
         for (size_t i = 0; i < r.devices.size(); ++i) {
             State& s = state[i];
-            r.devices[i].timeline.push_back(StepPoint{uint64_t(std::max<int64_t>(0, s.allocated)),
-                                                      uint64_t(std::max<int64_t>(0, s.reserved)),
-                                                      uint64_t(std::max<int64_t>(0, s.peak)),
-                                                      uint64_t(std::max<int64_t>(0, s.pending))});
+            StepPoint p{uint64_t(std::max<int64_t>(0, s.allocated)), uint64_t(std::max<int64_t>(0, s.reserved)),
+                        uint64_t(std::max<int64_t>(0, s.peak)), uint64_t(std::max<int64_t>(0, s.pending)), {}};
+            for (size_t k = 0; k < s.by_stream.size(); ++k)
+                if (s.by_stream[k] > 0) p.by_stream.emplace_back(t.streams[k], uint64_t(s.by_stream[k]));
+            r.devices[i].timeline.push_back(std::move(p));
             s.peak = s.allocated;
         }
     };
@@ -91,6 +94,7 @@ Replay replay(const Trace& t, const Steps& steps) {
             r.allocs.push_back(Alloc{e.addr, e.size, e.stack, step, kNever, e.stream, e.device});
             requested.push_back(0);
             s.allocated += int64_t(e.size);
+            s.by_stream[e.stream] += int64_t(e.size);
             s.peak = std::max(s.peak, s.allocated);
             break;
         }
@@ -108,6 +112,7 @@ Replay replay(const Trace& t, const Steps& steps) {
             if (a != AddressMap::kMissing) {
                 r.allocs[a].free_step = step;
                 if (requested[a]) s.pending -= int64_t(r.allocs[a].size);
+                s.by_stream[r.allocs[a].stream] -= int64_t(r.allocs[a].size);
             }
             s.allocated -= int64_t(e.size);
             break;
@@ -117,8 +122,15 @@ Replay replay(const Trace& t, const Steps& steps) {
         case EventKind::segment_free:
         case EventKind::segment_unmap: state[dev(e.device)].reserved -= int64_t(e.size); break;
         case EventKind::oom: {
-            DeviceSummary& d = r.devices[dev(e.device)];
+            const size_t i = dev(e.device);
+            DeviceSummary& d = r.devices[i];
             if (!d.oom_step) d.oom_step = step;
+            // Free memory the driver reported then, plus what torch held: the device's capacity,
+            // less other processes' share.
+            if (!d.total_memory) {
+                d.total_memory = e.addr + uint64_t(std::max<int64_t>(0, state[i].reserved));
+                d.capacity_source = "oom-event";
+            }
             break;
         }
         default: break;
@@ -353,8 +365,11 @@ Findings analyze(const Trace& t, const AnalysisOptions& opt) {
     }
 
     for (DeviceSummary& d : r.devices) {
-        const uint64_t capacity = opt.device_memory ? opt.device_memory : d.total_memory;
-        d.total_memory = capacity;
+        if (opt.device_memory) {
+            d.total_memory = opt.device_memory;
+            d.capacity_source = "--device-memory";
+        }
+        const uint64_t capacity = d.total_memory;
         std::map<uint64_t, uint64_t> live_by_stream;
         for (const Alloc& a : r.allocs)
             if (a.device == d.device && a.free_step == kNever) live_by_stream[t.streams[a.stream]] += a.size;

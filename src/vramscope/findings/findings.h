@@ -21,6 +21,9 @@ struct StepPoint {
     uint64_t reserved = 0;        // at the step's end
     uint64_t peak_allocated = 0;  // highest inside the step
     uint64_t pending_free = 0;    // freed by the program, not yet by the allocator (other streams)
+    // Live bytes the trace saw allocated, by CUDA stream handle (blocks from before the trace
+    // began are in `allocated` only).
+    std::vector<std::pair<uint64_t, uint64_t>> by_stream;
 };
 
 struct StreamUsage {
@@ -32,6 +35,7 @@ struct StreamUsage {
 struct DeviceSummary {
     uint16_t device = 0;
     uint64_t total_memory = 0;              // 0: unknown
+    std::string capacity_source;            // "trace", "--device-memory", "oom-event" (free + reserved then)
     std::vector<StepPoint> timeline;        // one per step (the unfinished tail included, last)
     std::vector<StreamUsage> streams;
     std::optional<uint64_t> projected_oom_step;

@@ -126,6 +126,15 @@ void findings_object(Json& j, const Findings& f) {
             j.field("reserved", p.reserved);
             j.field("peak_allocated", p.peak_allocated);
             j.field("pending_free", p.pending_free);
+            j.key("by_stream");
+            j.open('[');
+            for (const auto& [stream, bytes] : p.by_stream) {
+                j.open('[');
+                j.value(stream);
+                j.value(bytes);
+                j.close(']');
+            }
+            j.close(']');
             j.field("complete", uint64_t(k < f.step_count));
             j.close('}');
         }
@@ -137,6 +146,9 @@ void findings_object(Json& j, const Findings& f) {
         j.field("device", uint64_t(d.device));
         j.key("total_memory");
         if (d.total_memory) j.value(d.total_memory);
+        else j.null();
+        j.key("capacity_source");
+        if (d.total_memory) j.value(d.capacity_source);
         else j.null();
         optional_step(j, "projected_oom_step", d.projected_oom_step);
         optional_step(j, "oom_step", d.oom_step);

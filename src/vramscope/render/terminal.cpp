@@ -34,12 +34,13 @@ std::string fit(std::string s, size_t width) {
     return s + std::string(width - s.size(), ' ');
 }
 
-std::string stream_label(uint64_t stream) {
-    if (stream == 0) return "default";
-    char buf[40];
-    std::snprintf(buf, sizeof buf, "side 0x%llx", static_cast<unsigned long long>(stream));
+std::string hex(uint64_t v) {
+    char buf[24];
+    std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
     return buf;
 }
+
+std::string stream_label(uint64_t stream) { return stream == 0 ? "default" : "side " + hex(stream); }
 
 const char* steps_source_words(const std::string& source) {
     if (source == "markers") return "vramscope step markers";
@@ -74,7 +75,7 @@ std::string render_summary(const Findings& f, bool color, size_t max_leaks) {
         if (f.projected_oom_step) o += st.red("  ·  OOM projected at step " + format_count(*f.projected_oom_step));
         else o += st.dim("  ·  OOM step unknown (pass --device-memory 80GiB)");
         o += "\n\n";
-        o += st.dim("  #  growth/step   site                                     stream            first  conf") + "\n";
+        o += st.dim("  #  growth/step     site                                    stream            first  conf") + "\n";
         size_t shown = 0;
         for (const SiteFinding& l : f.leaks) {
             if (shown == max_leaks) {
@@ -84,18 +85,18 @@ std::string render_summary(const Findings& f, bool color, size_t max_leaks) {
             ++shown;
             char conf[16];
             std::snprintf(conf, sizeof conf, "%.2f", l.confidence);
-            o += "  " + fit(std::to_string(shown), 3) + fit(per_step(l.bytes_per_step), 14) + fit(where(l.site), 41) +
+            o += "  " + fit(std::to_string(shown), 3) + fit(per_step(l.bytes_per_step), 16) + fit(where(l.site), 40) +
                  fit(stream_label(l.stream), 18) + fit(std::to_string(l.first_step), 7) + conf + "\n";
             size_t frames = 0;
             for (const SourceLine& s : l.stack) {
                 if (frames++ == 4) break;
-                o += st.dim("       " + fit(where(s), 60) + "  " + s.file) + "\n";
+                o += st.dim("       at " + s.function + "  " + s.file + ":" + std::to_string(s.line)) + "\n";
             }
         }
         for (const DeviceSummary& d : f.devices)
             for (const StreamUsage& s : d.streams)
                 if (s.stream != 0 && s.leaked_bytes > 0)
-                    o += "\n  " + st.bold("side stream") + " " + stream_label(s.stream) + " on cuda:" +
+                    o += "\n  " + st.bold("side stream") + " " + hex(s.stream) + " on cuda:" +
                          std::to_string(d.device) + " holds " + format_bytes(double(s.leaked_bytes)) +
                          " of leaked blocks: work on it may never have been synchronized or its tensors released\n";
     } else {
