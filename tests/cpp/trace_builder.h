@@ -22,7 +22,9 @@ public:
     void alloc(uint64_t addr, uint64_t size, uint32_t stack, uint64_t stream = 0) {
         push(EventKind::alloc, addr, size, stream, stack);
     }
-    void free(uint64_t addr, uint64_t size, uint64_t stream = 0) {
+    void free(uint64_t addr, uint64_t size, uint64_t stream = 0) { push(EventKind::free, addr, size, stream, 0); }
+    // Freed on a side stream's schedule: the completion comes later.
+    void free_later(uint64_t addr, uint64_t size, uint64_t stream = 0) {
         push(EventKind::free_requested, addr, size, stream, 0);
         push(EventKind::free_completed, addr, size, stream, 0);
     }

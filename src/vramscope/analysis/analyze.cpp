@@ -31,6 +31,7 @@ struct Replay {
     std::vector<Alloc> allocs;
     std::vector<DeviceSummary> devices;
     size_t full_steps = 0;
+    size_t entries = 0;  // as torch counts them (Trace::entry_count)
 };
 
 size_t device_index(std::vector<DeviceSummary>& devs, uint16_t device) {
@@ -57,18 +58,16 @@ Replay replay(const Trace& t, const Steps& steps) {
     }
     std::array<int16_t, 256> slot_of_device;  // the hot path's device lookup
     slot_of_device.fill(-1);
-    auto dev = [&](uint16_t device) -> size_t {
-        if (device < slot_of_device.size() && slot_of_device[device] >= 0) return size_t(slot_of_device[device]);
+    auto dev = [&](uint8_t device) -> size_t {
+        if (slot_of_device[device] >= 0) return size_t(slot_of_device[device]);
         size_t i = device_index(r.devices, device);
         if (i >= state.size()) state.push_back({0, 0, 0, 0, std::vector<int64_t>(t.streams.size(), 0)});
-        if (device < slot_of_device.size()) slot_of_device[device] = int16_t(i);
+        slot_of_device[device] = int16_t(i);
         return i;
     };
     std::vector<uint8_t> requested;  // by alloc index: free_requested seen
-    size_t alloc_events = 0;
-    for (const Event& e : t.events) alloc_events += e.kind == EventKind::alloc;
-    r.allocs.reserve(alloc_events);
-    requested.reserve(alloc_events);
+    r.allocs.reserve(t.events.size() / 2);  // an alloc is rarely more than half the events
+    requested.reserve(t.events.size() / 2);
     AddressMap live(4096);
 
     uint32_t step = 0;
@@ -87,6 +86,7 @@ Replay replay(const Trace& t, const Steps& steps) {
     for (size_t i = 0; i < t.events.size(); ++i) {
         const Event& e = t.events[i];
         const uint64_t key = e.addr ^ (uint64_t(e.device) << 56);
+        r.entries += 1 + (e.kind == EventKind::free);
         switch (e.kind) {
         case EventKind::alloc: {
             State& s = state[dev(e.device)];
@@ -106,7 +106,8 @@ Replay replay(const Trace& t, const Steps& steps) {
             }
             break;
         }
-        case EventKind::free_completed: {
+        case EventKind::free_completed:
+        case EventKind::free: {
             State& s = state[dev(e.device)];
             const uint32_t a = live.take(key);
             if (a != AddressMap::kMissing) {
@@ -193,7 +194,6 @@ Findings analyze(const Trace& t, const AnalysisOptions& opt) {
     Findings f;
     f.source = t.source;
     f.format = t.format;
-    f.event_count = t.events.size();
     f.warnings = t.warnings;
     f.window = std::max<uint32_t>(1, opt.window);
     for (const auto& kv : t.meta) f.meta.push_back(kv);
@@ -202,6 +202,7 @@ Findings analyze(const Trace& t, const AnalysisOptions& opt) {
     f.steps_source = steps.source;
     f.steps_detail = steps.detail;
     Replay r = replay(t, steps);
+    f.event_count = r.entries;
     const size_t S = r.full_steps;
     f.step_count = S;
     const size_t s0 = opt.warmup_steps >= 0 ? std::min<size_t>(size_t(opt.warmup_steps), S) : auto_warmup(S);

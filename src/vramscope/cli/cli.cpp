@@ -101,7 +101,7 @@ int convert_command(const std::vector<std::string>& args) {
     Trace t = load_any(args[0]);
     for (const auto& w : t.warnings) std::cerr << "warning: " << w << "\n";
     write_trace(t, args[1]);
-    std::cout << "wrote " << args[1] << ": " << format_count(t.events.size()) << " events\n";
+    std::cout << "wrote " << args[1] << ": " << format_count(t.entry_count()) << " events\n";
     return 0;
 }
 

@@ -4,11 +4,12 @@
 
 namespace vramscope {
 namespace {
-// Spelled as torch's snapshot `action` field where torch has one, so both vocabularies agree.
+// Spelled as torch's snapshot `action` field where torch has one, so both vocabularies agree
+// (torch 2.0 wrote a whole free as "free", later ones split it in two).
 constexpr std::array<std::string_view, kEventKindCount> kNames = {
     "alloc",         "free_requested", "free_completed", "segment_alloc",   "segment_free",
     "segment_map",   "segment_unmap",  "oom",            "step",            "microbatch",
-    "annotation_start", "annotation_end", "snapshot"};
+    "annotation_start", "annotation_end", "snapshot",       "free"};
 }  // namespace
 
 std::string_view event_kind_name(EventKind kind) { return kNames[static_cast<int>(kind)]; }

@@ -20,21 +20,24 @@ enum class EventKind : uint8_t {
     annotation_start = 10,// a named region opens (torch record_function, user mark)
     annotation_end = 11,  // a named region closes
     snapshot = 12,        // the recorder took a memory snapshot here
+    free = 13,            // free_requested and free_completed at one instant: the usual case, one event
 };
-constexpr int kEventKindCount = 13;
+constexpr int kEventKindCount = 14;
 
 std::string_view event_kind_name(EventKind kind);
 bool parse_event_kind(std::string_view name, EventKind& out);
 
-inline bool is_block_event(EventKind k) { return k <= EventKind::free_completed; }
+inline bool is_block_event(EventKind k) { return k <= EventKind::free_completed || k == EventKind::free; }
+// The block is back with the allocator.
+inline bool is_release(EventKind k) { return k == EventKind::free_completed || k == EventKind::free; }
 inline bool is_segment_event(EventKind k) {
     return k >= EventKind::segment_alloc && k <= EventKind::segment_unmap;
 }
 // Kinds with an address and size (for oom: bytes free on the device, and bytes asked).
-inline bool carries_address(EventKind k) { return k <= EventKind::oom; }
+inline bool carries_address(EventKind k) { return k <= EventKind::oom || k == EventKind::free; }
 // Kinds recorded with the stack that caused them; frees are identified by their alloc instead.
 inline bool has_stack(EventKind k) {
-    return k != EventKind::free_requested && k != EventKind::free_completed && carries_address(k);
+    return carries_address(k) && k != EventKind::free_requested && !is_release(k);
 }
 
 // One thing that happened, in 32 bytes (a run holds tens of millions). addr/size are bytes;

@@ -11,6 +11,12 @@ DeviceInfo& Trace::device(uint16_t id) {
     return devices.back();
 }
 
+size_t Trace::entry_count() const {
+    size_t n = events.size();
+    for (const Event& e : events) n += e.kind == EventKind::free;
+    return n;
+}
+
 uint16_t Trace::stream_index(uint64_t handle) {
     for (size_t i = 0; i < streams.size(); ++i)
         if (streams[i] == handle) return uint16_t(i);

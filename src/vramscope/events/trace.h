@@ -41,6 +41,8 @@ struct Trace {
 
     DeviceInfo& device(uint16_t id);
     uint16_t stream_index(uint64_t handle);  // adds the stream on first use
+    // Events as torch's recorder counts them: a `free` is its two entries, requested and completed.
+    size_t entry_count() const;
 };
 
 }  // namespace vramscope

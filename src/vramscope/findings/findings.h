@@ -76,7 +76,7 @@ struct Findings {
     std::string source;
     std::string format;
     std::string verdict;            // "leak" | "no-leak"
-    uint64_t event_count = 0;
+    uint64_t event_count = 0;       // counted as torch does: a `free` is two (requested, completed)
     uint64_t step_count = 0;        // full steps
     std::string steps_source;
     std::string steps_detail;

@@ -278,8 +278,16 @@ private:
             return;
         }
         if (ev.kind == EventKind::oom) ev.addr = uint64_t(device_free);
-        if (has_frames && ev.kind != EventKind::free_requested && ev.kind != EventKind::free_completed)
-            ev.stack = stack_of(frames);
+        if (has_frames && has_stack(ev.kind)) ev.stack = stack_of(frames);
+        // A completion right after its request, at the same instant, is one `free`.
+        if (ev.kind == EventKind::free_completed && !t_.events.empty()) {
+            Event& last = t_.events.back();
+            if (last.kind == EventKind::free_requested && last.addr == ev.addr && last.time_us == ev.time_us &&
+                last.device == ev.device && last.stream == ev.stream) {
+                last.kind = EventKind::free;
+                return;
+            }
+        }
         t_.events.push_back(ev);
     }
 
@@ -326,7 +334,8 @@ private:
         for (const Event& e : t_.events) {
             switch (e.kind) {
             case EventKind::alloc: alloc_delta[e.device] += int64_t(e.size); break;
-            case EventKind::free_completed: alloc_delta[e.device] -= int64_t(e.size); break;
+            case EventKind::free_completed:
+            case EventKind::free: alloc_delta[e.device] -= int64_t(e.size); break;
             case EventKind::segment_alloc:
             case EventKind::segment_map: reserved_delta[e.device] += int64_t(e.size); break;
             case EventKind::segment_free:

@@ -24,9 +24,8 @@ inline constexpr uint32_t kMaxChunkPayload = 1u << 24;  // a reader refuses larg
 
 // A record's first byte: the low 5 bits say what it is, the top 3 are flags (events only).
 enum Tag : uint8_t {
-    // 0..12: an event of that EventKind
-    tag_free_pair = 13,        // free_requested + free_completed at one instant: the common case
-    tag_free_pair_later = 14,  // the same, completed later (other streams): + µs to completion
+    // 0..13: an event of that EventKind (13: free, requested and completed at one instant)
+    tag_free_pair_later = 14,  // free_requested, then free_completed later (other streams): + µs to it
     tag_unaligned = 15,        // escape: the real tag follows; address and size are stored unshifted
     // definitions (ids are implicit: 1, 2, ... in order of appearance, per table)
     tag_meta = 16,        // key_len key value_len value

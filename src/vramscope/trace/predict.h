@@ -46,7 +46,7 @@ public:
             next_stack_[last_stack_] = stack;
             last_stack_ = stack;
             recent_[recent_pos_++ & (kRecent - 1)] = addr;
-        } else if (kind == EventKind::free_completed) {
+        } else if (is_release(kind)) {
             freed_by_size_[(size * 0x9E3779B97F4A7C15ull) >> (64 - 12)] = {size, addr};
         }
     }

@@ -113,7 +113,7 @@ private:
             shift = 0;
         }
         uint8_t type = tag & kTypeMask;
-        const bool pair = type == tag_free_pair || type == tag_free_pair_later;
+        const bool pair = type == tag_free_pair_later;
         const bool reused = type == tag_alloc_reused;
         if (reused) type = uint8_t(EventKind::alloc);
         if (!pair && type >= kEventKindCount) throw ChunkError{size_t(at - base_), "unknown record tag"};
@@ -152,7 +152,7 @@ private:
         if (is_alloc) get_addr();
         guess_.update(e.kind, e.addr, e.size, file_stack);
         if (pair) {
-            if (type == tag_free_pair_later) time += int64_t(num(p, end, at));
+            time += int64_t(num(p, end, at));
             Event completed = e;  // a copy: the next emplace may move e
             completed.kind = EventKind::free_completed;
             completed.time_us = time;

@@ -29,11 +29,11 @@ void put_bytes(std::string& out, std::string_view s) {
 // the reader needs to replay the same guesses: an alloc's size is guessed from its stack, its
 // address from its size; every other event's size from its address.
 void TraceWriter::emit_block_locked(const Event& e, const Event* completed) {
-    const bool pair = completed != nullptr;
+    const bool pair = completed != nullptr;  // a free_requested whose completion came later
     const int64_t done_after = pair ? completed->time_us - e.time_us : 0;
     const bool same_time = e.time_us == last_time_;
     const bool is_alloc = e.kind == EventKind::alloc;
-    uint8_t type = pair ? uint8_t(done_after ? tag_free_pair_later : tag_free_pair) : uint8_t(e.kind);
+    uint8_t type = pair ? uint8_t(tag_free_pair_later) : uint8_t(e.kind);
     uint8_t flags = same_time ? kSameTime : 0;
     const bool stack_guessed = has_stack(e.kind) && e.stack != 0 && guess_.next_stack() == e.stack;
     if (stack_guessed) flags |= kGuessed;
@@ -61,7 +61,7 @@ void TraceWriter::emit_block_locked(const Event& e, const Event* completed) {
     if (has_stack(e.kind) && !stack_guessed) put_varint(buf_, e.stack);
     if (!(flags & kSizeKnown)) put_varint(buf_, e.size >> shift);
     if (is_alloc) put_addr();
-    if (pair && done_after) put_varint(buf_, uint64_t(done_after));
+    if (pair) put_varint(buf_, uint64_t(done_after));
     if (pair) last_time_ = completed->time_us;
     guess_.update(e.kind, e.addr, e.size, e.stack);
     if (pair) guess_.update(EventKind::free_completed, e.addr, e.size, 0);
@@ -192,8 +192,10 @@ void TraceWriter::event(const Event& e) {
         const Event& p = pending_free_;
         if (e.kind == EventKind::free_completed && e.addr == p.addr && e.size == p.size &&
             e.device == p.device && e.stream == p.stream && e.time_us >= p.time_us) {
-            emit_locked(p, &e);
-            return;
+            if (e.time_us > p.time_us) return emit_locked(p, &e);
+            Event whole = p;
+            whole.kind = EventKind::free;
+            return emit_locked(whole, nullptr);
         }
         emit_locked(p, nullptr);
     }
@@ -235,7 +237,7 @@ void TraceWriter::emit_locked(const Event& e, const Event* completed) {
         last_time_ = e.time_us;
         put_varint(buf_, e.name);
     }
-    events_written_ += completed ? 2 : 1;
+    events_written_ += completed || e.kind == EventKind::free ? 2 : 1;
     maybe_flush_locked();
 }
 

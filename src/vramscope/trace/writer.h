@@ -66,7 +66,7 @@ private:
     std::vector<std::pair<uint16_t, uint64_t>> contexts_;  // (device, stream handle), in file order
     std::vector<uint64_t> streams_{0};
     // A free_requested held back one event: if its free_completed follows at once, both go out
-    // as one free_both record (the common case, a third of all events).
+    // as one record (a `free` when at one instant, the common case: a third of all events).
     bool has_pending_free_ = false;
     Event pending_free_;
     format::Predictors guess_;  // the reader keeps the same ones
