@@ -79,10 +79,4 @@ Bytes gunzip(std::string_view in, const std::string& name) {
     return out;
 }
 
-Bytes read_maybe_gzip(const std::string& path) {
-    Bytes bytes = read_file(path);
-    if (is_gzip(view(bytes))) return gunzip(view(bytes), path);
-    return bytes;
-}
-
 }  // namespace vramscope

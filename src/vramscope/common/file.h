@@ -35,7 +35,4 @@ bool is_gzip(std::string_view bytes);
 // Throws std::runtime_error("NAME: offset N: ...") on corrupt or cut gzip data.
 Bytes gunzip(std::string_view gz, const std::string& name);
 
-// The bytes of a file, gunzipped if they start with the gzip magic.
-Bytes read_maybe_gzip(const std::string& path);
-
 }  // namespace vramscope

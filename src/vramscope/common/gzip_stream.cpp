@@ -2,76 +2,85 @@
 
 #include <zlib.h>
 
-#include <cstring>
+#include <stdexcept>
 
 namespace vramscope {
 
 GzipStream::GzipStream(std::string_view gz, std::string name) : in_(gz), name_(std::move(name)) {
-    uint32_t isize = 0;
-    if (in_.size() >= 18) std::memcpy(&isize, in_.data() + in_.size() - 4, 4);
-    out_.resize(size_t(isize) + 1);  // +1: a byte beyond ISIZE proves the announcement wrong
+    for (auto& b : blocks_) b.resize(kBlockBytes);
     worker_ = std::thread([this] { inflate_all(); });
 }
 
 GzipStream::~GzipStream() {
     cancel_ = true;
+    cv_.notify_all();
     worker_.join();
 }
 
 void GzipStream::inflate_all() {
     z_stream z{};
     std::string error;
-    bool overflow = false;
     if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) {
         error = name_ + ": cannot start gzip decoder";
     } else {
         z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in_.data()));
         z.avail_in = uInt(std::min<size_t>(in_.size(), 0x7fffffff));
-        size_t produced = 0;
-        constexpr size_t kStep = 1 << 20;  // publish progress every MiB
-        while (!cancel_) {
-            const size_t room = out_.size() - produced;
-            if (room == 0) {
-                overflow = true;
-                break;
-            }
-            z.next_out = reinterpret_cast<Bytef*>(out_.data() + produced);
-            z.avail_out = uInt(std::min(room, kStep));
-            const int rc = inflate(&z, Z_NO_FLUSH);
-            produced = size_t(reinterpret_cast<char*>(z.next_out) - out_.data());
-            const size_t consumed = size_t(reinterpret_cast<const char*>(z.next_in) - in_.data());
-            if (z.avail_in == 0 && consumed < in_.size()) z.avail_in = uInt(std::min<size_t>(in_.size() - consumed, 0x7fffffff));
+        bool end = false;
+        for (size_t block = 0; !end && !cancel_; ++block) {
             {
-                std::lock_guard lock(mutex_);
-                produced_ = produced;
+                // Wait for a free block: the consumer is done with all but the last kBlocks - 1.
+                std::unique_lock lock(mutex_);
+                cv_.wait(lock, [&] { return cancel_ || block < taken_ - (holding_ ? 1 : 0) + kBlocks; });
+                if (cancel_) break;
             }
-            cv_.notify_all();
-            if (rc == Z_STREAM_END) {
-                if (consumed < in_.size()) overflow = true;  // another member follows: not worth streaming
+            std::vector<char>& out = blocks_[block % kBlocks];
+            z.next_out = reinterpret_cast<Bytef*>(out.data());
+            z.avail_out = uInt(out.size());
+            while (z.avail_out > 0) {
+                const int rc = inflate(&z, Z_NO_FLUSH);
+                const size_t consumed = size_t(reinterpret_cast<const char*>(z.next_in) - in_.data());
+                if (z.avail_in == 0 && consumed < in_.size()) z.avail_in = uInt(std::min<size_t>(in_.size() - consumed, 0x7fffffff));
+                if (rc == Z_STREAM_END) {
+                    if (consumed == in_.size()) {
+                        end = true;
+                        break;
+                    }
+                    inflateReset(&z);  // concatenated gzip members are valid gzip
+                    continue;
+                }
+                if (rc == Z_OK || (rc == Z_BUF_ERROR && z.avail_out == 0)) continue;
+                error = name_ + ": offset " + std::to_string(consumed) + ": " +
+                        (rc == Z_BUF_ERROR ? std::string("gzip data cut short") : std::string(z.msg ? z.msg : "corrupt gzip data"));
+                end = true;
                 break;
             }
-            if (rc == Z_OK || (rc == Z_BUF_ERROR && z.avail_out == 0)) continue;
-            const size_t at = size_t(reinterpret_cast<const char*>(z.next_in) - in_.data());
-            error = name_ + ": offset " + std::to_string(at) + ": " +
-                    (rc == Z_BUF_ERROR ? std::string("gzip data cut short") : std::string(z.msg ? z.msg : "corrupt gzip data"));
-            break;
+            std::lock_guard lock(mutex_);
+            filled_[block % kBlocks] = out.size() - z.avail_out;
+            produced_ = block + 1;
+            cv_.notify_all();
         }
         inflateEnd(&z);
     }
     std::lock_guard lock(mutex_);
     done_ = true;
-    overflow_ = overflow;
     error_ = std::move(error);
     cv_.notify_all();
 }
 
-size_t GzipStream::wait(size_t need) {
+bool GzipStream::next(std::string_view& chunk) {
     std::unique_lock lock(mutex_);
-    cv_.wait(lock, [&] { return produced_ >= need || done_; });
-    if (produced_ >= need) return produced_;
-    if (overflow_) throw Overflow(name_ + ": gzip output larger than its trailer says");
+    holding_ = false;  // the previous block may be refilled now
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return produced_ > taken_ || done_; });
+    if (produced_ > taken_) {
+        const size_t slot = taken_ % kBlocks;
+        chunk = std::string_view(blocks_[slot].data(), filled_[slot]);
+        ++taken_;
+        holding_ = true;
+        return true;
+    }
     if (!error_.empty()) throw std::runtime_error(error_);
-    return produced_;
+    return false;
 }
 
 }  // namespace vramscope

@@ -1,52 +1,50 @@
-// Inflates a gzip buffer on a second thread while the caller already parses the front of it:
-// for a large snapshot, decompression then costs almost nothing on top of parsing.
+// Inflates a gzip buffer on a second thread into a few recycled blocks, while the caller parses
+// the blocks already filled: decompression costs almost nothing on top of parsing, and memory
+// stays at a few MiB however large the snapshot.
 #pragma once
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <thread>
-
-#include "common/file.h"
+#include <vector>
 
 namespace vramscope {
 
-// Lets a parser wait for bytes that are still being produced.
-class GrowingInput {
+// Input that arrives in chunks.
+class ChunkSource {
 public:
-    virtual ~GrowingInput() = default;
-    // Blocks until at least `need` bytes from the start exist or the input is complete; returns
-    // how many exist. Throws what the producer failed with.
-    virtual size_t wait(size_t need) = 0;
+    virtual ~ChunkSource() = default;
+    // Hands back the previous chunk and gives the next one; false at the end. Throws what the
+    // producer failed with.
+    virtual bool next(std::string_view& chunk) = 0;
 };
 
-class GzipStream : public GrowingInput {
+class GzipStream : public ChunkSource {
 public:
-    // The output did not fit the size the gzip trailer announced (several members, or > 4 GiB):
-    // the caller starts over with plain gunzip().
-    struct Overflow : std::runtime_error {
-        using std::runtime_error::runtime_error;
-    };
-
     GzipStream(std::string_view gz, std::string name);
     ~GzipStream() override;
 
-    size_t wait(size_t need) override;
-    const char* data() const { return out_.data(); }
-    size_t size_hint() const { return out_.size(); }  // what the gzip trailer announced
+    bool next(std::string_view& chunk) override;
 
 private:
     void inflate_all();
 
+    static constexpr size_t kBlockBytes = 1 << 20;
+    static constexpr size_t kBlocks = 4;
+
     std::string_view in_;
     std::string name_;
-    Bytes out_;
+    std::array<std::vector<char>, kBlocks> blocks_;
+    std::array<size_t, kBlocks> filled_{};
     std::mutex mutex_;
     std::condition_variable cv_;
-    size_t produced_ = 0;
-    bool done_ = false, overflow_ = false;
+    size_t produced_ = 0;  // blocks filled so far
+    size_t taken_ = 0;     // blocks handed to the consumer
+    bool holding_ = false; // the consumer still reads block taken_ - 1
+    bool done_ = false;
     std::string error_;
     std::atomic<bool> cancel_{false};
     std::thread worker_;

@@ -29,20 +29,19 @@ class Parser {
     };
 
 public:
-    Parser(const char* base, size_t available, GrowingInput* more, Sink* sink, const std::string& name)
-        : p_(reinterpret_cast<const uint8_t*>(base)), begin_(p_), end_(p_ + available), more_(more), name_(name),
-          sink_(sink) {
-        doc_.base_ = base;
+    Parser(std::string_view first, ChunkSource* more, Sink* sink, const std::string& name)
+        : p_(reinterpret_cast<const uint8_t*>(first.data())), chunk_(p_), end_(p_ + first.size()), more_(more),
+          name_(name), sink_(sink) {
         // Sized for snapshots (a value per ~12 bytes); pages of the unused part are never touched.
-        const size_t expect = sink ? size_t(16) << 20 : more ? size_t(256) << 20 : available;
+        const size_t expect = sink ? size_t(16) << 20 : more ? size_t(256) << 20 : first.size();
         doc_.values_.reserve(expect / 12);
         doc_.items_.reserve(expect / 3);
     }
 
     Document run() {
         while (true) {
-            op_at_ = size_t(p_ - begin_);
-            if (__builtin_expect(p_ >= end_, 0) && !refill(1)) fail("pickle cut short (no STOP opcode)");
+            op_at_ = chunk_offset_ + size_t(p_ - chunk_);
+            if (__builtin_expect(p_ >= end_, 0) && !next_chunk()) fail("pickle cut short (no STOP opcode)");
             const uint8_t op = *p_++;
             switch (op) {
             case 0x80: take(1); break;                         // PROTO
@@ -186,17 +185,34 @@ private:
         fail(std::string("unknown or unsupported pickle opcode ") + hex);
     }
 
-    // More input, if a producer is still writing it: true once n bytes from p_ exist.
-    [[gnu::noinline]] bool refill(uint64_t n) {
-        if (!more_) return false;
-        const uint64_t want = uint64_t(p_ - begin_) + n;
-        if (want > (uint64_t(1) << 48)) return false;
-        end_ = begin_ + more_->wait(size_t(want));
-        return uint64_t(end_ - p_) >= n;
+    // The next chunk, once the current one is used up; false at the end of the input.
+    [[gnu::noinline]] bool next_chunk() {
+        std::string_view c;
+        do {
+            if (!more_ || !more_->next(c)) return false;
+        } while (c.empty());
+        chunk_offset_ += size_t(end_ - chunk_);
+        p_ = chunk_ = reinterpret_cast<const uint8_t*>(c.data());
+        end_ = p_ + c.size();
+        return true;
+    }
+
+    // n bytes that straddle chunks, gathered into one place (valid until the next take).
+    [[gnu::noinline]] const uint8_t* take_across(uint64_t n) {
+        if (n > (uint64_t(1) << 32)) fail("pickle argument too large");
+        straddle_.assign(p_, end_);
+        p_ = end_;
+        while (straddle_.size() < n) {
+            if (!next_chunk()) fail("pickle cut short inside an opcode's argument");
+            const size_t k = std::min<size_t>(size_t(end_ - p_), size_t(n) - straddle_.size());
+            straddle_.insert(straddle_.end(), p_, p_ + k);
+            p_ += k;
+        }
+        return straddle_.data();
     }
 
     [[gnu::always_inline]] const uint8_t* take(uint64_t n) {
-        if (__builtin_expect(n > uint64_t(end_ - p_), 0) && !refill(n)) fail("pickle cut short inside an opcode's argument");
+        if (__builtin_expect(n > uint64_t(end_ - p_), 0)) return take_across(n);
         const uint8_t* at = p_;
         p_ += n;
         return at;
@@ -230,9 +246,10 @@ private:
     }
     void push_blob(Type t, uint64_t n) {
         const uint8_t* b = take(n);
-        if (n > 0xFFFFFFFFu || b - begin_ > 0xFFFFFFFFll) fail("string too long or too far into the input");
+        if (n > 0xFFFFFFFFu || doc_.text_.size() + n > 0xFFFFFFFFull) fail("strings in the pickle exceed 4 GiB");
         Ref r = make(t);
-        doc_.values_[r].off = uint32_t(b - begin_);
+        doc_.values_[r].off = uint32_t(doc_.text_.size());
+        doc_.text_.insert(doc_.text_.end(), b, b + n);
         doc_.values_[r].len = uint32_t(n);
         push(r);
     }
@@ -254,18 +271,20 @@ private:
         doc_.values_[r].i = int64_t(v);
         push(r);
     }
-    size_t line_end() {
+    // A text opcode's argument, up to its newline (rare: protocol 0 and 1 only).
+    std::string take_line() {
+        std::string line;
         while (true) {
             const uint8_t* nl = static_cast<const uint8_t*>(std::memchr(p_, '\n', size_t(end_ - p_)));
-            if (nl) return size_t(nl - p_);
-            if (!refill(uint64_t(end_ - p_) + 1)) fail("pickle cut short inside a text argument");
+            if (nl) {
+                line.append(reinterpret_cast<const char*>(p_), size_t(nl - p_));
+                p_ = nl + 1;
+                return line;
+            }
+            line.append(reinterpret_cast<const char*>(p_), size_t(end_ - p_));
+            p_ = end_;
+            if (line.size() > 4096 || !next_chunk()) fail("pickle cut short inside a text argument");
         }
-    }
-    std::string take_line() {
-        size_t n = line_end();
-        std::string s(reinterpret_cast<const char*>(p_), n);
-        p_ += n + 1;
-        return s;
     }
     uint64_t line_uint() {
         std::string s = take_line();
@@ -452,9 +471,11 @@ private:
     std::vector<Ref> scratch_work_, scratch_remap_, scratch_items_;
     std::vector<Document::Batch> scratch_batches_;
     const uint8_t* p_;
-    const uint8_t* begin_;
-    const uint8_t* end_;  // of what is available so far
-    GrowingInput* more_;
+    const uint8_t* chunk_;  // the current chunk: [chunk_, end_)
+    const uint8_t* end_;
+    size_t chunk_offset_ = 0;  // of chunk_ in the whole input, for messages
+    ChunkSource* more_;
+    std::vector<uint8_t> straddle_;
     const std::string& name_;
     Sink* sink_;
     size_t op_at_ = 0;
@@ -466,11 +487,11 @@ private:
 };
 
 Document parse(std::string_view bytes, const std::string& name, Sink* sink) {
-    return Parser(bytes.data(), bytes.size(), nullptr, sink, name).run();
+    return Parser(bytes, nullptr, sink, name).run();
 }
 
-Document parse(const char* base, GrowingInput& input, const std::string& name, Sink* sink) {
-    return Parser(base, 0, &input, sink, name).run();
+Document parse(std::string_view first, ChunkSource& rest, const std::string& name, Sink* sink) {
+    return Parser(first, &rest, sink, name).run();
 }
 
 }  // namespace vramscope::pickle

@@ -1,7 +1,7 @@
 // A reader of Python pickles that understands the data opcodes only. An opcode that would import
 // or call anything (GLOBAL, REDUCE, BUILD, NEWOBJ, ...) stops the parse with an error: a snapshot
-// from a stranger can never run code here. Strings point into the input buffer, which must
-// outlive the Document.
+// from a stranger can never run code here. Input comes in chunks and is not kept: strings are
+// copied into the Document, so a gzip'd snapshot never needs its whole decompressed size in memory.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -35,7 +35,7 @@ struct Value {
     union {
         int64_t i;       // integer, boolean
         double f;        // floating
-        uint32_t off;    // string/bytes: offset of the payload in the input
+        uint32_t off;    // string/bytes: offset of the payload in the Document's text
         struct {
             uint32_t first, last;  // container: first and last batch (0: empty)
         };
@@ -72,14 +72,14 @@ public:
     }
     // The value under a string key of a dict, if there is one.
     std::optional<Value> get(Ref dict, std::string_view key, Ref* out_ref = nullptr) const;
-    std::string_view str(Ref r) const { return {base_ + values_[r].off, values_[r].len}; }
+    std::string_view str(Ref r) const { return {text_.data() + values_[r].off, values_[r].len}; }
 
 private:
     friend class Parser;
     struct Batch {
         uint32_t begin = 0, count = 0, next = 0;
     };
-    const char* base_ = nullptr;  // the input: strings are offsets into it
+    std::vector<char> text_;  // string and bytes payloads
     std::vector<Value> values_;
     std::vector<Batch> batches_{1};  // batch 0 is the "none" sentinel
     std::vector<Ref> items_;
@@ -106,7 +106,7 @@ struct NeedsWholeDocument {};
 // Parses bytes (not a file name: `name` is only for messages). Throws pickle::Error.
 Document parse(std::string_view bytes, const std::string& name, Sink* sink = nullptr);
 
-// Parses bytes still being produced at `base` (see GrowingInput), e.g. by a GzipStream.
-Document parse(const char* base, GrowingInput& input, const std::string& name, Sink* sink = nullptr);
+// Parses input that arrives in chunks, `first` and then whatever `rest` gives (a GzipStream).
+Document parse(std::string_view first, ChunkSource& rest, const std::string& name, Sink* sink = nullptr);
 
 }  // namespace vramscope::pickle

@@ -393,7 +393,7 @@ template <class Parse> Trace import_with(const std::string& name, size_t pickle_
     Trace trace;
     trace.source = name;
     trace.format = "torch-snapshot";
-    trace.events.reserve(pickle_bytes / 64);  // ~86 pickle bytes an event: growing it costs copies
+    trace.events.reserve(pickle_bytes / 64);  // >= 64 pickle bytes an event: growing it costs copies
     try {
         SnapshotImporter importer(trace, name);
         const pickle::Document doc = parse(&importer);
@@ -417,19 +417,23 @@ Trace import_torch_snapshot(std::string_view bytes, const std::string& name) {
 Trace load_any(const std::string& path) {
     const Bytes file = read_file(path);
     std::string_view bytes = view(file);
-    if (is_gzip(bytes)) {
-        try {
-            GzipStream gz(bytes, path);
-            const size_t head = gz.wait(sizeof(uint64_t) + 4);
-            if (looks_like_pickle(std::string_view(gz.data(), head)))
-                return import_with(path, gz.size_hint(),
-                                   [&](pickle::Sink* sink) { return pickle::parse(gz.data(), gz, path, sink); });
-        } catch (const GzipStream::Overflow&) {
+    if (!is_gzip(bytes)) return load_plain(bytes, path);
+    {
+        GzipStream peek(bytes, path);
+        std::string_view first;
+        if (!peek.next(first)) first = {};
+        if (!looks_like_pickle(first)) {  // a gzip'd .vscope, or not ours: whole, for the message
+            const Bytes plain = gunzip(bytes, path);
+            return load_plain(view(plain), path);
         }
-        const Bytes plain = gunzip(bytes, path);
-        return load_plain(view(plain), path);
     }
-    return load_plain(bytes, path);
+    // Each parse (a second one only if the sink must be dropped) reads its own stream.
+    return import_with(path, 16 * bytes.size(), [&](pickle::Sink* sink) {
+        GzipStream gz(bytes, path);
+        std::string_view first;
+        gz.next(first);
+        return pickle::parse(first, gz, path, sink);
+    });
 }
 
 }  // namespace vramscope
