@@ -14,7 +14,7 @@ cmake -S . -B build/dev -G Ninja >/dev/null && cmake --build build/dev --target 
 mkdir -p build/fuzz/corpus/pickle build/fuzz/corpus/trace
 for f in tests/data/*.pickle.gz; do
   name=$(basename "$f" .pickle.gz)
-  gunzip -c "$f" > "build/fuzz/corpus/pickle/$name.pickle"
+  { printf '\000'; gunzip -c "$f"; } > "build/fuzz/corpus/pickle/$name.pickle"
   build/dev/vramscope-core convert "$f" "build/fuzz/seed.vscope" >/dev/null
   { printf '\001'; cat build/fuzz/seed.vscope; } > "build/fuzz/corpus/trace/$name.vscope"
 done
@@ -26,7 +26,8 @@ for f in sorted(glob.glob("tests/data/*.pickle.gz")):
     snap["device_traces"] = [t[:60] for t in snap["device_traces"]]
     snap["segments"] = snap["segments"][:2]
     name = f.split("/")[-1].replace(".pickle.gz", "")
-    open(f"build/fuzz/corpus/pickle/small_{name}.pickle", "wb").write(pickle.dumps(snap))
+    for cut in (0, 7, 64):  # first byte: chunk size for the harness (0: whole)
+        open(f"build/fuzz/corpus/pickle/small_{cut}_{name}.pickle", "wb").write(bytes([cut]) + pickle.dumps(snap))
 PY
 for target in $targets; do
   build/fuzz/fuzz_$target -max_total_time="$seconds" -max_len=262144 -timeout=10 -rss_limit_mb=4096 \

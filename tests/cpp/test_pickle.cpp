@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "common/gzip_stream.h"
 #include "importers/pickle.h"
 #include "importers/torch_snapshot.h"
 
@@ -66,6 +67,34 @@ TEST(Pickle, ReadsDataOpcodes) {
     EXPECT_EQ(d.get(root, "none")->type, pickle::Type::none);
     EXPECT_EQ(d.get(root, "yes")->i, 1);
     EXPECT_FALSE(d.get(root, "missing"));
+}
+
+TEST(Pickle, ChunkBoundariesAnywhereGiveTheSameDocument) {
+    P p;
+    p.op('}').memo().mark().str("a_long_key_name").op('X');
+    const std::string payload(300, 'x');
+    for (int k = 0; k < 4; ++k) p.u8(uint8_t(payload.size() >> (8 * k)));
+    p.b += payload;
+    p.str("n").long1(0x7f1234567800ull).str("t").i1(3).i1(4).op('\x86').op('u');
+    const std::string bytes = p.stop();
+    for (size_t piece : {1, 2, 3, 7, 64, 4096}) {
+        FixedChunks chunks(bytes, piece);
+        const std::string_view first = chunks.first();
+        pickle::Document d = pickle::parse(first, chunks, "chunked.pickle");
+        pickle::Ref s;
+        ASSERT_TRUE(d.get(d.root(), "a_long_key_name", &s)) << piece;
+        EXPECT_EQ(d.str(s), payload) << piece;
+        EXPECT_EQ(uint64_t(d.get(d.root(), "n")->i), 0x7f1234567800ull) << piece;
+        EXPECT_EQ(d.get(d.root(), "t")->len, 2u) << piece;
+    }
+    FixedChunks cut(std::string_view(bytes).substr(0, bytes.size() - 5), 3);
+    const std::string_view first = cut.first();
+    try {
+        pickle::parse(first, cut, "cut.pickle");
+        FAIL();
+    } catch (const pickle::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("cut.pickle: offset "), std::string::npos);
+    }
 }
 
 TEST(Pickle, RefusesEveryOpcodeThatImportsOrCalls) {

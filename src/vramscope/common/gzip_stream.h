@@ -22,6 +22,28 @@ public:
     virtual bool next(std::string_view& chunk) = 0;
 };
 
+// A buffer handed out in pieces of a fixed size: how tests and the fuzzer put chunk boundaries
+// everywhere a gzip stream might.
+class FixedChunks : public ChunkSource {
+public:
+    FixedChunks(std::string_view all, size_t piece) : rest_(all), piece_(piece ? piece : all.size() + 1) {}
+    std::string_view first() { return cut(); }
+    bool next(std::string_view& chunk) override {
+        if (rest_.empty()) return false;
+        chunk = cut();
+        return true;
+    }
+
+private:
+    std::string_view cut() {
+        const std::string_view c = rest_.substr(0, piece_);
+        rest_.remove_prefix(c.size());
+        return c;
+    }
+    std::string_view rest_;
+    size_t piece_;
+};
+
 class GzipStream : public ChunkSource {
 public:
     GzipStream(std::string_view gz, std::string name);
