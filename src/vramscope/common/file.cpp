@@ -79,4 +79,18 @@ Bytes gunzip(std::string_view in, const std::string& name) {
     return out;
 }
 
+std::string gunzip_prefix(std::string_view gz, size_t n) {
+    std::string out(n, '\0');
+    z_stream z{};
+    if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) return {};
+    z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(gz.data()));
+    z.avail_in = uInt(std::min<size_t>(gz.size(), 0x7fffffff));
+    z.next_out = reinterpret_cast<Bytef*>(out.data());
+    z.avail_out = uInt(n);
+    const int rc = inflate(&z, Z_SYNC_FLUSH);
+    out.resize(rc == Z_OK || rc == Z_STREAM_END ? n - z.avail_out : 0);
+    inflateEnd(&z);
+    return out;
+}
+
 }  // namespace vramscope

@@ -418,14 +418,9 @@ Trace load_any(const std::string& path) {
     const Bytes file = read_file(path);
     std::string_view bytes = view(file);
     if (!is_gzip(bytes)) return load_plain(bytes, path);
-    {
-        GzipStream peek(bytes, path);
-        std::string_view first;
-        if (!peek.next(first)) first = {};
-        if (!looks_like_pickle(first)) {  // a gzip'd .vscope, or not ours: whole, for the message
-            const Bytes plain = gunzip(bytes, path);
-            return load_plain(view(plain), path);
-        }
+    if (!looks_like_pickle(gunzip_prefix(bytes, 16))) {  // a gzip'd .vscope, or not ours: whole, for the message
+        const Bytes plain = gunzip(bytes, path);
+        return load_plain(view(plain), path);
     }
     // Each parse (a second one only if the sink must be dropped) reads its own stream.
     return import_with(path, 16 * bytes.size(), [&](pickle::Sink* sink) {
