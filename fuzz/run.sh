@@ -30,6 +30,6 @@ for f in sorted(glob.glob("tests/data/*.pickle.gz")):
         open(f"build/fuzz/corpus/pickle/small_{cut}_{name}.pickle", "wb").write(bytes([cut]) + pickle.dumps(snap))
 PY
 for target in $targets; do
-  build/fuzz/fuzz_$target -max_total_time="$seconds" -max_len=262144 -timeout=10 -rss_limit_mb=4096 \
+  build/fuzz/fuzz_$target -max_total_time="$seconds" -max_len=${MAX_LEN:-65536} -timeout=10 -rss_limit_mb=4096 \
     -print_final_stats=1 build/fuzz/corpus/$target 2>&1 | tail -n 15 | tee "build/fuzz/$target.log"
 done

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -72,7 +73,13 @@ int analyze_command(const std::vector<std::string>& args) {
     }
     if (files.empty()) throw UsageError("analyze needs at least one FILE");
     std::vector<Findings> runs;
-    for (const auto& path : files) runs.push_back(analyze(load_any(path), opt));
+    for (const auto& path : files) {
+        const auto started = std::chrono::steady_clock::now();
+        Trace trace = load_any(path);
+        const double import_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+        runs.push_back(analyze(trace, opt));
+        runs.back().import_seconds = import_seconds;
+    }
     if (json_out != "-") {
         bool first = true;
         for (const Findings& f : runs) {

@@ -91,6 +91,7 @@ struct Findings {
     std::vector<std::string> warnings;    // from reading the input
     std::vector<std::pair<std::string, std::string>> meta;
     double analysis_seconds = 0;
+    double import_seconds = 0;      // reading the input into events (set by whoever read it)
 };
 
 }  // namespace vramscope

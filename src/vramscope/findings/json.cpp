@@ -226,6 +226,7 @@ void findings_object(Json& j, const Findings& f) {
     j.open('{');
     for (const auto& [k, v] : f.meta) j.field(k.c_str(), v);
     j.close('}');
+    j.field("import_seconds", f.import_seconds);
     j.field("analysis_seconds", f.analysis_seconds);
     j.close('}');
 }
