@@ -90,6 +90,19 @@ void source_line(Json& j, const SourceLine& s) {
     j.close('}');
 }
 
+// [[a, b], ...]: compact for the long lists (blocks, per-stream bytes).
+void pairs(Json& j, const char* key, const std::vector<std::pair<uint64_t, uint64_t>>& items) {
+    j.key(key);
+    j.open('[');
+    for (const auto& [a, b] : items) {
+        j.open('[');
+        j.value(a);
+        j.value(b);
+        j.close(']');
+    }
+    j.close(']');
+}
+
 void optional_step(Json& j, const char* k, const std::optional<uint64_t>& v) {
     j.key(k);
     if (v) j.value(*v);
@@ -126,15 +139,7 @@ void findings_object(Json& j, const Findings& f) {
             j.field("reserved", p.reserved);
             j.field("peak_allocated", p.peak_allocated);
             j.field("pending_free", p.pending_free);
-            j.key("by_stream");
-            j.open('[');
-            for (const auto& [stream, bytes] : p.by_stream) {
-                j.open('[');
-                j.value(stream);
-                j.value(bytes);
-                j.close(']');
-            }
-            j.close(']');
+            pairs(j, "by_stream", p.by_stream);
             j.field("complete", uint64_t(k < f.step_count));
             j.close('}');
         }
@@ -188,15 +193,7 @@ void findings_object(Json& j, const Findings& f) {
         j.field("live_bytes", l.live_bytes);
         j.field("peak_bytes", l.peak_bytes);
         j.field("surviving_allocations", l.surviving_allocations);
-        j.key("live_blocks");
-        j.open('[');
-        for (const auto& [addr, size] : l.live_blocks) {
-            j.open('[');
-            j.value(addr);
-            j.value(size);
-            j.close(']');
-        }
-        j.close(']');
+        pairs(j, "live_blocks", l.live_blocks);
         j.close('}');
     }
     j.close(']');

@@ -54,33 +54,13 @@ public:
                 marks_.push_back(Mark{stack_.size(), uint32_t(doc_.values_.size()), uint32_t(doc_.items_.size()),
                                       uint32_t(doc_.batches_.size()), memo_log_.size()});
                 break;
-            case 'd': {                                        // DICT
-                Ref d = make(Type::dict);
-                add_from_mark(d, Type::dict, 2);
-                push(d);
-                break;
-            }
-            case 'l': {  // LIST
-                Ref l = make(Type::list);
-                add_from_mark(l, Type::list, 1);
-                push(l);
-                break;
-            }
-            case 't': {  // TUPLE
-                Ref t = make(Type::tuple);
-                add_from_mark(t, Type::tuple, 1);
-                push(t);
-                break;
-            }
+            case 'd': from_mark(Type::dict, 2); break;   // DICT
+            case 'l': from_mark(Type::list, 1); break;   // LIST
+            case 't': from_mark(Type::tuple, 1); break;  // TUPLE
             case 0x85: tuple_of(1); break;
             case 0x86: tuple_of(2); break;
             case 0x87: tuple_of(3); break;
-            case 0x91: {  // FROZENSET
-                Ref s = make(Type::set);
-                add_from_mark(s, Type::set, 1);
-                push(s);
-                break;
-            }
+            case 0x91: from_mark(Type::set, 1); break;   // FROZENSET
             case 's': {  // SETITEM
                 need(3);
                 add_items(stack_[stack_.size() - 3], Type::dict, stack_.size() - 2, 2);
@@ -342,6 +322,12 @@ private:
         add_items(t, Type::tuple, stack_.size() - n, n);
         stack_.resize(stack_.size() - n);
         push(t);
+    }
+    // A new container of what lies above the last MARK.
+    void from_mark(Type t, size_t arity) {
+        const Ref c = make(t);
+        add_from_mark(c, t, arity);
+        push(c);
     }
     void add_from_mark(Ref container, Type t, size_t arity) {
         const size_t m = pop_mark().stack;
