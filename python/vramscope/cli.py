@@ -14,12 +14,13 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["demo"]:
         print(
-            "vramscope demo: a real torch memory snapshot, recorded on an H100, of a training loop whose\n"
-            "saved-tensors hook stashes activations on a side stream and never clears them (the TRL\n"
-            "OffloadActivations leak). Your own: vramscope analyze snapshot.pickle\n",
+            "vramscope demo: a real torch memory snapshot, recorded on an 80 GB H100, of a training loop\n"
+            "whose saved-tensors hook stashes activations on a side stream and never clears them (the\n"
+            "TRL OffloadActivations leak). Your own: vramscope analyze snapshot.pickle\n",
             flush=True,
         )
-        args = ["analyze", str(DEMO_TRACE), *args[1:]]
+        # The snapshot does not say how large the GPU was; the recording run did (81,559 MiB).
+        args = ["analyze", str(DEMO_TRACE), "--device-memory", "81559MiB", *args[1:]]
     sys.stdout.flush()
     return cli_main(args)
 

@@ -36,6 +36,8 @@ public:
         const size_t expect = sink ? size_t(16) << 20 : more ? size_t(256) << 20 : first.size();
         doc_.values_.reserve(expect / 12);
         doc_.items_.reserve(expect / 3);
+        stack_.reserve(1 << 12);
+        marks_.reserve(64);
     }
 
     Document run() {
@@ -235,7 +237,7 @@ private:
     }
     // Little-endian two's complement, as LONG1/LONG4 store it. Addresses need up to 9 bytes
     // (a top bit set in 8 bytes is followed by a 0 sign byte); wider ones stay unusable.
-    void long_le(uint64_t n) {
+    [[gnu::always_inline]] void long_le(uint64_t n) {
         const uint8_t* b = take(n);
         uint64_t v = 0;
         bool big = false;
@@ -305,7 +307,7 @@ private:
         }
         if (sink_) memo_log_.push_back(uint32_t(idx));
     }
-    void memo_get(uint64_t idx) {
+    [[gnu::always_inline]] void memo_get(uint64_t idx) {
         if (idx >= memo_.size() || memo_[idx] == kNoRef) fail("memo index " + std::to_string(idx) + " was never stored");
         push(memo_[idx]);
     }

@@ -242,6 +242,11 @@ private:
         });
     }
 
+    uint16_t stream_of(uint64_t handle) {  // entries mostly repeat the last stream
+        if (handle != last_stream_handle_) last_stream_handle_ = handle, last_stream_ = t_.stream_index(handle);
+        return last_stream_;
+    }
+
     bool is_entry(Ref e) {
         if ((*doc_)[e].type != Type::dict) return false;
         bool found = false;
@@ -263,7 +268,7 @@ private:
             case Key::action: action = v, has_action = true; break;
             case Key::addr: ev.addr = uint64_t(number(v)); break;
             case Key::size: ev.size = uint64_t(number(v)); break;
-            case Key::stream: ev.stream = t_.stream_index(uint64_t(number(v))); break;
+            case Key::stream: ev.stream = stream_of(uint64_t(number(v))); break;
             case Key::time_us: ev.time_us = number(v); break;
             case Key::frames: frames = v, has_frames = true; break;
             case Key::device_free: device_free = number(v); break;
@@ -360,6 +365,8 @@ private:
     KeyCache key_;
     std::vector<Action> actions_;
     std::vector<Event> notes_;      // annotations, merged into the events in time order
+    uint64_t last_stream_handle_ = 0;
+    uint16_t last_stream_ = 0;      // Trace::streams[0] is stream 0
     std::vector<Ref> streamed_lists_;  // device trace lists whose entries were taken while parsing
     std::unordered_map<Ref, uint32_t> frame_cache_;
     struct CachedStack {
