@@ -94,6 +94,25 @@ TEST(Fixtures, EveryRecordedSnapshotGivesTheRecordedTruth) {
     }
 }
 
+TEST(Fixtures, WithoutAnnotationsStepsComeFromTheOptimizersFramesAndTheAnswerStands) {
+    for (const fs::path& file : fixtures()) {
+        SCOPED_TRACE(file.filename().string());
+        std::string stem = file.filename().string();
+        stem.resize(stem.size() - std::string(".pickle.gz").size());
+        const Truth truth = read_truth(file.parent_path() / (stem + ".truth.json"));
+        Trace t = load_any(file.string());
+        std::erase_if(t.events, [](const Event& e) {
+            return e.kind == EventKind::annotation_start || e.kind == EventKind::annotation_end;
+        });
+        Findings f = analyze(t);
+        EXPECT_EQ(f.steps_source, "optimizer-frames");
+        EXPECT_GE(f.step_count, 28u);
+        EXPECT_EQ(f.verdict, truth.verdict);
+        if (truth.verdict == "leak")
+            EXPECT_NEAR(f.leak_bytes_per_step, truth.measured_slope, 0.10 * truth.measured_slope);
+    }
+}
+
 TEST(Fixtures, ConvertedTraceAnalysesTheSame) {
     for (const fs::path& file : fixtures()) {
         SCOPED_TRACE(file.filename().string());

@@ -76,46 +76,78 @@ bool from_optimizer_annotations(const Trace& t, const Marks& m, Steps& out) {
     return true;
 }
 
-// A training loop repeats: many allocation sites occur exactly once per step, so the most common
-// occurrence count among sites is the step count, and the earliest such site marks step starts.
+// Without annotations, torch's optimizers still show in the stacks (stacks="python"): each run
+// of allocations made under torch/optim/ is one optimizer.step(), and the step ends where the
+// next allocation from elsewhere begins.
+bool from_optimizer_frames(const Trace& t, Steps& out) {
+    std::vector<int8_t> in_optimizer(t.stacks.stack_count() + 1, -1);  // by stack id
+    auto optimizer_stack = [&](uint32_t stack) {
+        int8_t& known = in_optimizer[stack];
+        if (known < 0) {
+            known = 0;
+            for (uint32_t f : t.stacks.frames_of(stack))
+                if (t.stacks.string(t.stacks.frame(f).file).find("/torch/optim/") != std::string_view::npos) known = 1;
+        }
+        return known == 1;
+    };
+    bool in_step = false;
+    for (size_t i = 0; i < t.events.size(); ++i) {
+        const Event& e = t.events[i];
+        if (e.kind != EventKind::alloc || e.stack == 0) continue;
+        const bool optimizer = optimizer_stack(e.stack);
+        if (in_step && !optimizer) out.ends.push_back(i - 1);
+        in_step = optimizer;
+    }
+    if (out.ends.size() < 2) return false;
+    out.source = "optimizer-frames";
+    out.detail = "allocations under torch/optim/";
+    return true;
+}
+
+// A training loop repeats: many allocation sites occur exactly once per step (or per
+// microbatch, or per layer). The occurrence count whose sites cover the most allocations is the
+// loop's period; a smaller count that divides it and still covers a quarter as much is a coarser
+// repeat (steps of several microbatches) and wins. The earliest site with that count marks steps.
 bool from_period(const Trace& t, Steps& out) {
     std::unordered_map<uint64_t, uint32_t> count;
     std::unordered_map<uint64_t, size_t> first_seen;
+    auto key_of = [](const Event& e) { return e.stack ? uint64_t(e.stack) : (uint64_t(1) << 63) | e.size; };
     for (size_t i = 0; i < t.events.size(); ++i) {
         const Event& e = t.events[i];
         if (e.kind != EventKind::alloc) continue;
-        const uint64_t key = e.stack ? e.stack : (uint64_t(1) << 63) | e.size;
-        if (count[key]++ == 0) first_seen[key] = i;
+        if (count[key_of(e)]++ == 0) first_seen[key_of(e)] = i;
     }
     std::map<uint32_t, uint32_t> sites_with_count;
     for (const auto& [key, c] : count)
         if (c >= 3) ++sites_with_count[c];
     if (sites_with_count.empty()) return false;
-    // On a tie the smaller count wins: a step is the loop's coarsest repeat.
-    uint32_t period_count = 0, best_sites = 0;
+    auto coverage = [&](uint32_t c) { return uint64_t(c) * sites_with_count.at(c); };
+    uint32_t period = sites_with_count.begin()->first;
     for (const auto& [c, sites] : sites_with_count)
-        if (sites > best_sites) {
-            best_sites = sites;
-            period_count = c;
+        if (coverage(c) > coverage(period)) period = c;
+    for (const auto& [c, sites] : sites_with_count) {
+        if (c >= period) break;
+        if (period % c == 0 && coverage(c) * 4 >= coverage(period)) {
+            period = c;
+            break;
         }
+    }
     uint64_t anchor = 0;
     size_t anchor_first = SIZE_MAX;
     for (const auto& [key, c] : count)
-        if (c == period_count && first_seen[key] < anchor_first) {
+        if (c == period && first_seen[key] < anchor_first) {
             anchor_first = first_seen[key];
             anchor = key;
         }
     bool first = true;
     for (size_t i = 0; i < t.events.size(); ++i) {
         const Event& e = t.events[i];
-        if (e.kind != EventKind::alloc) continue;
-        const uint64_t key = e.stack ? e.stack : (uint64_t(1) << 63) | e.size;
-        if (key != anchor) continue;
+        if (e.kind != EventKind::alloc || key_of(e) != anchor) continue;
         if (!first && i > 0) out.ends.push_back(i - 1);  // a step ends just before its successor starts
         first = false;
     }
     out.source = "inferred-period";
-    out.detail = std::to_string(best_sites) + " allocation sites recur " + std::to_string(period_count) + " times";
+    out.detail = std::to_string(sites_with_count.at(period)) + " allocation sites recur " + std::to_string(period) + " times";
     return !out.ends.empty();
 }
 
@@ -127,6 +159,8 @@ Steps find_steps(const Trace& trace) {
     if (from_markers(marks, s)) return s;
     s = Steps{};
     if (from_optimizer_annotations(trace, marks, s)) return s;
+    s = Steps{};
+    if (from_optimizer_frames(trace, s)) return s;
     s = Steps{};
     if (from_period(trace, s)) return s;
     s = Steps{};

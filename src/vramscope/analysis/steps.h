@@ -1,5 +1,6 @@
 // Where one training step ends and the next begins, from the best source a trace offers:
-// our own step markers, else torch's optimizer annotations, else the period of the allocations.
+// our own step markers, else torch's optimizer annotations, else optimizer frames in the stacks,
+// else the period of the allocations.
 #pragma once
 #include <string>
 #include <vector>
@@ -12,7 +13,7 @@ struct Steps {
     // Index of the last event of each full step; events after the last index form an unfinished
     // step that the timeline shows but survivor analysis does not judge.
     std::vector<size_t> ends;
-    std::string source;  // "markers", "optimizer-annotations", "inferred-period", "none"
+    std::string source;  // "markers", "optimizer-annotations", "optimizer-frames", "inferred-period", "none"
     std::string detail;  // e.g. the annotation name, or the anchor site of the period
 };
 
