@@ -33,7 +33,7 @@ public:
         : p_(reinterpret_cast<const uint8_t*>(first.data())), chunk_(p_), end_(p_ + first.size()), more_(more),
           name_(name), sink_(sink) {
         // Sized for snapshots (a value per ~12 bytes); pages of the unused part are never touched.
-        const size_t expect = sink ? size_t(16) << 20 : more ? size_t(256) << 20 : first.size();
+        const size_t expect = more ? size_t(16) << 20 : first.size();  // chunked: grow as needed
         doc_.values_.reserve(expect / 12);
         doc_.items_.reserve(expect / 3);
         stack_.reserve(1 << 12);
