@@ -254,8 +254,8 @@ private:
         return found;
     }
 
-    // One device_traces entry; with `forget`, it also lets the parser drop the frames list: a free
-    // shares its alloc's list, and frees' stacks are not read.
+    // One device_traces entry; with `forget`, it also lets the parser drop the frames list (a free
+    // shares its alloc's list, and frees' stacks are not read) and the fields it does not read.
     void read_entry(Ref e, uint8_t device, std::vector<Ref>* forget = nullptr) {
         if ((*doc_)[e].type != Type::dict) return;
         Event ev;
@@ -272,7 +272,11 @@ private:
             case Key::time_us: ev.time_us = number(v); break;
             case Key::frames: frames = v, has_frames = true; break;
             case Key::device_free: device_free = number(v); break;
-            default: break;
+            default:
+                // Fields not read here (compile_context, user_metadata, ...): torch pickles a
+                // fresh string for each, which the memo would otherwise keep alive.
+                if (forget) forget->push_back(v);
+                break;
             }
         });
         if (has_frames && forget) forget->push_back(frames);
