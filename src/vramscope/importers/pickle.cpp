@@ -40,7 +40,7 @@ public:
         marks_.reserve(64);
     }
 
-    Document run() {
+    [[gnu::flatten]] Document run() {
         while (true) {
             op_at_ = chunk_offset_ + size_t(p_ - chunk_);
             if (__builtin_expect(p_ >= end_, 0) && !next_chunk()) fail("pickle cut short (no STOP opcode)");

@@ -57,7 +57,7 @@ class SnapshotImporter : public pickle::Sink {
 public:
     SnapshotImporter(Trace& trace, const std::string& name) : t_(trace), name_(name) {}
 
-    bool take(const Document& doc, Ref list, const Ref* items, size_t n, std::vector<Ref>& forget) override {
+    [[gnu::flatten]] bool take(const Document& doc, Ref list, const Ref* items, size_t n, std::vector<Ref>& forget) override {
         doc_ = &doc;
         if (!is_entry(items[0])) return false;
         uint8_t ordinal = 0;
