@@ -259,3 +259,25 @@ TEST(TorchSnapshot, AnEntryThatReusesAnEarlierFramesListIsStillRight) {
     const Frame& f = t.stacks.frame(t.stacks.node(t.events[1].stack).frame);
     EXPECT_EQ(t.stacks.string(f.file), "/home/u/train.py");
 }
+
+TEST(TorchSnapshot, AFieldWhoseValueAnEarlierEntryLetGoIsStillRead) {
+    // Entry A carries the string "alloc" under a field the importer does not read, so the parser
+    // may drop it; entry B's action is a GET of that very string.
+    P p;
+    p.op('}').memo().mark().str("device_traces").op(']').memo().mark().op(']').memo();  // memo 0, 1, 2
+    auto entry = [&](uint64_t addr, bool action_by_get) {
+        p.mark().op('}').memo().mark().str("action");
+        if (action_by_get) p.get(4);
+        else p.str("alloc");
+        p.str("addr").long1(addr).str("size").i4(512).str("stream").i1(0).str("time_us").i4(int32_t(addr & 0xffff));
+        if (!action_by_get) p.str("compile_context").str("alloc").memo();  // memo 4 (the dict is 3)
+        p.op('u').op('e');
+    };
+    entry(0x7f0000000000ull, false);
+    entry(0x7f0000000200ull, true);
+    p.op('e').op('u');
+    Trace t = import_torch_snapshot(p.stop(), "field.pickle");
+    ASSERT_EQ(t.events.size(), 2u);
+    EXPECT_EQ(t.events[1].kind, EventKind::alloc);
+    EXPECT_EQ(t.events[1].addr, 0x7f0000000200ull);
+}

@@ -264,7 +264,12 @@ private:
         bool has_action = false, has_frames = false;
         int64_t device_free = 0;
         doc_->for_each_pair(e, [&](Ref k, Ref v) {
-            switch (key_(*doc_, k)) {
+            const Key key = key_(*doc_, k);
+            // A field this reads, whose value an earlier entry let go: only the whole document has
+            // it. (Frames are checked where they are read: frees share their alloc's, unread.)
+            if (key != Key::other && key != Key::frames && (*doc_)[v].type == Type::forgotten)
+                throw pickle::NeedsWholeDocument();
+            switch (key) {
             case Key::action: action = v, has_action = true; break;
             case Key::addr: ev.addr = uint64_t(number(v)); break;
             case Key::size: ev.size = uint64_t(number(v)); break;
