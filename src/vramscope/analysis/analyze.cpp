@@ -179,16 +179,6 @@ std::string mib(double bytes) { return format_bytes(bytes); }
 
 }  // namespace
 
-const char* site_verdict_name(SiteVerdict v) {
-    switch (v) {
-    case SiteVerdict::leak: return "leak";
-    case SiteVerdict::warm_up: return "warm-up";
-    case SiteVerdict::bounded_cache: return "bounded-cache";
-    case SiteVerdict::no_growth: return "no-growth";
-    }
-    return "?";
-}
-
 Findings analyze(const Trace& t, const AnalysisOptions& opt) {
     const auto started = std::chrono::steady_clock::now();
     Findings f;
@@ -327,7 +317,6 @@ Findings analyze(const Trace& t, const AnalysisOptions& opt) {
         const bool grows = fit.slope > 0 && growth >= 0.5 * fit.slope * span && fit.r2 >= 0.6;
         const bool still_growing = late.slope >= 0.5 * fit.slope;
         if (recurring >= 2 && sf.recurrence >= 0.2 && grows && still_growing) {
-            sf.verdict = SiteVerdict::leak;
             sf.confidence = std::clamp(fit.r2, 0.0, 1.0) * std::min(1.0, sf.recurrence * 1.25) *
                             std::min(1.0, double(judged) / 8.0);
             const LineFit& dfit = device_alloc_fit[s.device];
@@ -339,7 +328,6 @@ Findings analyze(const Trace& t, const AnalysisOptions& opt) {
             warmup_bytes += sf.live_bytes;
             warmup_sites.emplace_back(sf.live_bytes, sf.site);
         } else if (recurring >= 2 && sf.peak_bytes > 0) {
-            sf.verdict = SiteVerdict::bounded_cache;
             NotLeak n;
             n.kind = "bounded-cache";
             n.bytes = sf.peak_bytes;

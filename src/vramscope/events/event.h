@@ -24,7 +24,7 @@ enum class EventKind : uint8_t {
 };
 constexpr int kEventKindCount = 14;
 
-std::string_view event_kind_name(EventKind kind);
+// torch's snapshot `action` spelling to a kind; false if unknown.
 bool parse_event_kind(std::string_view name, EventKind& out);
 
 inline bool is_block_event(EventKind k) { return k <= EventKind::free_completed || k == EventKind::free; }

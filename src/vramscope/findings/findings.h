@@ -42,11 +42,8 @@ struct DeviceSummary {
     std::optional<uint64_t> oom_step;       // the trace holds an OOM event in this step
 };
 
-enum class SiteVerdict { leak, warm_up, bounded_cache, no_growth };
-const char* site_verdict_name(SiteVerdict v);
-
+// An allocation site judged to leak.
 struct SiteFinding {
-    SiteVerdict verdict = SiteVerdict::no_growth;
     SourceLine site;
     std::vector<SourceLine> stack;   // innermost first; the most common full stack at this site
     uint16_t device = 0;

@@ -55,7 +55,6 @@ public:
         v.i = int64_t(int32_t(r << 1) >> 1);  // sign-extend the low 31 bits
         return v;
     }
-    size_t value_count() const { return values_.size(); }
 
     // Calls f(item) for each item of a container (a dict's keys and values alternate), f(key, value)
     // for each dict pair. Nothing for other values.

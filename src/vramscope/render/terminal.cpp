@@ -51,14 +51,6 @@ const char* steps_source_words(const std::string& source) {
 
 }  // namespace
 
-std::string one_line_verdict(const Findings& f) {
-    if (f.verdict != "leak") return "no leak";
-    std::string s = "leak: " + per_step(f.leak_bytes_per_step);
-    if (!f.leaks.empty()) s += " at " + where(f.leaks.front().site);
-    if (f.projected_oom_step) s += "; OOM projected at step " + format_count(*f.projected_oom_step);
-    return s;
-}
-
 std::string render_summary(const Findings& f, bool color, size_t max_leaks) {
     const Style st{color};
     std::string o;

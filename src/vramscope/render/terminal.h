@@ -8,7 +8,4 @@ namespace vramscope {
 
 std::string render_summary(const Findings& f, bool color, size_t max_leaks = 5);
 
-// "leak: +36.0 MiB/step at modeling_llama.py:480 forward; OOM projected at step 1,912"
-std::string one_line_verdict(const Findings& f);
-
 }  // namespace vramscope

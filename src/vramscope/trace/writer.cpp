@@ -95,7 +95,6 @@ void TraceWriter::write_all(const char* data, size_t n) {
         }
         data += k;
         n -= size_t(k);
-        bytes_written_ += uint64_t(k);
     }
 }
 
@@ -237,7 +236,6 @@ void TraceWriter::emit_locked(const Event& e, const Event* completed) {
         last_time_ = e.time_us;
         put_varint(buf_, e.name);
     }
-    events_written_ += completed || e.kind == EventKind::free ? 2 : 1;
     maybe_flush_locked();
 }
 

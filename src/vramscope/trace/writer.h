@@ -40,9 +40,6 @@ public:
     void flush();
     void close();
 
-    uint64_t bytes_written() const { return bytes_written_; }
-    uint64_t events_written() const { return events_written_; }
-
 private:
     void define_string(uint32_t id);
     void emit_locked(const Event& e, const Event* completed);
@@ -70,7 +67,6 @@ private:
     bool has_pending_free_ = false;
     Event pending_free_;
     format::Predictors guess_;  // the reader keeps the same ones
-    uint64_t bytes_written_ = 0, events_written_ = 0;
 };
 
 // Writes a whole in-memory trace (what `vramscope convert` does).
