@@ -229,6 +229,37 @@ TEST(Analysis, TimelineSplitsLiveBytesByStream) {
     EXPECT_EQ(side, 10 * MiB);
 }
 
+TEST(Analysis, EachDeviceHasItsTimelineAndTheLeakIsOnItsDevice) {
+    Loop o;
+    Trace t = loop(o);  // clean on device 0
+    // Device 1 leaks 4 MiB each step, between the same step markers.
+    Trace both = t;
+    const uint32_t frame = both.stacks.intern_frame(Frame{both.stacks.intern_string("/home/u/pipeline.py"),
+                                                          both.stacks.intern_string("send"), 9});
+    const uint32_t stack = both.stacks.intern_stack(0, frame);
+    both.device(1);
+    for (size_t i = 0, k = 0; i < both.events.size(); ++i) {
+        if (both.events[i].kind != EventKind::step) continue;
+        Event e;
+        e.kind = EventKind::alloc;
+        e.device = 1;
+        e.addr = 0x9000000000 + k++ * 0x1000000;
+        e.size = 4 * MiB;
+        e.stack = stack;
+        e.time_us = both.events[i].time_us;
+        both.events.insert(both.events.begin() + long(i), e);
+        ++i;
+    }
+    Findings f = analyze(both);
+    ASSERT_EQ(f.devices.size(), 2u);
+    EXPECT_EQ(f.devices[0].timeline.size(), f.devices[1].timeline.size());
+    ASSERT_EQ(f.leaks.size(), 1u);
+    EXPECT_EQ(f.leaks[0].device, 1);
+    EXPECT_EQ(f.leaks[0].site.file, "/home/u/pipeline.py");
+    EXPECT_NEAR(f.leaks[0].bytes_per_step, 4.0 * MiB, 1.0);
+    EXPECT_EQ(f.devices[1].timeline[9].allocated, 10 * 4 * MiB);
+}
+
 TEST(Analysis, TooFewStepsSaysSoInsteadOfGuessing) {
     Loop o;
     o.steps = 4;
