@@ -230,10 +230,8 @@ TEST(Analysis, TimelineSplitsLiveBytesByStream) {
 }
 
 TEST(Analysis, EachDeviceHasItsTimelineAndTheLeakIsOnItsDevice) {
-    Loop o;
-    Trace t = loop(o);  // clean on device 0
+    Trace both = loop(Loop{});  // clean on device 0
     // Device 1 leaks 4 MiB each step, between the same step markers.
-    Trace both = t;
     const uint32_t frame = both.stacks.intern_frame(Frame{both.stacks.intern_string("/home/u/pipeline.py"),
                                                           both.stacks.intern_string("send"), 9});
     const uint32_t stack = both.stacks.intern_stack(0, frame);
