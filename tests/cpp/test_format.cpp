@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <cstring>
 #include <set>
+#include <thread>
+#include <vector>
 #include <fstream>
 
 #include "common/file.h"
@@ -162,6 +164,45 @@ TEST(TraceFormat, RejectsOtherFilesAndNewerVersions) {
     } catch (const std::runtime_error& e) {
         EXPECT_NE(std::string(e.what()).find("version 9"), std::string::npos);
     }
+}
+
+TEST(TraceFormat, ThreadsWritingAtOnceLoseNothing) {
+    const std::string path = temp_path("threads");
+    constexpr int kThreads = 4, kEach = 20000;
+    {
+        TraceWriter w(path, 4096);
+        std::vector<std::thread> threads;
+        for (int t = 0; t < kThreads; ++t)
+            threads.emplace_back([&w, t] {
+                const uint32_t frame = w.intern_frame("worker.py", uint32_t(t + 1), "work");
+                const uint32_t stack = w.intern_stack(&frame, 1);
+                const uint16_t stream = w.intern_stream(0x1000 + uint64_t(t));
+                for (int i = 0; i < kEach; ++i) {
+                    Event e;
+                    e.kind = EventKind::alloc;
+                    e.addr = (uint64_t(t) << 40) + uint64_t(i) * 512;
+                    e.size = 512;
+                    e.stack = stack;
+                    e.stream = stream;
+                    e.time_us = i;
+                    w.event(e);
+                }
+            });
+        for (auto& th : threads) th.join();
+    }
+    Trace back = read_trace(path);
+    std::remove(path.c_str());
+    EXPECT_TRUE(back.warnings.empty());
+    ASSERT_EQ(back.events.size(), size_t(kThreads) * kEach);
+    std::vector<int> per_thread(kThreads, 0);
+    for (const Event& e : back.events) {
+        const int t = int(e.addr >> 40);
+        ASSERT_LT(t, kThreads);
+        EXPECT_EQ(back.streams[e.stream], 0x1000 + uint64_t(t));
+        EXPECT_EQ(back.stacks.frame(back.stacks.node(e.stack).frame).line, uint32_t(t + 1));
+        ++per_thread[t];
+    }
+    for (int n : per_thread) EXPECT_EQ(n, kEach);
 }
 
 TEST(TraceFormat, WriterReportsAnUnwritablePath) {
