@@ -406,23 +406,20 @@ namespace {
 // Parses with the importer as the parser's sink; a pickle that refers back to a taken entry (no
 // torch snapshot does) is parsed again whole.
 template <class Parse> Trace import_with(const std::string& name, size_t pickle_bytes, Parse&& parse) {
-    Trace trace;
-    trace.source = name;
-    trace.format = "torch-snapshot";
-    trace.events.reserve(pickle_bytes / 64);  // >= 64 pickle bytes an event: growing it costs copies
-    try {
+    auto import = [&](bool stream) {
+        Trace trace;
+        trace.source = name;
+        trace.format = "torch-snapshot";
+        trace.events.reserve(pickle_bytes / 64);  // >= 64 pickle bytes an event: growing it costs copies
         SnapshotImporter importer(trace, name);
-        const pickle::Document doc = parse(&importer);
-        importer.run(doc);
+        importer.run(parse(stream ? &importer : nullptr));
         return trace;
+    };
+    try {
+        return import(true);
     } catch (const pickle::NeedsWholeDocument&) {
+        return import(false);
     }
-    Trace whole;
-    whole.source = name;
-    whole.format = "torch-snapshot";
-    SnapshotImporter importer(whole, name);
-    importer.run(parse(nullptr));
-    return whole;
 }
 }  // namespace
 
