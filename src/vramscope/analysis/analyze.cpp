@@ -349,7 +349,12 @@ Findings analyze(const Trace& t, const AnalysisOptions& opt) {
         n.site = warmup_sites.front().second;
         n.why = mib(double(warmup_bytes)) + " allocated in the first " + std::to_string(s0) +
                 " steps and kept since (parameters, optimizer state, workspaces), from " +
-                std::to_string(warmup_sites.size()) + " sites; it does not grow afterwards";
+                std::to_string(warmup_sites.size()) + " sites; it does not grow afterwards. Largest:";
+        for (size_t k = 0; k < warmup_sites.size() && k < 3; ++k) {
+            const SourceLine& at = warmup_sites[k].second;
+            n.why += (k ? ", " : " ") + mib(double(warmup_sites[k].first)) + " at " +
+                     (at.line ? at.file.substr(at.file.find_last_of('/') + 1) + ":" + std::to_string(at.line) : at.file);
+        }
         f.not_leaks.push_back(std::move(n));
     }
 
