@@ -42,6 +42,29 @@ std::string hex(uint64_t v) {
 
 std::string stream_label(uint64_t stream) { return stream == 0 ? "default" : "side " + hex(stream); }
 
+// Words of `text` in lines of at most `width` columns, continuation lines indented to `indent`
+// (the first line starts there already): explanations stay readable in a 100-column terminal.
+std::string wrap(const std::string& text, size_t indent, size_t width) {
+    std::string out;
+    size_t column = indent, start = 0;
+    while (start < text.size()) {
+        size_t end = text.find(' ', start);
+        if (end == std::string::npos) end = text.size();
+        const size_t word = end - start;
+        if (column > indent && column + 1 + word > width) {
+            out += "\n" + std::string(indent, ' ');
+            column = indent;
+        } else if (column > indent) {
+            out += ' ';
+            ++column;
+        }
+        out.append(text, start, word);
+        column += word;
+        start = end + 1;
+    }
+    return out;
+}
+
 const char* steps_source_words(const std::string& source) {
     if (source == "markers") return "vramscope step markers";
     if (source == "optimizer-annotations") return "optimizer.step() annotations";
@@ -103,9 +126,9 @@ std::string render_summary(const Findings& f, bool color, size_t max_leaks) {
     if (!f.not_leaks.empty()) {
         o += "\n" + st.bold("Not leaks") + st.dim(" (growth you may see, explained)") + "\n";
         for (const NotLeak& n : f.not_leaks) {
-            o += "  " + fit(n.kind, 17) + fit(format_bytes(double(n.bytes)), 11) + n.why;
-            if (n.site) o += st.dim(" [" + where(*n.site) + "]");
-            o += "\n";
+            // Warm-up names its sites in its text already.
+            const std::string at = n.site && n.kind != "warm-up" ? " [" + where(*n.site) + "]" : "";
+            o += "  " + fit(n.kind, 17) + fit(format_bytes(double(n.bytes)), 11) + wrap(n.why + at, 30, 100) + "\n";
         }
     }
     for (const auto& n : f.notes) o += "\n" + st.bold("note: ") + n + "\n";
