@@ -30,8 +30,14 @@ std::string where(const SourceLine& s) {
 std::string per_step(double bytes) { return (bytes >= 0 ? "+" : "") + format_bytes(bytes) + "/step"; }
 
 std::string fit(std::string s, size_t width) {
-    if (s.size() > width) return s.substr(0, width - 1) + "~";
+    if (s.size() >= width) return s.substr(0, width - 2) + "~ ";  // a cut column still ends in a space
     return s + std::string(width - s.size(), ' ');
+}
+
+// Installed packages' paths lose their prefix: "…/site-packages/torch/nn/functional.py".
+std::string short_path(const std::string& file) {
+    const size_t at = file.find("/site-packages/");
+    return at == std::string::npos ? file : "..." + file.substr(at);
 }
 
 std::string hex(uint64_t v) {
@@ -78,9 +84,10 @@ std::string render_summary(const Findings& f, bool color, size_t max_leaks) {
     const Style st{color};
     std::string o;
     o += st.bold("vramscope") + "  " + base_name(f.source) + st.dim("  (" + f.format + ", " + format_count(f.event_count) + " events)") + "\n";
-    o += st.dim("steps: " + format_count(f.step_count) + " from " + steps_source_words(f.steps_source) +
-                (f.steps_detail.empty() ? "" : " [" + f.steps_detail + "]") + "; first " +
-                std::to_string(f.warmup_steps) + " treated as warm-up; window " + std::to_string(f.window)) + "\n";
+    o += st.dim(wrap("steps: " + format_count(f.step_count) + " from " + steps_source_words(f.steps_source) +
+                         (f.steps_detail.empty() ? "" : " [" + f.steps_detail + "]") + "; first " +
+                         std::to_string(f.warmup_steps) + " treated as warm-up; window " + std::to_string(f.window),
+                     7, 100)) + "\n";
     for (const auto& w : f.warnings) o += st.red("warning: ") + w + "\n";
     o += "\n";
     if (f.verdict == "leak") {
@@ -105,15 +112,17 @@ std::string render_summary(const Findings& f, bool color, size_t max_leaks) {
             size_t frames = 0;
             for (const SourceLine& s : l.stack) {
                 if (frames++ == 4) break;
-                o += st.dim("       at " + s.function + "  " + s.file + ":" + std::to_string(s.line)) + "\n";
+                o += st.dim("       at " + s.function + "  " + short_path(s.file) + ":" + std::to_string(s.line)) + "\n";
             }
         }
         for (const DeviceSummary& d : f.devices)
             for (const StreamUsage& s : d.streams)
                 if (s.stream != 0 && s.leaked_bytes > 0)
-                    o += "\n  " + st.bold("side stream") + " " + hex(s.stream) + " on cuda:" +
-                         std::to_string(d.device) + " holds " + format_bytes(double(s.leaked_bytes)) +
-                         " of leaked blocks: work on it may never have been synchronized or its tensors released\n";
+                    o += "\n  " + wrap("side stream " + hex(s.stream) + " on cuda:" + std::to_string(d.device) +
+                                       " holds " + format_bytes(double(s.leaked_bytes)) +
+                                       " of leaked blocks: work on it may never have been synchronized "
+                                       "or its tensors released",
+                                   2, 100) + "\n";
     } else {
         o += st.green("NO LEAK") + "  memory at step end does not accumulate";
         if (!f.devices.empty() && f.step_count > 0) {
