@@ -57,6 +57,13 @@ def test_timeline_follows_memory_allocated_per_step(fixture):
         assert abs(a - b) <= 0.05 * b, f"step {step}: {a} vs memory_allocated() {b}"
 
 
+@pytest.mark.parametrize("fixture", FIXTURES, ids=lambda p: p.name)
+def test_summary_fits_a_100_column_terminal(fixture):
+    out = vramscope("analyze", str(fixture), "--device-memory", "80GiB").stdout
+    assert out.strip()
+    assert max(len(line) for line in out.splitlines()) <= 100
+
+
 def test_fail_on_leak_sets_the_exit_code():
     leaky = [f for f in FIXTURES if truth(f)["expected"]["verdict"] == "leak"]
     clean = [f for f in FIXTURES if truth(f)["expected"]["verdict"] == "no-leak"]
