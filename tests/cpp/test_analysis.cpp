@@ -18,6 +18,7 @@ struct Loop {
     int steps = 30;
     uint64_t leak_bytes = 0;      // per step, never freed
     uint64_t leak_stream = 0;
+    int leak_every = 1;           // leak in every n-th step only
     uint64_t cached_bytes = 0;    // per step, freed 8 steps later (an LRU of 8)
     uint64_t segment_growth = 0;  // reserved added per step while allocated stays flat
     uint64_t lagged_bytes = 0;    // per step, freed two steps later
@@ -50,7 +51,7 @@ Trace loop(const Loop& o) {
         b.alloc(base, 8 * MiB, act);
         b.alloc(base + 0x800000, 8 * MiB, act);
         b.free(base, 8 * MiB);
-        if (o.leak_bytes) b.alloc(base, o.leak_bytes, leak, o.leak_stream);
+        if (o.leak_bytes && s % o.leak_every == 0) b.alloc(base, o.leak_bytes, leak, o.leak_stream);
         b.free(base + 0x800000, 8 * MiB);
         if (o.cached_bytes) {
             b.alloc(0x5000000000 + uint64_t(s) * 0x1000000, o.cached_bytes, cache);
@@ -103,6 +104,19 @@ TEST(Analysis, LeakOnASideStreamIsFoundWithItsSiteRateAndBlocks) {
     for (const StreamUsage& s : f.devices[0].streams)
         if (s.stream == kSide) side_stream_reported = s.leaked_bytes == 30 * 2 * MiB;
     EXPECT_TRUE(side_stream_reported);
+}
+
+TEST(Analysis, ALeakEveryTenthStepIsStillALeak) {
+    Loop o;
+    o.steps = 200;
+    o.leak_bytes = 10 * MiB;
+    o.leak_every = 10;
+    Findings f = analyze(loop(o));
+    EXPECT_EQ(f.verdict, "leak");
+    ASSERT_EQ(f.leaks.size(), 1u);
+    EXPECT_NEAR(f.leaks[0].bytes_per_step, double(MiB), 0.05 * MiB);
+    EXPECT_GT(f.leaks[0].confidence, 0.9);
+    EXPECT_NEAR(f.leaks[0].recurrence, 0.1, 0.02);
 }
 
 TEST(Analysis, CleanLoopIsNoLeakAndExplainsWarmUp) {

@@ -316,8 +316,11 @@ Findings analyze(const Trace& t, const AnalysisOptions& opt) {
         sf.fit_r2 = fit.r2;
         const bool grows = fit.slope > 0 && growth >= 0.5 * fit.slope * span && fit.r2 >= 0.6;
         const bool still_growing = late.slope >= 0.5 * fit.slope;
-        if (recurring >= 2 && sf.recurrence >= 0.2 && grows && still_growing) {
-            sf.confidence = std::clamp(fit.r2, 0.0, 1.0) * std::min(1.0, sf.recurrence * 1.25) *
+        // A leak need not strike every step (every 10th, at each eval): it must recur and the
+        // site's hold must rise along a line to the end. Confidence grows with how many steps
+        // showed it, not with how often: a steady staircase is as sure as a ramp.
+        if (recurring >= 2 && grows && still_growing) {
+            sf.confidence = std::clamp(fit.r2, 0.0, 1.0) * std::min(1.0, double(recurring) / 5.0) *
                             std::min(1.0, double(judged) / 8.0);
             const LineFit& dfit = device_alloc_fit[s.device];
             sf.share_of_growth = dfit.slope > 0 ? std::min(1.0, fit.slope / dfit.slope) : 0;
