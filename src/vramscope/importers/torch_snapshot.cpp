@@ -127,16 +127,14 @@ public:
 
 private:
     int64_t integer(Ref dict, std::string_view key, int64_t fallback = 0) const {
-        const auto v = doc_->get(dict, key);
-        if (!v) return fallback;
-        if (v->type == Type::integer || v->type == Type::boolean) return v->i;
-        if (v->type == Type::floating) return int64_t(v->f);
-        return fallback;
+        Ref r;
+        if (!doc_->get(dict, key, &r)) return fallback;
+        const Type t = (*doc_)[r].type;
+        return t == Type::integer || t == Type::boolean || t == Type::floating ? number(r) : fallback;
     }
     std::string_view string(Ref dict, std::string_view key) const {
         Ref r;
-        const auto v = doc_->get(dict, key, &r);
-        return v && v->type == Type::string ? doc_->str(r) : std::string_view();
+        return doc_->get(dict, key, &r) ? text(r) : std::string_view();
     }
 
     int64_t number(Ref v) const {
