@@ -10,6 +10,7 @@
 
 #include "analysis/analyze.h"
 #include "common/file.h"
+#include "common/gzip_stream.h"
 #include "importers/pickle.h"
 #include "importers/torch_snapshot.h"
 #include "trace/reader.h"

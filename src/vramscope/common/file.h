@@ -32,9 +32,6 @@ Bytes read_file(const std::string& path);
 
 bool is_gzip(std::string_view bytes);
 
-// Throws std::runtime_error("NAME: offset N: ...") on corrupt or cut gzip data.
-Bytes gunzip(std::string_view gz, const std::string& name);
-
 // The first bytes (up to n) of the gzip'd content, to tell what it is; empty if unreadable.
 std::string gunzip_prefix(std::string_view gz, size_t n);
 

@@ -83,4 +83,12 @@ bool GzipStream::next(std::string_view& chunk) {
     return false;
 }
 
+Bytes gunzip(std::string_view gz, const std::string& name) {
+    GzipStream stream(gz, name);
+    Bytes out;
+    std::string_view chunk;
+    while (stream.next(chunk)) out.insert(out.end(), chunk.begin(), chunk.end());
+    return out;
+}
+
 }  // namespace vramscope

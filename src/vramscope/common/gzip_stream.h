@@ -11,6 +11,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/file.h"
+
 namespace vramscope {
 
 // Input that arrives in chunks.
@@ -43,6 +45,10 @@ private:
     std::string_view rest_;
     size_t piece_;
 };
+
+// The whole gzip'd content at once (through a GzipStream). Throws std::runtime_error
+// ("NAME: offset N: ...") on corrupt or cut gzip data.
+Bytes gunzip(std::string_view gz, const std::string& name);
 
 class GzipStream : public ChunkSource {
 public:
