@@ -24,7 +24,6 @@ struct LiveBlock {
     uint64_t size = 0;
     uint64_t stream = 0;
     uint32_t stack = 0;
-    bool pending_free = false;
 };
 
 struct Trace {

@@ -231,7 +231,6 @@ private:
                 lb.addr = addr;
                 lb.size = size;
                 lb.stream = stream;
-                lb.pending_free = state != "active_allocated";
                 Ref frames;
                 if (doc_->get(b, "frames", &frames)) lb.stack = stack_of(frames);
                 allocated_[device] += size;

@@ -29,9 +29,8 @@ class ChunkDecoder {
 public:
     explicit ChunkDecoder(Trace& t) : t_(t), strings_(1, 0), frames_(1, 0), stacks_(1, 0) {}
 
-    void decode(const uint8_t* begin, const uint8_t* end, size_t file_offset) {
+    void decode(const uint8_t* begin, const uint8_t* end) {
         base_ = begin;
-        file_offset_ = file_offset;
         const uint8_t* p = begin;
         uint8_t device = 0;
         uint16_t stream = 0;
@@ -181,7 +180,6 @@ private:
 
     Trace& t_;
     const uint8_t* base_ = nullptr;
-    size_t file_offset_ = 0;
     std::vector<uint32_t> strings_, frames_, stacks_;
     std::vector<std::pair<uint8_t, uint16_t>> contexts_;  // (device, stream index)
     std::vector<uint64_t> last_addr_;                     // per context
@@ -237,7 +235,7 @@ Trace parse_trace(std::string_view bytes, const std::string& name) {
         // what came before it rather than half of it.
         const size_t events_before = trace.events.size();
         try {
-            decoder.decode(payload, payload + len, off + kChunkHeaderBytes);
+            decoder.decode(payload, payload + len);
         } catch (const ChunkError& e) {
             trace.events.resize(events_before);
             stop(off, std::string(e.why) + " (byte " + std::to_string(e.offset) + " of the chunk's records)");
