@@ -1,16 +1,38 @@
-// The Python face of the C++ core: the CLI and analysis, nothing else crosses here.
+// The Python face of the C++ core: the CLI, analysis and the live recorder cross here.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/vector.h>
 
+#include <atomic>
+#include <mutex>
+#include <set>
+
 #include "analysis/analyze.h"
+#include "capture/python_frames.h"
+#include "capture/recorder.h"
 #include "cli/cli.h"
 #include "findings/json.h"
 #include "importers/torch_snapshot.h"
+#include "render/terminal.h"
 #include "trace/writer.h"
 
 namespace nb = nanobind;
 using namespace vramscope;
+
+namespace {
+// The recorder the allocator hook feeds. Recorders are never destroyed while the process may
+// still call this (Python keeps retired ones), so a racing callback never sees freed memory.
+std::atomic<capture::Recorder*> g_active{nullptr};
+}  // namespace
+
+// The one entry point of the allocator hook (allocator_hook.cpp, built against the user's
+// torch): kinds are EventKind values, stream the cudaStream_t, node the running autograd node.
+extern "C" void vramscope_allocator_event(int kind, int device, uint64_t addr, uint64_t size, uint64_t stream,
+                                          const char* node) {
+    if (capture::Recorder* r = g_active.load(std::memory_order_acquire))
+        r->allocator_event(EventKind(kind), uint8_t(device), addr, size, stream, node);
+}
 
 NB_MODULE(_core, m) {
     m.attr("__version__") = VRAMSCOPE_VERSION;
@@ -40,4 +62,62 @@ NB_MODULE(_core, m) {
             write_trace(load_any(in), out);
         },
         nb::arg("source"), nb::arg("destination"), "Convert a torch snapshot to a .vscope trace.");
+    m.def(
+        "summary",
+        [](const std::string& path, uint64_t device_memory, bool color) {
+            nb::gil_scoped_release release;
+            AnalysisOptions opt;
+            opt.device_memory = device_memory;
+            Findings f = analyze(load_any(path), opt);
+            return std::make_pair(render_summary(f, color), f.verdict == "leak");
+        },
+        nb::arg("path"), nb::arg("device_memory") = 0, nb::arg("color") = false,
+        "Analyse a trace; returns (terminal summary, whether it leaks).");
+
+    using capture::Recorder;
+    nb::class_<Recorder>(m, "Recorder", "One live capture into a .vscope file (capture/recorder.h).")
+        .def(nb::init<const std::string&>(), nb::arg("path"))
+        .def("meta", [](Recorder& r, const std::string& k, const std::string& v) { r.meta(k, v); })
+        .def("device", &Recorder::device, nb::arg("device"), nb::arg("total_memory"), nb::arg("allocated"),
+             nb::arg("reserved"))
+        .def("name_stream", [](Recorder& r, uint64_t handle, const std::string& label) { r.name_stream(handle, label); })
+        .def("marker", [](Recorder& r, int kind, const std::string& name) { r.marker(EventKind(kind), name); })
+        .def("end_step", &Recorder::end_step)
+        .def("set_python_stacks", &Recorder::set_python_stacks)
+        .def("flush", &Recorder::flush, nb::call_guard<nb::gil_scoped_release>())
+        .def("close", &Recorder::close, nb::call_guard<nb::gil_scoped_release>())
+        .def("abandon", &Recorder::abandon)
+        .def("fault", &Recorder::fault)
+        .def_prop_ro("allocations", &Recorder::allocations)
+        .def_prop_ro("steps", &Recorder::steps)
+        .def_prop_ro("path", &Recorder::path)
+        .def("activate", [](Recorder& r) { g_active.store(&r, std::memory_order_release); },
+             "Make this the recorder the allocator hook feeds.")
+        .def("deactivate", [](Recorder& r) {
+            capture::Recorder* self = &r;
+            g_active.compare_exchange_strong(self, nullptr);
+        });
+    m.def("allocator_sink", [] { return uint64_t(reinterpret_cast<uintptr_t>(&vramscope_allocator_event)); },
+          "Address of the C function the allocator hook calls.");
+    m.def(
+        "feed_allocator_event",
+        [](int kind, int device, uint64_t addr, uint64_t size, uint64_t stream, const std::string& node) {
+            // What the hook does, from Python, with the GIL released as torch releases it: lets tests
+            // drive the whole capture path on a machine without a GPU. Node names are interned
+            // because the recorder keys them by pointer, as the hook's are stable.
+            static std::mutex names_mutex;
+            static std::set<std::string> names;
+            const char* name = nullptr;
+            if (!node.empty()) {
+                std::lock_guard lock(names_mutex);
+                name = names.insert(node).first->c_str();
+            }
+            nb::gil_scoped_release release;
+            vramscope_allocator_event(kind, device, addr, size, stream, name);
+        },
+        nb::arg("kind"), nb::arg("device"), nb::arg("addr"), nb::arg("size"), nb::arg("stream") = 0,
+        nb::arg("node") = "");
+    m.def("python_frames_self_check", &capture::self_check,
+          "Compare the GIL-free frame walk with the interpreter's; empty when they agree.");
+    m.def("python_frames_supported", &capture::python_frames_supported);
 }

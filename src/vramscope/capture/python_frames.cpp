@@ -1,0 +1,183 @@
+#include "capture/python_frames.h"
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <frameobject.h>
+
+namespace vramscope::capture {
+namespace {
+
+// CPython's _PyInterpreterFrame, as far as we read it (Include/internal/pycore_frame.h).
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+#define VRAMSCOPE_FRAMES 311
+struct InterpreterFrame {
+    PyObject* f_func;
+    PyObject* f_globals;
+    PyObject* f_builtins;
+    PyObject* f_locals;
+    PyCodeObject* f_code;
+    PyFrameObject* frame_obj;
+    InterpreterFrame* previous;
+    _Py_CODEUNIT* prev_instr;
+    int stacktop;
+    bool is_entry;
+    char owner;
+};
+#elif PY_VERSION_HEX >= 0x030C0000 && PY_VERSION_HEX < 0x030D0000
+#define VRAMSCOPE_FRAMES 312
+struct InterpreterFrame {
+    PyCodeObject* f_code;
+    InterpreterFrame* previous;
+    PyObject* f_funcobj;
+    PyObject* f_globals;
+    PyObject* f_builtins;
+    PyObject* f_locals;
+    PyFrameObject* frame_obj;
+    _Py_CODEUNIT* prev_instr;
+    int stacktop;
+    uint16_t return_offset;
+    char owner;
+};
+#elif PY_VERSION_HEX >= 0x030D0000 && PY_VERSION_HEX < 0x030E0000
+#define VRAMSCOPE_FRAMES 313
+struct InterpreterFrame {
+    PyObject* f_executable;
+    InterpreterFrame* previous;
+    PyObject* f_funcobj;
+    PyObject* f_globals;
+    PyObject* f_builtins;
+    PyObject* f_locals;
+    PyFrameObject* frame_obj;
+    _Py_CODEUNIT* instr_ptr;
+    int stacktop;
+    uint16_t return_offset;
+    char owner;
+};
+#else
+#define VRAMSCOPE_FRAMES 0
+#endif
+
+#if VRAMSCOPE_FRAMES
+constexpr char kOwnedByGenerator = 1;
+constexpr char kOwnedByCStack = 3;  // 3.12+: a shim frame of a C-to-Python call, not code
+
+const InterpreterFrame* current_frame(PyThreadState* t) {
+#if VRAMSCOPE_FRAMES >= 313
+    return reinterpret_cast<const InterpreterFrame*>(t->current_frame);
+#else
+    return t->cframe ? reinterpret_cast<const InterpreterFrame*>(t->cframe->current_frame) : nullptr;
+#endif
+}
+
+PyCodeObject* code_of(const InterpreterFrame* f) {
+#if VRAMSCOPE_FRAMES >= 313
+    return PyCode_Check(f->f_executable) ? reinterpret_cast<PyCodeObject*>(f->f_executable) : nullptr;
+#else
+    return f->f_code;
+#endif
+}
+
+// Byte offset of the instruction the frame is at; negative for a frame still being set up.
+int32_t offset_of(const InterpreterFrame* f, PyCodeObject* code) {
+    const auto* first = reinterpret_cast<const _Py_CODEUNIT*>(code->co_code_adaptive);
+#if VRAMSCOPE_FRAMES >= 313
+    const _Py_CODEUNIT* at = f->instr_ptr;
+#else
+    const _Py_CODEUNIT* at = f->prev_instr;
+#endif
+    if (f->owner != kOwnedByGenerator && at < first + code->_co_firsttraceable) return -1;
+    return int32_t((at - first) * sizeof(_Py_CODEUNIT));
+}
+#endif
+
+void append_utf8(std::string& out, PyObject* s) {
+    if (!s || !PyUnicode_Check(s)) return;
+    const Py_ssize_t n = PyUnicode_GET_LENGTH(s);
+    const int kind = PyUnicode_KIND(s);
+    const void* data = PyUnicode_DATA(s);
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        const Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        if (c < 0x80) {
+            out.push_back(char(c));
+        } else if (c < 0x800) {
+            out.push_back(char(0xC0 | c >> 6));
+            out.push_back(char(0x80 | (c & 0x3F)));
+        } else if (c < 0x10000) {
+            out.push_back(char(0xE0 | c >> 12));
+            out.push_back(char(0x80 | (c >> 6 & 0x3F)));
+            out.push_back(char(0x80 | (c & 0x3F)));
+        } else {
+            out.push_back(char(0xF0 | c >> 18));
+            out.push_back(char(0x80 | (c >> 12 & 0x3F)));
+            out.push_back(char(0x80 | (c >> 6 & 0x3F)));
+            out.push_back(char(0x80 | (c & 0x3F)));
+        }
+    }
+}
+
+}  // namespace
+
+bool python_frames_supported() { return VRAMSCOPE_FRAMES != 0; }
+
+size_t walk_python_frames(RawFrame* out, size_t max) {
+#if VRAMSCOPE_FRAMES
+    // The thread's own state, from thread-local storage: no GIL needed to find it.
+    PyThreadState* t = PyGILState_GetThisThreadState();
+    if (!t) return 0;
+    size_t n = 0;
+    for (const InterpreterFrame* f = current_frame(t); f && n < max; f = f->previous) {
+        if (f->owner == kOwnedByCStack) continue;
+        PyCodeObject* code = code_of(f);
+        if (!code) continue;
+        const int32_t offset = offset_of(f, code);
+        if (offset < 0) continue;
+        out[n++] = RawFrame{code, offset};
+    }
+    return n;
+#else
+    (void)out;
+    (void)max;
+    return 0;
+#endif
+}
+
+CodeInfo describe_code(const void* code) {
+    auto* c = static_cast<PyCodeObject*>(const_cast<void*>(code));
+    CodeInfo info;
+    append_utf8(info.file, c->co_filename);
+    append_utf8(info.function, c->co_name);
+    return info;
+}
+
+uint32_t line_of(const void* code, int32_t offset) {
+    const int line = PyCode_Addr2Line(static_cast<PyCodeObject*>(const_cast<void*>(code)), offset);
+    return line > 0 ? uint32_t(line) : 0;
+}
+
+std::string self_check() {
+    if (!python_frames_supported()) return "no frame reader for Python " PY_VERSION;
+    RawFrame walked[256];
+    const size_t n = walk_python_frames(walked, 256);
+    size_t i = 0;
+    PyFrameObject* f = PyEval_GetFrame();
+    Py_XINCREF(f);
+    std::string problem;
+    while (f && problem.empty()) {
+        PyCodeObject* code = PyFrame_GetCode(f);
+        const int line = PyFrame_GetLineNumber(f);
+        if (i >= n)
+            problem = "walk stopped after " + std::to_string(n) + " frames";
+        else if (walked[i].code != code || line_of(walked[i].code, walked[i].offset) != uint32_t(line))
+            problem = "frame " + std::to_string(i) + " differs: " + describe_code(code).function;
+        Py_DECREF(code);
+        PyFrameObject* back = PyFrame_GetBack(f);
+        Py_DECREF(f);
+        f = back;
+        ++i;
+    }
+    Py_XDECREF(f);
+    if (problem.empty() && i != n) problem = "walk found " + std::to_string(n) + " frames, Python " + std::to_string(i);
+    return problem;
+}
+
+}  // namespace vramscope::capture

@@ -1,0 +1,40 @@
+// The calling thread's Python stack, read without the GIL.
+//
+// torch releases the GIL around every op, so an allocation arrives with no GIL held; taking it to
+// ask for the stack (what torch's own recorder does) costs a third of the step. A thread's own
+// interpreter frames cannot change while that thread is inside C++, so we read them in place:
+// each frame's code object and instruction offset, nothing allocated, no CPython call that needs
+// the GIL. The frame layout is CPython's private one, so this knows 3.11 to 3.13 and says
+// `supported() == false` anywhere else; `self_check()` compares a walk against the interpreter's
+// own answer before capture trusts it.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace vramscope::capture {
+
+struct RawFrame {
+    const void* code;  // PyCodeObject*, alive while its frame runs
+    int32_t offset;    // byte offset of the current instruction in the code
+    bool operator==(const RawFrame&) const = default;
+};
+
+bool python_frames_supported();
+
+// Fills up to `max` frames of the calling thread, innermost first; returns how many.
+size_t walk_python_frames(RawFrame* out, size_t max);
+
+// Text of a code object's file and function, and the line of an offset. Safe without the GIL
+// while the code object is alive (its strings and line table are immutable).
+struct CodeInfo {
+    std::string file, function;
+};
+CodeInfo describe_code(const void* code);
+uint32_t line_of(const void* code, int32_t offset);
+
+// Needs the GIL: walks the caller's stack both ways and says whether they agree (empty) or how
+// they differ.
+std::string self_check();
+
+}  // namespace vramscope::capture

@@ -1,0 +1,273 @@
+#include "capture/recorder.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+
+#include "analysis/sites.h"
+#include "common/format.h"
+
+namespace vramscope::capture {
+namespace {
+
+constexpr size_t kMaxFrames = 256;
+constexpr const char* kAutogradFile = "<autograd engine>";
+
+int64_t now_us() {
+    return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+        .count();
+}
+
+uint64_t hash_stack(const RawFrame* frames, size_t n, const char* node) {
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ uint64_t(reinterpret_cast<uintptr_t>(node));
+    for (size_t i = 0; i < n; ++i) {
+        h = (h ^ uint64_t(reinterpret_cast<uintptr_t>(frames[i].code))) * 0xFF51AFD7ED558CCDull;
+        h = (h ^ uint64_t(uint32_t(frames[i].offset))) * 0xC4CEB9FE1A85EC53ull;
+    }
+    return h ^ (h >> 29);
+}
+
+std::string short_file(const std::string& file) {
+    const size_t slash = file.find_last_of('/');
+    return slash == std::string::npos ? file : file.substr(slash + 1);
+}
+
+}  // namespace
+
+Recorder::Recorder(const std::string& path) : path_(path), writer_(std::make_unique<TraceWriter>(path)) {
+    step_name_ = writer_->intern_string("step");
+    flusher_ = std::make_unique<std::thread>([this] { flusher(); });
+}
+
+Recorder::~Recorder() {
+    try {
+        close();
+    } catch (...) {
+    }
+}
+
+void Recorder::flusher() {
+    std::unique_lock lock(flush_mutex_);
+    while (!closing_) {
+        flush_wake_.wait_for(lock, std::chrono::milliseconds(kFlushMilliseconds));
+        if (closing_) break;
+        flush();
+    }
+}
+
+void Recorder::fail(const std::string& why) noexcept {
+    if (stopped_.exchange(true)) return;
+    try {
+        std::lock_guard lock(mutex_);
+        fault_ = why;
+    } catch (...) {
+    }
+}
+
+void Recorder::meta(std::string_view key, std::string_view value) {
+    std::lock_guard lock(mutex_);
+    if (writer_) writer_->meta(key, value);
+}
+
+void Recorder::device(uint8_t device, uint64_t total_memory, uint64_t allocated, uint64_t reserved) {
+    std::lock_guard lock(mutex_);
+    if (!writer_) return;
+    writer_->device(DeviceInfo{device, total_memory, allocated, reserved});
+    monitor_.set_capacity(device, total_memory);
+}
+
+void Recorder::name_stream(uint64_t handle, std::string_view label) {
+    meta("stream." + std::to_string(handle), label);
+}
+
+uint16_t Recorder::stream_index(uint64_t handle) {
+    for (const auto& [h, index] : streams_)
+        if (h == handle) return index;
+    streams_.emplace_back(handle, writer_->intern_stream(handle));
+    return streams_.back().second;
+}
+
+uint32_t Recorder::frame_of(const RawFrame& f, bool& internal) {
+    auto code = code_text_.find(f.code);
+    if (code == code_text_.end()) {
+        CodeInfo info = describe_code(f.code);
+        const bool is_internal = is_internal_frame(info.file);
+        code = code_text_.emplace(f.code, CodeText{std::move(info.file), std::move(info.function), is_internal}).first;
+    }
+    internal = code->second.internal;
+    auto [it, inserted] = frame_ids_.try_emplace(f, 0);
+    if (inserted) {
+        const uint32_t line = line_of(f.code, f.offset);
+        it->second = writer_->intern_frame(code->second.file, line, code->second.function);
+        if (!internal)
+            site_labels_.try_emplace(it->second, short_file(code->second.file) + ":" + std::to_string(line) + " " +
+                                                     code->second.function);
+    }
+    return it->second;
+}
+
+// A stack seen for the first time: its frames into the writer's tables, innermost first; the
+// autograd node, when there is one, is the outermost frame (the engine called it).
+uint32_t Recorder::intern(const RawFrame* frames, size_t n, const char* node, uint32_t& site) {
+    std::vector<uint32_t> ids;
+    ids.reserve(n + 1);
+    site = 0;
+    uint32_t innermost = 0;
+    for (size_t i = 0; i < n; ++i) {
+        bool internal = false;
+        const uint32_t id = frame_of(frames[i], internal);
+        ids.push_back(id);
+        if (!innermost) innermost = id;
+        if (!site && !internal) site = id;
+    }
+    if (node) {
+        auto [it, inserted] = node_frames_.try_emplace(node, 0);
+        if (inserted) {
+            it->second = writer_->intern_frame(kAutogradFile, 0, node);
+            site_labels_.try_emplace(it->second, std::string(node) + " (backward)");
+        }
+        ids.push_back(it->second);
+        if (!innermost) innermost = it->second;
+        if (!site) site = it->second;
+    }
+    if (!site) site = innermost;
+    return writer_->intern_stack(ids.data(), ids.size());
+}
+
+uint32_t Recorder::stack_of(const RawFrame* frames, size_t n, const char* node, uint32_t& site) {
+    uint64_t h = hash_stack(frames, n, node);
+    for (;; h = h * 0x9E3779B97F4A7C15ull + 1) {  // probe on the (rare) hash collision
+        auto [it, inserted] = stack_by_hash_.try_emplace(h, uint32_t(stacks_.size()));
+        if (inserted) {
+            CachedStack c{std::vector<RawFrame>(frames, frames + n), node, 0, 0};
+            c.stack = intern(frames, n, node, c.site);
+            stacks_.push_back(std::move(c));
+            site = stacks_.back().site;
+            return stacks_.back().stack;
+        }
+        const CachedStack& c = stacks_[it->second];
+        if (c.node == node && c.frames.size() == n && std::equal(frames, frames + n, c.frames.begin())) {
+            site = c.site;
+            return c.stack;
+        }
+    }
+}
+
+void Recorder::allocator_event(EventKind kind, uint8_t device, uint64_t addr, uint64_t size, uint64_t stream,
+                               const char* node) noexcept {
+    if (stopped_.load(std::memory_order_relaxed)) return;
+    try {
+        thread_local RawFrame frames[kMaxFrames];
+        const bool wants_stack = has_stack(kind);
+        const size_t n =
+            wants_stack && python_stacks_.load(std::memory_order_relaxed) ? walk_python_frames(frames, kMaxFrames) : 0;
+        Event e;
+        e.kind = kind;
+        e.device = device;
+        e.addr = addr;
+        e.size = size;
+        e.time_us = now_us();
+        std::lock_guard lock(mutex_);
+        if (!writer_) return;
+        e.stream = stream_index(stream);
+        uint32_t site = 0;
+        if (wants_stack && (n || node)) e.stack = stack_of(frames, n, node, site);
+        writer_->event(e);
+        if (kind == EventKind::alloc) {
+            allocations_.fetch_add(1, std::memory_order_relaxed);
+            monitor_.alloc(device, addr, size, site);
+        } else if (is_release(kind)) {
+            monitor_.release(device, addr);
+        } else if (kind == EventKind::oom) {
+            writer_->flush();  // the OOM is on disk before the exception reaches anyone
+        }
+    } catch (const std::exception& ex) {
+        fail(std::string("capture stopped: ") + ex.what());
+    } catch (...) {
+        fail("capture stopped: unknown internal error");
+    }
+}
+
+void Recorder::marker(EventKind kind, std::string_view name) {
+    if (stopped_.load(std::memory_order_relaxed)) return;
+    try {
+        std::lock_guard lock(mutex_);
+        if (!writer_) return;
+        Event e;
+        e.kind = kind;
+        e.time_us = now_us();
+        e.name = writer_->intern_string(name);
+        writer_->event(e);
+    } catch (const std::exception& ex) {
+        fail(std::string("capture stopped: ") + ex.what());
+    }
+}
+
+std::vector<std::string> Recorder::end_step() {
+    std::vector<std::string> lines;
+    if (stopped_.load(std::memory_order_relaxed)) return lines;
+    try {
+        std::lock_guard lock(mutex_);
+        if (!writer_) return lines;
+        Event e;
+        e.kind = EventKind::step;
+        e.time_us = now_us();
+        e.name = step_name_;
+        writer_->event(e);
+        for (const LiveLeak& leak : monitor_.end_step()) {
+            auto label = site_labels_.find(leak.site);
+            std::string line = "leak: +" + format_bytes(leak.bytes_per_step) + "/step at " +
+                               (label != site_labels_.end() ? label->second : std::string("<no Python frame>")) +
+                               " (cuda:" + std::to_string(leak.device) + ", growing since step " +
+                               format_count(leak.first_step) + ")";
+            if (leak.projected_oom_step) line += "; OOM projected at step " + format_count(*leak.projected_oom_step);
+            lines.push_back(std::move(line));
+        }
+    } catch (const std::exception& ex) {
+        fail(std::string("capture stopped: ") + ex.what());
+    }
+    return lines;
+}
+
+uint64_t Recorder::steps() const {
+    std::lock_guard lock(mutex_);
+    return monitor_.steps();
+}
+
+void Recorder::flush() {
+    if (stopped_.load(std::memory_order_relaxed)) return;
+    try {
+        std::lock_guard lock(mutex_);
+        if (writer_) writer_->flush();
+    } catch (const std::exception& ex) {
+        fail(std::string("capture stopped: ") + ex.what());
+    }
+}
+
+void Recorder::close() {
+    {
+        std::lock_guard lock(flush_mutex_);
+        closing_ = true;
+    }
+    flush_wake_.notify_all();
+    if (flusher_ && flusher_->joinable()) flusher_->join();
+    std::lock_guard lock(mutex_);
+    if (!writer_) return;
+    std::unique_ptr<TraceWriter> w = std::move(writer_);
+    stopped_ = true;
+    w->close();  // may throw (disk full): the caller reports it
+}
+
+void Recorder::abandon() noexcept {
+    stopped_ = true;
+    // Neither the flusher thread nor the file is ours in the child: forget both, touch neither.
+    (void)flusher_.release();
+    (void)writer_.release();
+}
+
+std::string Recorder::fault() const {
+    std::lock_guard lock(mutex_);
+    return fault_;
+}
+
+}  // namespace vramscope::capture

@@ -1,0 +1,105 @@
+// One live capture: allocator events in, a .vscope file and live leak warnings out.
+//
+// The allocator hook calls allocator_event() under the caching allocator's lock, on whatever
+// thread allocated, without the GIL: so it never takes the GIL, never throws, and does the least
+// it can — walk the thread's frames, find the stack in a cache, append ~4 bytes to a chunk. A
+// flusher thread hands the chunk to the OS every half second, so SIGKILL loses at most that. Any
+// internal fault stops the capture (the run goes on) and is reported once through fault().
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "capture/live_monitor.h"
+#include "capture/python_frames.h"
+#include "events/event.h"
+#include "trace/writer.h"
+
+namespace vramscope::capture {
+
+class Recorder {
+public:
+    static constexpr int kFlushMilliseconds = 500;
+
+    explicit Recorder(const std::string& path);  // throws std::runtime_error naming the path
+    ~Recorder();
+    Recorder(const Recorder&) = delete;
+    Recorder& operator=(const Recorder&) = delete;
+
+    void meta(std::string_view key, std::string_view value);
+    void device(uint8_t device, uint64_t total_memory, uint64_t allocated, uint64_t reserved);
+    void name_stream(uint64_t handle, std::string_view label);
+    // Off when the frame reader failed its self-check: events still come, without Python stacks.
+    void set_python_stacks(bool on) { python_stacks_.store(on, std::memory_order_relaxed); }
+
+    // From the allocator hook. autograd_node: the backward node the engine is running, or null.
+    void allocator_event(EventKind kind, uint8_t device, uint64_t addr, uint64_t size, uint64_t stream,
+                         const char* autograd_node) noexcept;
+    void marker(EventKind kind, std::string_view name);
+    // Writes the step marker; returns one line per leak the live monitor confirmed at this step.
+    std::vector<std::string> end_step();
+
+    void flush();
+    void close();
+    // After fork(), in the child: let go of the file without writing to it (it is the parent's).
+    void abandon() noexcept;
+
+    std::string fault() const;
+    uint64_t allocations() const { return allocations_.load(std::memory_order_relaxed); }
+    uint64_t steps() const;
+    const std::string& path() const { return path_; }
+
+private:
+    struct CachedStack {
+        std::vector<RawFrame> frames;
+        const char* node;
+        uint32_t stack, site;
+    };
+    struct RawFrameHash {
+        size_t operator()(const RawFrame& f) const {
+            return std::hash<uint64_t>{}(uint64_t(reinterpret_cast<uintptr_t>(f.code)) * 31 + uint64_t(f.offset));
+        }
+    };
+    struct CodeText {
+        std::string file, function;
+        bool internal;
+    };
+
+    uint32_t stack_of(const RawFrame* frames, size_t n, const char* node, uint32_t& site);
+    uint32_t intern(const RawFrame* frames, size_t n, const char* node, uint32_t& site);
+    uint32_t frame_of(const RawFrame& f, bool& internal);
+    uint16_t stream_index(uint64_t handle);
+    void fail(const std::string& why) noexcept;
+    void flusher();
+
+    std::string path_;
+    std::unique_ptr<TraceWriter> writer_;
+    mutable std::mutex mutex_;  // everything below
+    LiveMonitor monitor_;
+    std::unordered_map<uint64_t, uint32_t> stack_by_hash_;  // -> index in stacks_
+    std::vector<CachedStack> stacks_;
+    std::unordered_map<RawFrame, uint32_t, RawFrameHash> frame_ids_;
+    std::unordered_map<const void*, CodeText> code_text_;
+    std::unordered_map<const char*, uint32_t> node_frames_;
+    std::unordered_map<uint32_t, std::string> site_labels_;  // frame id -> "file.py:12 function"
+    std::vector<std::pair<uint64_t, uint16_t>> streams_;
+    uint32_t step_name_ = 0;
+    std::string fault_;
+    std::atomic<bool> stopped_{false};
+    std::atomic<bool> python_stacks_{true};
+    std::atomic<uint64_t> allocations_{0};
+
+    std::mutex flush_mutex_;
+    std::condition_variable flush_wake_;
+    bool closing_ = false;
+    std::unique_ptr<std::thread> flusher_;
+};
+
+}  // namespace vramscope::capture
