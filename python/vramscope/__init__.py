@@ -6,8 +6,9 @@ import json
 import os
 
 from ._core import __version__, analyze_json as _analyze_json, convert
+from .capture import Capture, LeakError, mark, step, track
 
-__all__ = ["__version__", "analyze", "convert"]
+__all__ = ["__version__", "Capture", "LeakError", "analyze", "convert", "mark", "step", "track"]
 
 
 def analyze(path: str | os.PathLike, *, window: int = 1, warmup: int = -1, device_memory: int = 0) -> dict:

@@ -1,4 +1,4 @@
-"""The `vramscope` command: the C++ core does the work; Python only finds bundled data."""
+"""The `vramscope` command: the C++ core does the work; Python finds bundled data and launches runs."""
 
 from __future__ import annotations
 
@@ -12,6 +12,10 @@ DEMO_TRACE = Path(__file__).parent / "data" / "leak_offload_stream.pickle.gz"
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["run"]:
+        from .launch import run
+
+        return run(args[1:])
     if args[:1] == ["demo"]:
         print(
             "vramscope demo: a real torch memory snapshot, recorded on an 80 GB H100, of a training loop\n"

@@ -12,6 +12,7 @@
 #include "capture/python_frames.h"
 #include "capture/recorder.h"
 #include "cli/cli.h"
+#include "common/format.h"
 #include "findings/json.h"
 #include "importers/torch_snapshot.h"
 #include "render/terminal.h"
@@ -117,6 +118,14 @@ NB_MODULE(_core, m) {
         },
         nb::arg("kind"), nb::arg("device"), nb::arg("addr"), nb::arg("size"), nb::arg("stream") = 0,
         nb::arg("node") = "");
+    m.def(
+        "parse_bytes",
+        [](const std::string& text) {
+            uint64_t bytes = 0;
+            if (!parse_bytes(text, bytes)) throw nb::value_error(("not a size: '" + text + "' (e.g. 80GiB)").c_str());
+            return bytes;
+        },
+        "A size such as 80GiB or 81559MiB in bytes.");
     m.def("python_frames_self_check", &capture::self_check,
           "Compare the GIL-free frame walk with the interpreter's; empty when they agree.");
     m.def("python_frames_supported", &capture::python_frames_supported);

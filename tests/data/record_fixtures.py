@@ -75,13 +75,14 @@ def site(function: str, marker: str) -> dict:
 class Run:
     """Device, recording and per-step truth for one scenario."""
 
-    def __init__(self, name: str, out_dir: str | None, dry_cpu: bool):
+    def __init__(self, name: str, out_dir: str | None, dry_cpu: bool, live: str | None = None):
         import torch
 
         self.torch = torch
         self.name = name
         self.out_dir = out_dir
         self.dry = dry_cpu
+        self.live = live  # capture with vramscope.track() into this .vscope instead of torch's recorder
         self.device = torch.device("cpu" if dry_cpu else "cuda")
         self.steps: list[dict] = []
         torch.manual_seed(1234)
@@ -92,6 +93,11 @@ class Run:
 
     def start(self):
         if self.dry:
+            return
+        if self.live:
+            import vramscope
+
+            self.capture = vramscope.track(self.live, summary=False).start()
             return
         self.torch.cuda.memory._record_memory_history(
             enabled="all", context="all", stacks="python", max_entries=1_000_000
@@ -139,6 +145,11 @@ class Run:
             truth["measured_slope_bytes_per_step_from_step1"] = (a1 - a0) / (len(self.steps) - 2 or 1)
         if self.dry:
             print("DRY expected:", json.dumps({k: v for k, v in truth.items() if k != "steps"})[:3000])
+            return truth
+        if self.live:
+            self.capture.stop()
+            with open(self.live + ".steps.json", "w") as f:
+                json.dump(truth, f, indent=1)
             return truth
         os.makedirs(self.out_dir, exist_ok=True)
         plain = os.path.join(self.out_dir, f".{self.name}.pickle.tmp")
@@ -560,8 +571,8 @@ def load_gz(path: str) -> dict:
 # --------------------------------------------------------------------------
 
 
-def run_scenario(name: str, out_dir: str | None, dry: bool):
-    run = Run(name, out_dir, dry)
+def run_scenario(name: str, out_dir: str | None, dry: bool, live: str | None = None):
+    run = Run(name, out_dir, dry, live)
     globals()["scenario_" + name](run)
 
 
@@ -622,13 +633,14 @@ def main():
     ap.add_argument("--out", default=os.path.dirname(os.path.abspath(__file__)))
     ap.add_argument("--tar", default=None)
     ap.add_argument("--dry-cpu", action="store_true")
+    ap.add_argument("--live", metavar="OUT_VSCOPE", help="capture with vramscope.track() instead of torch's recorder")
     a = ap.parse_args()
     if a.describe:
         print("\n".join(describe_snapshot(load_gz(a.describe))))
         return 0
     if a.all:
         return drive_all(a.out, a.dry_cpu, a.tar)
-    run_scenario(a.scenario, a.out, a.dry_cpu)
+    run_scenario(a.scenario, a.out, a.dry_cpu, a.live)
     return 0
 
 

@@ -29,6 +29,8 @@ constexpr const char* kUsage = R"(usage: vramscope COMMAND ...
         --warmup N        steps not judged at the start (default: a tenth, 1 to 5)
         --device-memory   GPU capacity for the OOM projection, e.g. 80GiB (default: from trace)
         --fail-on-leak    exit 1 when a leak is found (for CI)
+  run [-o OUT] [--fail-on-leak] -- COMMAND...
+        Run a training command with live capture (no code change); see `vramscope run --help`.
   convert IN OUT.vscope   Convert a torch snapshot to the compact .vscope trace format.
   demo                    Analyse a bundled real trace of a leaking training run.
   version                 Print the version.

@@ -1,0 +1,135 @@
+"""Capture overhead on a real training step (issue 3): no capture, torch's own recorder, vramscope.
+
+Each (variant, repetition) runs in a fresh process, variants interleaved, so that no variant
+inherits another's allocator state (torch cannot detach a trace hook) and machine drift spreads
+evenly. Per process: warm-up steps, then timed steps with a device sync at each step end; the
+figure is the median step time over all processes of a variant, the spread the range of the
+per-process medians.
+
+  python bench/capture_overhead.py --reps 5 --steps 200 --out bench/out/overhead.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+VARIANTS = ["none", "torch-recorder", "vramscope"]
+
+
+def workload(name: str):
+    import torch
+
+    torch.manual_seed(0)
+    if name == "transformer":
+        # The issue's model: ~1,640 allocations a step, small kernels (CPU-bound launching).
+        layers = [torch.nn.TransformerEncoderLayer(128, 4, 512, batch_first=True, dropout=0.0) for _ in range(24)]
+        model = torch.nn.Sequential(*layers).cuda()
+        x = torch.randn(2, 64, 128, device="cuda")
+    else:  # "large-kernels": a few big matmuls a step, GPU-bound
+        model = torch.nn.Sequential(*[torch.nn.Linear(8192, 8192, bias=False) for _ in range(4)]).cuda()
+        x = torch.randn(4096, 8192, device="cuda")
+    opt = torch.optim.AdamW(model.parameters())
+
+    def step():
+        model(x).pow(2).mean().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
+def worker(variant: str, name: str, warmup: int, steps: int) -> dict:
+    import torch
+
+    torch.cuda.init()
+    step = workload(name)
+    capture = None
+    trace_dir = tempfile.mkdtemp()
+    if variant == "torch-recorder":
+        torch.cuda.memory._record_memory_history(stacks="python")
+    elif variant == "vramscope":
+        import vramscope
+
+        capture = vramscope.track(os.path.join(trace_dir, "bench.vscope"), summary=False, live_warnings=False).start()
+        assert capture.active, "vramscope capture did not attach"
+    stats0 = torch.cuda.memory_stats()["allocation.all.allocated"]
+    times = []
+    for i in range(warmup + steps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        step()
+        torch.cuda.synchronize()
+        if i >= warmup:
+            times.append(time.perf_counter() - t0)
+    allocs = (torch.cuda.memory_stats()["allocation.all.allocated"] - stats0) / (warmup + steps)
+    result = {"variant": variant, "workload": name, "median_ms": 1e3 * statistics.median(times),
+              "times_ms": [1e3 * t for t in times], "allocations_per_step": allocs}
+    if capture is not None:
+        capture.stop()
+        result["captured_allocations"] = capture.allocations
+        result["trace_bytes"] = os.path.getsize(capture.path)
+    return result
+
+
+def drive(args) -> int:
+    results = []
+    for name in args.workloads:
+        for rep in range(args.reps):
+            order = VARIANTS[rep % 3:] + VARIANTS[: rep % 3]  # rotate who goes first
+            for variant in order:
+                proc = subprocess.run([sys.executable, __file__, "--worker", variant, name, str(args.warmup),
+                                       str(args.steps)], capture_output=True, text=True)
+                if proc.returncode != 0:
+                    print(proc.stdout, proc.stderr, file=sys.stderr)
+                    return 1
+                r = json.loads(proc.stdout.strip().splitlines()[-1])
+                print(f"{name:13s} rep {rep} {variant:15s} median {r['median_ms']:.2f} ms "
+                      f"({r['allocations_per_step']:.0f} allocations/step)", flush=True)
+                results.append(r)
+    summary = {}
+    for name in args.workloads:
+        base = None
+        for variant in VARIANTS:
+            rs = [r for r in results if r["workload"] == name and r["variant"] == variant]
+            pooled = statistics.median(t for r in rs for t in r["times_ms"])
+            medians = [r["median_ms"] for r in rs]
+            base = pooled if variant == "none" else base
+            summary[f"{name}/{variant}"] = {
+                "median_ms": pooled, "process_medians_ms": medians,
+                "spread_ms": [min(medians), max(medians)], "ratio_to_none": pooled / base,
+                "steps": sum(len(r["times_ms"]) for r in rs),
+                "allocations_per_step": statistics.mean(r["allocations_per_step"] for r in rs)}
+    for key, s in summary.items():
+        print(f"{key:32s} {s['median_ms']:8.2f} ms  x{s['ratio_to_none']:.3f}  "
+              f"process medians {s['spread_ms'][0]:.2f}..{s['spread_ms'][1]:.2f} ms, {s['steps']} steps")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"summary": summary, "runs": results}, f, indent=1)
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--worker", nargs=4, metavar=("VARIANT", "WORKLOAD", "WARMUP", "STEPS"))
+    ap.add_argument("--workloads", nargs="+", default=["transformer", "large-kernels"])
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=30)
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--out")
+    args = ap.parse_args()
+    if args.worker:
+        variant, name, warmup, steps = args.worker
+        print(json.dumps(worker(variant, name, int(warmup), int(steps))))
+        return 0
+    return drive(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

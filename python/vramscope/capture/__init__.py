@@ -1,0 +1,5 @@
+"""Live capture: allocator events of a running PyTorch process into a .vscope trace."""
+
+from .session import Capture, LeakError, active, mark, step, track
+
+__all__ = ["Capture", "LeakError", "active", "mark", "step", "track"]

@@ -1,0 +1,104 @@
+// The only code of vramscope that touches torch's C++ API. Built on first use against the user's
+// own torch (torch.utils.cpp_extension.load, cached), it attaches to the CUDA caching allocator and
+// forwards each trace entry to vramscope's recorder in _core through one C function pointer.
+//
+// The callback runs under the allocator's lock, usually without the GIL: it must not call into
+// Python, and it must be cheap. It adds only what the recorder cannot see itself: which autograd
+// node the engine is running on this thread (backward allocations have no Python frame).
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/util/Type.h>
+#include <pybind11/pybind11.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/python_function.h>
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <typeindex>
+#include <unordered_map>
+
+namespace {
+
+using c10::cuda::CUDACachingAllocator::TraceEntry;
+using Sink = void (*)(int kind, int device, uint64_t addr, uint64_t size, uint64_t stream, const char* node);
+std::atomic<Sink> g_sink{nullptr};
+
+// vramscope's EventKind values (src/vramscope/events/event.h); -1: not recorded.
+int kind_of(TraceEntry::Action a) {
+    switch (a) {
+    case TraceEntry::ALLOC: return 0;
+    case TraceEntry::FREE_REQUESTED: return 1;
+    case TraceEntry::FREE_COMPLETED: return 2;
+    case TraceEntry::SEGMENT_ALLOC: return 3;
+    case TraceEntry::SEGMENT_FREE: return 4;
+    case TraceEntry::SEGMENT_MAP: return 5;
+    case TraceEntry::SEGMENT_UNMAP: return 6;
+    case TraceEntry::OOM: return 7;
+    case TraceEntry::SNAPSHOT: return 12;
+    default: return -1;
+    }
+}
+
+// A custom Function's node points at its Python object (the ctx, of class "<Name>Backward"):
+// torch up to 2.12 as the member `obj`, later through pyobj().
+template <class T>
+auto python_object(const T& n, int) -> decltype(n.obj) { return n.obj; }
+template <class T>
+auto python_object(const T& n, long) -> decltype(n.pyobj()) { return n.pyobj(); }
+
+// Node names by type, kept for the life of the process so the recorder may key on the pointer.
+// name() itself is not used: for Python nodes it takes the GIL, which here could deadlock.
+std::mutex g_names_mutex;
+std::unordered_map<std::type_index, std::string> g_cpp_names;
+std::unordered_map<const void*, std::string> g_python_names;
+
+const char* node_name() {
+    auto node = torch::autograd::get_current_node();
+    if (!node) return nullptr;
+    const torch::autograd::Node& n = *node;
+    std::lock_guard<std::mutex> lock(g_names_mutex);
+    if (auto* py = dynamic_cast<const torch::autograd::PyNode*>(&n)) {
+        PyObject* obj = python_object(*py, 0);
+        const void* type = obj ? static_cast<const void*>(Py_TYPE(obj)) : nullptr;
+        auto it = g_python_names.find(type);
+        if (it == g_python_names.end())
+            it = g_python_names.emplace(type, type ? Py_TYPE(obj)->tp_name : "PythonBackward").first;
+        return it->second.c_str();
+    }
+    auto it = g_cpp_names.find(std::type_index(typeid(n)));
+    if (it == g_cpp_names.end()) {
+        std::string name = c10::demangle(typeid(n).name());
+        const size_t colon = name.rfind("::");
+        if (colon != std::string::npos) name = name.substr(colon + 2);
+        it = g_cpp_names.emplace(std::type_index(typeid(n)), std::move(name)).first;
+    }
+    return it->second.c_str();
+}
+
+void on_trace_entry(const TraceEntry& e) {
+    const Sink sink = g_sink.load(std::memory_order_acquire);
+    if (!sink) return;
+    const int kind = kind_of(e.action_);
+    if (kind < 0) return;
+    const bool freeing = kind == 1 || kind == 2;
+    sink(kind, int(e.device_), uint64_t(e.addr_), uint64_t(e.size_),
+         uint64_t(reinterpret_cast<uintptr_t>(e.stream_)), freeing ? nullptr : node_name());
+}
+
+// torch has no way to detach a tracker: attach once per process, and let `sink` say whether
+// anyone listens. Call after CUDA is initialised (the per-device allocators exist only then).
+void install(uint64_t sink) {
+    static std::once_flag attached;
+    std::call_once(attached, [] { c10::cuda::CUDACachingAllocator::attachAllocatorTraceTracker(on_trace_entry); });
+    g_sink.store(reinterpret_cast<Sink>(static_cast<uintptr_t>(sink)), std::memory_order_release);
+}
+
+void uninstall() { g_sink.store(nullptr, std::memory_order_release); }
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+    m.def("install", &install, "Forward allocator events to the C function at this address.");
+    m.def("uninstall", &uninstall, "Stop forwarding (the tracker stays attached, idle).");
+}

@@ -1,0 +1,46 @@
+"""Builds and loads the allocator hook (allocator_hook.cpp) against the user's own torch.
+
+torch.utils.cpp_extension compiles it once per torch version and caches it (~/.cache/torch_extensions);
+later runs load it in a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+SOURCE = Path(__file__).with_name("allocator_hook.cpp")
+
+
+class HookUnavailable(RuntimeError):
+    """The hook cannot be built or loaded here; the message says why and what to do."""
+
+
+def load_allocator_hook():
+    import torch
+    from torch.utils import cpp_extension
+
+    if cpp_extension.CUDA_HOME is None:
+        raise HookUnavailable("the CUDA toolkit headers were not found (set CUDA_HOME to the CUDA install)")
+    # One build per torch version: a hook built against another torch would not load, or worse.
+    name = "vramscope_allocator_hook_" + re.sub(r"\W", "_", torch.__version__)
+    first_use = not _cached(cpp_extension, name)
+    if first_use:
+        print(f"vramscope: building the allocator hook for torch {torch.__version__} (first use only)...",
+              file=sys.stderr, flush=True)
+    try:
+        return cpp_extension.load(name=name, sources=[str(SOURCE)], with_cuda=True,
+                                  extra_cflags=["-O2"], verbose=False)
+    except Exception as e:  # compiler missing, ninja missing, headers of another torch
+        text = str(e).strip().splitlines()
+        raise HookUnavailable(f"building the allocator hook failed: {text[-1] if text else type(e).__name__} "
+                              "(it needs a C++ compiler and ninja: pip install ninja)") from e
+
+
+def _cached(cpp_extension, name: str) -> bool:
+    try:
+        root = Path(cpp_extension._get_build_directory(name, verbose=False))
+    except Exception:
+        return False
+    return any(root.glob("*.so"))

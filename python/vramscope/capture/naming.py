@@ -1,0 +1,39 @@
+"""Where a process's trace goes: one file per process, the rank in its name."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+SUFFIX = ".vscope"
+
+
+def trace_path(base: str | os.PathLike, *, env=os.environ, shared_name: bool = True) -> Path:
+    """`run.vscope` for a single process; `run.rank3.vscope` under torchrun (RANK set); and
+    `run.pid1234.vscope` for any other process of a launched run (shared_name=False), so that
+    nothing two processes write ever lands in one file."""
+    base = Path(base)
+    stem = base.name[: -len(SUFFIX)] if base.name.endswith(SUFFIX) else base.name
+    rank = env.get("RANK")
+    if rank is not None and rank.isdigit():
+        return base.with_name(f"{stem}.rank{int(rank)}{SUFFIX}")
+    if not shared_name:
+        return base.with_name(f"{stem}.pid{os.getpid()}{SUFFIX}")
+    return base.with_name(stem + SUFFIX)
+
+
+def run_files(base: str | os.PathLike, since: float) -> list[Path]:
+    """The traces a launched run wrote: the base name and its rank and pid variants, rank order."""
+    base = Path(base)
+    stem = base.name[: -len(SUFFIX)] if base.name.endswith(SUFFIX) else base.name
+    found = [p for p in base.parent.glob(f"{stem}*{SUFFIX}")
+             if (p.name == stem + SUFFIX or p.name[len(stem):].startswith((".rank", ".pid")))
+             and p.stat().st_mtime >= since]
+
+    def order(p: Path):
+        middle = p.name[len(stem):-len(SUFFIX)]
+        if middle.startswith(".rank") and middle[5:].isdigit():
+            return (1, int(middle[5:]))
+        return (0 if not middle else 2, 0)
+
+    return sorted(found, key=lambda p: (order(p), p.name))

@@ -1,0 +1,99 @@
+"""`vramscope run -- COMMAND`: capture a training script with no change to its code.
+
+The command runs as a child process with VRAMSCOPE_RUN set; vramscope_run.pth starts a capture in
+each of its Python processes (each rank under torchrun writes its own file). When it exits, the
+traces are analysed here and the exit code says what happened.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from . import _core
+from .capture import naming
+
+USAGE = """usage: vramscope run [-o OUT.vscope] [--fail-on-leak] [--device-memory SIZE] [--json OUT] -- COMMAND...
+
+  Runs COMMAND (python train.py ..., torchrun ..., or a script.py) with live capture of every
+  CUDA caching-allocator event, warns as soon as a leak is confirmed, and analyses the traces
+  when it ends. Each process that uses CUDA writes OUT (default vramscope.vscope); under
+  torchrun each rank writes OUT with .rankN in its name.
+  --fail-on-leak   exit 1 when the run leaked (the command's own failure code wins)
+"""
+
+
+def parse(args: list[str]) -> tuple[dict, list[str]]:
+    opts = {"output": "vramscope.vscope", "fail_on_leak": False, "device_memory": None, "json": None}
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "--":
+            return opts, args[i + 1:]
+        if a in ("-o", "--output", "--device-memory", "--json"):
+            if i + 1 >= len(args):
+                raise SystemExit(f"vramscope run: {a} needs a value\n\n{USAGE}")
+            key = {"-o": "output", "--output": "output"}.get(a, a[2:].replace("-", "_"))
+            opts[key] = args[i + 1]
+            i += 2
+        elif a == "--fail-on-leak":
+            opts["fail_on_leak"] = True
+            i += 1
+        elif a in ("-h", "--help"):
+            print(USAGE)
+            raise SystemExit(0)
+        elif a.startswith("-"):
+            raise SystemExit(f"vramscope run: unknown option {a}\n\n{USAGE}")
+        else:
+            return opts, args[i:]
+    return opts, []
+
+
+def run(args: list[str]) -> int:
+    opts, command = parse(args)
+    if not command:
+        print(f"vramscope run: no command given\n\n{USAGE}", file=sys.stderr)
+        return 2
+    if command[0].endswith(".py"):
+        command = [sys.executable, *command]
+    try:
+        device_memory = _core.parse_bytes(opts["device_memory"]) if opts["device_memory"] else 0
+    except ValueError as e:
+        print(f"vramscope run: --device-memory: {e}", file=sys.stderr)
+        return 2
+    output = Path(opts["output"]).absolute()
+    env = dict(os.environ)
+    env["VRAMSCOPE_RUN"] = json.dumps({"output": str(output), "launcher": os.getpid(),
+                                       "device_memory": device_memory})
+    started = time.time() - 1  # file times have coarse resolution on some filesystems
+    try:
+        child = subprocess.Popen(command, env=env)
+    except OSError as e:
+        print(f"vramscope run: cannot start {command[0]}: {e}", file=sys.stderr)
+        return 127
+    # Ctrl-C reaches the child through the terminal; the launcher waits for it to finish.
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        rc = child.wait()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    files = naming.run_files(output, started)
+    if not files:
+        print("vramscope run: no trace was written: the command did not use CUDA, or its Python is not the one "
+              f"vramscope is installed in ({sys.executable})", file=sys.stderr)
+        return rc
+    cli = ["analyze", *map(str, files)]
+    if device_memory:
+        cli += ["--device-memory", f"{device_memory}B"]
+    if opts["json"]:
+        cli += ["--json", opts["json"]]
+    sys.stdout.flush()
+    leaked = _core.cli_main([*cli, "--fail-on-leak"]) == 1
+    if rc != 0:
+        return rc
+    return 1 if leaked and opts["fail_on_leak"] else 0
