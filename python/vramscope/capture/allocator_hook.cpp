@@ -48,9 +48,14 @@ template <class T>
 auto python_object(const T& n, long) -> decltype(n.pyobj()) { return n.pyobj(); }
 
 // Node names by type, kept for the life of the process so the recorder may key on the pointer.
-// name() itself is not used: for Python nodes it takes the GIL, which here could deadlock.
+// name() itself is not used: for Python nodes it takes the GIL, which here could deadlock. PyNode
+// is told by its type's name: its typeinfo lives in libtorch_python, which this is not linked to.
+struct NodeType {
+    bool python;
+    std::string name;
+};
 std::mutex g_names_mutex;
-std::unordered_map<std::type_index, std::string> g_cpp_names;
+std::unordered_map<std::type_index, NodeType> g_node_types;
 std::unordered_map<const void*, std::string> g_python_names;
 
 const char* node_name() {
@@ -58,22 +63,20 @@ const char* node_name() {
     if (!node) return nullptr;
     const torch::autograd::Node& n = *node;
     std::lock_guard<std::mutex> lock(g_names_mutex);
-    if (auto* py = dynamic_cast<const torch::autograd::PyNode*>(&n)) {
-        PyObject* obj = python_object(*py, 0);
-        const void* type = obj ? static_cast<const void*>(Py_TYPE(obj)) : nullptr;
-        auto it = g_python_names.find(type);
-        if (it == g_python_names.end())
-            it = g_python_names.emplace(type, type ? Py_TYPE(obj)->tp_name : "PythonBackward").first;
-        return it->second.c_str();
-    }
-    auto it = g_cpp_names.find(std::type_index(typeid(n)));
-    if (it == g_cpp_names.end()) {
+    auto it = g_node_types.find(std::type_index(typeid(n)));
+    if (it == g_node_types.end()) {
         std::string name = c10::demangle(typeid(n).name());
+        const bool python = name == "torch::autograd::PyNode";
         const size_t colon = name.rfind("::");
         if (colon != std::string::npos) name = name.substr(colon + 2);
-        it = g_cpp_names.emplace(std::type_index(typeid(n)), std::move(name)).first;
+        it = g_node_types.emplace(std::type_index(typeid(n)), NodeType{python, std::move(name)}).first;
     }
-    return it->second.c_str();
+    if (!it->second.python) return it->second.name.c_str();
+    PyObject* obj = python_object(static_cast<const torch::autograd::PyNode&>(n), 0);
+    const void* type = obj ? static_cast<const void*>(Py_TYPE(obj)) : nullptr;
+    auto py = g_python_names.find(type);
+    if (py == g_python_names.end()) py = g_python_names.emplace(type, type ? Py_TYPE(obj)->tp_name : "PyNode").first;
+    return py->second.c_str();
 }
 
 void on_trace_entry(const TraceEntry& e) {

@@ -34,8 +34,8 @@ def load_allocator_hook():
                                   extra_cflags=["-O2"], verbose=False)
     except Exception as e:  # compiler missing, ninja missing, headers of another torch
         text = str(e).strip().splitlines()
-        raise HookUnavailable(f"building the allocator hook failed: {text[-1] if text else type(e).__name__} "
-                              "(it needs a C++ compiler and ninja: pip install ninja)") from e
+        raise HookUnavailable(f"the allocator hook could not be built or loaded: {text[-1] if text else type(e).__name__}"
+                              " (building it needs a C++ compiler and ninja: pip install ninja)") from e
 
 
 def _cached(cpp_extension, name: str) -> bool:
