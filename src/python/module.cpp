@@ -75,6 +75,24 @@ NB_MODULE(_core, m) {
         nb::arg("path"), nb::arg("device_memory") = 0, nb::arg("color") = false,
         "Analyse a trace; returns (terminal summary, whether it leaks).");
 
+    m.def(
+        "frames",
+        [](const std::string& path) {
+            Trace t;
+            {
+                nb::gil_scoped_release release;
+                t = load_any(path);
+            }
+            nb::list out;
+            for (uint32_t i = 1; i <= t.stacks.frame_count(); ++i) {
+                const Frame& f = t.stacks.frame(i);
+                out.append(nb::make_tuple(std::string(t.stacks.string(f.file)), f.line,
+                                          std::string(t.stacks.string(f.function))));
+            }
+            return out;
+        },
+        nb::arg("path"), "Every distinct stack frame of a trace or snapshot: (file, line, function).");
+
     using capture::Recorder;
     nb::class_<Recorder>(m, "Recorder", "One live capture into a .vscope file (capture/recorder.h).")
         .def(nb::init<const std::string&>(), nb::arg("path"))
