@@ -95,7 +95,7 @@ def test_backward_allocations_carry_their_autograd_node(tmp_path):
     """)
     from vramscope import _core
 
-    frames = _core.frames(out)
+    frames = _core.frames(str(out))
     assert ("<autograd engine>", 0, "MmBackward0") in frames, frames
 
 
@@ -120,7 +120,7 @@ def test_two_threads_allocating_are_both_captured(tmp_path):
     assert captured == delta == 400
     from vramscope import _core
 
-    functions = {function for _, _, function in _core.frames(out)}
+    functions = {function for _, _, function in _core.frames(str(out))}
     assert {"worker_a", "worker_b"} <= functions
 
 
