@@ -7,6 +7,8 @@ figure is the median step time over all processes of a variant, the spread the r
 per-process medians.
 
   python bench/capture_overhead.py --reps 5 --steps 200 --out bench/out/overhead.json
+  python bench/capture_overhead.py --interleaved 30 10 30      # one process, variants alternating
+  python bench/capture_overhead.py --alloc-cost 200000          # ns per allocation, by state
 """
 
 from __future__ import annotations
@@ -78,6 +80,82 @@ def worker(variant: str, name: str, warmup: int, steps: int) -> dict:
     return result
 
 
+def deep(depth: int, fn):
+    """Calls fn under `depth` Python frames: a training step's stack is about this deep."""
+    return deep(depth - 1, fn) if depth else fn()
+
+
+def alloc_cost(pairs: int) -> dict:
+    """ns per allocate+free of a small tensor (the allocator's fast path plus dispatch), by state,
+    in one process: before any hook exists, hook attached but idle, vramscope on, vramscope on
+    without Python stacks, torch's recorder."""
+    import torch
+    import vramscope
+    from vramscope import _core
+
+    torch.cuda.init()
+
+    def loop():
+        t0 = time.perf_counter()
+        for _ in range(pairs):
+            x = torch.empty(256, device="cuda")
+            del x
+        return 1e9 * (time.perf_counter() - t0) / pairs
+
+    out = {"no hook": [deep(20, loop) for _ in range(3)]}
+    capture = vramscope.track(tempfile.mktemp(suffix=".vscope"), summary=False, live_warnings=False).start()
+    hook, recorder, sink = capture._hook, capture._recorder, _core.allocator_sink()
+    states = {
+        "hook idle": lambda: hook.uninstall(),
+        "vramscope": lambda: (hook.install(sink), recorder.set_python_stacks(True)),
+        "vramscope, no Python stacks": lambda: (hook.install(sink), recorder.set_python_stacks(False)),
+        "torch recorder": lambda: (hook.uninstall(), torch.cuda.memory._record_memory_history(stacks="python")),
+    }
+    for _ in range(3):
+        for state, enter in states.items():
+            enter()
+            out.setdefault(state, []).append(deep(20, loop))
+            torch.cuda.memory._record_memory_history(enabled=None)
+    hook.install(sink)
+    capture.stop()
+    return {state: statistics.median(v) for state, v in out.items()}
+
+
+def interleaved(name: str, rounds: int, block: int, warmup: int) -> dict:
+    """The three variants in one process, alternating every `block` steps, so drift hits all alike.
+    "none" here has vramscope's hook attached but idle (torch cannot detach it): alloc_cost()
+    measures what that costs."""
+    import torch
+    import vramscope
+    from vramscope import _core
+
+    torch.cuda.init()
+    step = workload(name)
+    for _ in range(warmup):
+        step()
+    capture = vramscope.track(tempfile.mktemp(suffix=".vscope"), summary=False, live_warnings=False).start()
+    hook, sink = capture._hook, _core.allocator_sink()
+    times = {v: [] for v in VARIANTS}
+    for r in range(rounds):
+        for variant in VARIANTS[r % 3:] + VARIANTS[: r % 3]:
+            hook.install(sink) if variant == "vramscope" else hook.uninstall()
+            if variant == "torch-recorder":
+                torch.cuda.memory._record_memory_history(stacks="python")
+            for i in range(block + 2):
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                step()
+                torch.cuda.synchronize()
+                if i >= 2:  # the first steps after a switch settle caches
+                    times[variant].append(1e3 * (time.perf_counter() - t0))
+            torch.cuda.memory._record_memory_history(enabled=None)
+    hook.install(sink)
+    capture.stop()
+    base = statistics.median(times["none"])
+    return {v: {"median_ms": statistics.median(t), "ratio_to_none": statistics.median(t) / base,
+                "quartiles_ms": statistics.quantiles(t, n=4), "steps": len(t)} for v, t in times.items()}
+
+
 def drive(args) -> int:
     results = []
     for name in args.workloads:
@@ -123,7 +201,25 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=30)
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--out")
+    ap.add_argument("--interleaved", nargs=3, type=int, metavar=("ROUNDS", "BLOCK", "WARMUP"),
+                    help="all variants in one process, alternating every BLOCK steps")
+    ap.add_argument("--alloc-cost", type=int, metavar="PAIRS", help="ns per small allocate+free, by state")
     args = ap.parse_args()
+    if args.alloc_cost:
+        result = alloc_cost(args.alloc_cost)
+        for state, ns in result.items():
+            print(f"{state:30s} {ns:8.0f} ns per allocate+free")
+        return 0
+    if args.interleaved:
+        result = {name: interleaved(name, *args.interleaved) for name in args.workloads}
+        for name, variants in result.items():
+            for v, r in variants.items():
+                print(f"{name:13s} {v:15s} median {r['median_ms']:7.2f} ms  x{r['ratio_to_none']:.3f}  "
+                      f"quartiles {r['quartiles_ms'][0]:.2f}..{r['quartiles_ms'][2]:.2f} ms  ({r['steps']} steps)")
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump(result, f, indent=1)
+        return 0
     if args.worker:
         variant, name, warmup, steps = args.worker
         print(json.dumps(worker(variant, name, int(warmup), int(steps))))

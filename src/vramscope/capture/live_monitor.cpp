@@ -8,7 +8,17 @@
 namespace vramscope::capture {
 
 void LiveMonitor::alloc(uint8_t device, uint64_t addr, uint64_t size, uint32_t site) {
-    live_[key(device, addr)] = Block{size, site, device};
+    release(device, addr);  // a block never freed before its address came back: its free was missed
+    uint32_t slot;
+    if (free_slots_.empty()) {
+        slot = uint32_t(blocks_.size());
+        blocks_.push_back(Block{size, site, device});
+    } else {
+        slot = free_slots_.back();
+        free_slots_.pop_back();
+        blocks_[slot] = Block{size, site, device};
+    }
+    live_.put(key(device, addr), slot);
     held_[key(device, site)] += int64_t(size);
     Device& d = devices_[device];
     d.allocated += int64_t(size);
@@ -16,11 +26,12 @@ void LiveMonitor::alloc(uint8_t device, uint64_t addr, uint64_t size, uint32_t s
 }
 
 void LiveMonitor::release(uint8_t device, uint64_t addr) {
-    auto it = live_.find(key(device, addr));
-    if (it == live_.end()) return;  // allocated before capture began
-    held_[key(device, it->second.site)] -= int64_t(it->second.size);
-    devices_[device].allocated -= int64_t(it->second.size);
-    live_.erase(it);
+    const uint32_t slot = live_.take(key(device, addr));
+    if (slot == AddressMap::kMissing) return;  // allocated before capture began
+    const Block& b = blocks_[slot];
+    held_[key(device, b.site)] -= int64_t(b.size);
+    devices_[device].allocated -= int64_t(b.size);
+    free_slots_.push_back(slot);
 }
 
 void LiveMonitor::set_capacity(uint8_t device, uint64_t bytes) { devices_[device].capacity = bytes; }
@@ -28,9 +39,11 @@ void LiveMonitor::set_capacity(uint8_t device, uint64_t bytes) { devices_[device
 std::optional<LiveLeak> LiveMonitor::judge(uint8_t device, uint32_t site, const Series& s) const {
     const size_t n = std::min(s.count, kHistory);
     if (n < kMinSteps || s.reported) return std::nullopt;
+    // Judged only at a step that added to what the site holds: most steps cost two loads.
+    if (s.held[(s.count - 1) % kHistory] <= s.held[(s.count - 2) % kHistory]) return std::nullopt;
     std::vector<double> v(n);
     for (size_t i = 0; i < n; ++i) v[i] = s.held[(s.count - n + i) % kHistory];
-    if (v.back() <= v[n - 2] || v.back() < *std::max_element(v.begin(), v.end())) return std::nullopt;
+    if (v.back() < *std::max_element(v.begin(), v.end())) return std::nullopt;
     size_t rises = 0;
     for (size_t i = 1; i < n; ++i) rises += v[i] > v[i - 1];
     const LineFit all = fit_line(v, 0, n - 1);

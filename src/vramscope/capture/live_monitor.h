@@ -9,6 +9,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "analysis/flat_map.h"
+
 namespace vramscope::capture {
 
 struct LiveLeak {
@@ -52,7 +54,9 @@ private:
     static uint64_t key(uint8_t device, uint64_t value) { return value ^ uint64_t(device) << 56; }
     std::optional<LiveLeak> judge(uint8_t device, uint32_t site, const Series& s) const;
 
-    std::unordered_map<uint64_t, Block> live_;          // by device and address
+    AddressMap live_{4096};                             // by device and address -> index in blocks_
+    std::vector<Block> blocks_;
+    std::vector<uint32_t> free_slots_;                  // of blocks_, for reuse: no allocation per event
     std::unordered_map<uint64_t, int64_t> held_;        // by device and site: live bytes now
     std::unordered_map<uint64_t, Series> series_;       // by device and site, once a step end saw bytes
     std::array<Device, 256> devices_{};
