@@ -13,11 +13,6 @@ namespace {
 constexpr size_t kMaxFrames = 256;
 constexpr const char* kAutogradFile = "<autograd engine>";
 
-int64_t now_us() {
-    return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
-        .count();
-}
-
 uint64_t hash_stack(const RawFrame* frames, size_t n, const char* node) {
     uint64_t h = 0x9E3779B97F4A7C15ull ^ uint64_t(reinterpret_cast<uintptr_t>(node));
     for (size_t i = 0; i < n; ++i) {
@@ -51,6 +46,7 @@ void Recorder::flusher() {
     while (!closing_) {
         flush_wake_.wait_for(lock, std::chrono::milliseconds(kFlushMilliseconds));
         if (closing_) break;
+        clock_.recalibrate();
         flush();
     }
 }
@@ -166,7 +162,7 @@ void Recorder::allocator_event(EventKind kind, uint8_t device, uint64_t addr, ui
         e.device = device;
         e.addr = addr;
         e.size = size;
-        e.time_us = now_us();
+        e.time_us = clock_.now_us();
         std::lock_guard lock(mutex_);
         if (!writer_) return;
         e.stream = stream_index(stream);
@@ -195,7 +191,7 @@ void Recorder::marker(EventKind kind, std::string_view name) {
         if (!writer_) return;
         Event e;
         e.kind = kind;
-        e.time_us = now_us();
+        e.time_us = clock_.now_us();
         e.name = writer_->intern_string(name);
         writer_->event(e);
     } catch (const std::exception& ex) {
@@ -211,7 +207,7 @@ std::vector<std::string> Recorder::end_step() {
         if (!writer_) return lines;
         Event e;
         e.kind = EventKind::step;
-        e.time_us = now_us();
+        e.time_us = clock_.now_us();
         e.name = step_name_;
         writer_->event(e);
         for (const LiveLeak& leak : monitor_.end_step()) {

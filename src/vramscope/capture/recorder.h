@@ -17,6 +17,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "capture/clock.h"
 #include "capture/live_monitor.h"
 #include "capture/python_frames.h"
 #include "events/event.h"
@@ -80,6 +81,7 @@ private:
     void flusher();
 
     std::string path_;
+    EventClock clock_;
     std::unique_ptr<TraceWriter> writer_;
     mutable std::mutex mutex_;  // everything below
     LiveMonitor monitor_;
