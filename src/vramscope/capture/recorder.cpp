@@ -31,7 +31,7 @@ std::string short_file(const std::string& file) {
 
 Recorder::Recorder(const std::string& path) : path_(path), writer_(std::make_unique<TraceWriter>(path)) {
     step_name_ = writer_->intern_string("step");
-    flusher_ = std::make_unique<std::thread>([this] { flusher(); });
+    worker_ = std::make_unique<std::thread>([this] { worker(); });
 }
 
 Recorder::~Recorder() {
@@ -41,34 +41,45 @@ Recorder::~Recorder() {
     }
 }
 
-void Recorder::flusher() {
-    std::unique_lock lock(flush_mutex_);
+void Recorder::worker() {
+    auto next_flush = std::chrono::steady_clock::now();
+    std::unique_lock lock(worker_mutex_);
     while (!closing_) {
-        flush_wake_.wait_for(lock, std::chrono::milliseconds(kFlushMilliseconds));
+        worker_wake_.wait_for(lock, std::chrono::milliseconds(kDrainMilliseconds));
         if (closing_) break;
-        clock_.recalibrate();
-        flush();
+        const auto now = std::chrono::steady_clock::now();
+        if (now >= next_flush) {
+            next_flush = now + std::chrono::milliseconds(kFlushMilliseconds);
+            clock_.recalibrate();
+            flush();
+        } else if (!stopped_.load(std::memory_order_relaxed)) {
+            try {
+                std::lock_guard drain(mutex_);
+                drain_locked();
+            } catch (const std::exception& ex) {
+                fail(std::string("capture stopped: ") + ex.what());
+            }
+        }
     }
 }
 
 void Recorder::fail(const std::string& why) noexcept {
     if (stopped_.exchange(true)) return;
     try {
-        std::lock_guard lock(mutex_);
+        std::lock_guard lock(fault_mutex_);
         fault_ = why;
     } catch (...) {
     }
 }
 
 void Recorder::meta(std::string_view key, std::string_view value) {
-    std::lock_guard lock(mutex_);
     if (writer_) writer_->meta(key, value);
 }
 
 void Recorder::device(uint8_t device, uint64_t total_memory, uint64_t allocated, uint64_t reserved) {
-    std::lock_guard lock(mutex_);
     if (!writer_) return;
     writer_->device(DeviceInfo{device, total_memory, allocated, reserved});
+    std::lock_guard lock(mutex_);
     monitor_.set_capacity(device, total_memory);
 }
 
@@ -154,29 +165,28 @@ void Recorder::allocator_event(EventKind kind, uint8_t device, uint64_t addr, ui
     if (stopped_.load(std::memory_order_relaxed)) return;
     try {
         thread_local RawFrame frames[kMaxFrames];
-        const bool wants_stack = has_stack(kind);
-        const size_t n =
-            wants_stack && python_stacks_.load(std::memory_order_relaxed) ? walk_python_frames(frames, kMaxFrames) : 0;
-        Event e;
+        Queued q{Event{}, 0};
+        Event& e = q.event;
         e.kind = kind;
         e.device = device;
         e.addr = addr;
         e.size = size;
         e.time_us = clock_.now_us();
-        std::lock_guard lock(mutex_);
-        if (!writer_) return;
-        e.stream = stream_index(stream);
-        uint32_t site = 0;
-        if (wants_stack && (n || node)) e.stack = stack_of(frames, n, node, site);
-        writer_->event(e);
-        if (kind == EventKind::alloc) {
-            allocations_.fetch_add(1, std::memory_order_relaxed);
-            monitor_.alloc(device, addr, size, site);
-        } else if (is_release(kind)) {
-            monitor_.release(device, addr);
-        } else if (kind == EventKind::oom) {
-            writer_->flush();  // the OOM is on disk before the exception reaches anyone
+        const bool wants_stack = has_stack(kind);
+        const size_t n =
+            wants_stack && python_stacks_.load(std::memory_order_relaxed) ? walk_python_frames(frames, kMaxFrames) : 0;
+        {
+            std::lock_guard lock(intern_mutex_);
+            if (!writer_) return;  // closed while this event was on its way
+            e.stream = stream_index(stream);
+            if (wants_stack && (n || node)) e.stack = stack_of(frames, n, node, q.site);
         }
+        if (kind == EventKind::alloc) allocations_.fetch_add(1, std::memory_order_relaxed);
+        {
+            std::lock_guard lock(queue_mutex_);
+            queue_.push_back(q);
+        }
+        if (kind == EventKind::oom) flush();  // on disk before the exception reaches anyone
     } catch (const std::exception& ex) {
         fail(std::string("capture stopped: ") + ex.what());
     } catch (...) {
@@ -184,11 +194,26 @@ void Recorder::allocator_event(EventKind kind, uint8_t device, uint64_t addr, ui
     }
 }
 
+// Queued events into the file and the monitor, in the order the hook saw them.
+void Recorder::drain_locked() {
+    {
+        std::lock_guard lock(queue_mutex_);
+        std::swap(queue_, draining_);
+    }
+    for (const Queued& q : draining_) {
+        const Event& e = q.event;
+        writer_->event(e);
+        if (e.kind == EventKind::alloc) monitor_.alloc(e.device, e.addr, e.size, q.site);
+        else if (is_release(e.kind)) monitor_.release(e.device, e.addr);
+    }
+    draining_.clear();
+}
+
 void Recorder::marker(EventKind kind, std::string_view name) {
     if (stopped_.load(std::memory_order_relaxed)) return;
     try {
         std::lock_guard lock(mutex_);
-        if (!writer_) return;
+        drain_locked();
         Event e;
         e.kind = kind;
         e.time_us = clock_.now_us();
@@ -203,14 +228,19 @@ std::vector<std::string> Recorder::end_step() {
     std::vector<std::string> lines;
     if (stopped_.load(std::memory_order_relaxed)) return lines;
     try {
-        std::lock_guard lock(mutex_);
-        if (!writer_) return lines;
-        Event e;
-        e.kind = EventKind::step;
-        e.time_us = clock_.now_us();
-        e.name = step_name_;
-        writer_->event(e);
-        for (const LiveLeak& leak : monitor_.end_step()) {
+        std::vector<LiveLeak> leaks;
+        {
+            std::lock_guard lock(mutex_);
+            drain_locked();
+            Event e;
+            e.kind = EventKind::step;
+            e.time_us = clock_.now_us();
+            e.name = step_name_;
+            writer_->event(e);
+            leaks = monitor_.end_step();
+        }
+        std::lock_guard lock(intern_mutex_);
+        for (const LiveLeak& leak : leaks) {
             auto label = site_labels_.find(leak.site);
             std::string line = "leak: +" + format_bytes(leak.bytes_per_step) + "/step at " +
                                (label != site_labels_.end() ? label->second : std::string("<no Python frame>")) +
@@ -234,7 +264,8 @@ void Recorder::flush() {
     if (stopped_.load(std::memory_order_relaxed)) return;
     try {
         std::lock_guard lock(mutex_);
-        if (writer_) writer_->flush();
+        drain_locked();
+        writer_->flush();
     } catch (const std::exception& ex) {
         fail(std::string("capture stopped: ") + ex.what());
     }
@@ -242,27 +273,32 @@ void Recorder::flush() {
 
 void Recorder::close() {
     {
-        std::lock_guard lock(flush_mutex_);
+        std::lock_guard lock(worker_mutex_);
         closing_ = true;
     }
-    flush_wake_.notify_all();
-    if (flusher_ && flusher_->joinable()) flusher_->join();
+    worker_wake_.notify_all();
+    if (worker_ && worker_->joinable()) worker_->join();
     std::lock_guard lock(mutex_);
     if (!writer_) return;
-    std::unique_ptr<TraceWriter> w = std::move(writer_);
-    stopped_ = true;
+    const bool healthy = !stopped_.exchange(true);
+    if (healthy) drain_locked();
+    std::unique_ptr<TraceWriter> w;
+    {
+        std::lock_guard intern(intern_mutex_);  // no hook call is inside with the writer now
+        w = std::move(writer_);
+    }
     w->close();  // may throw (disk full): the caller reports it
 }
 
 void Recorder::abandon() noexcept {
     stopped_ = true;
-    // Neither the flusher thread nor the file is ours in the child: forget both, touch neither.
-    (void)flusher_.release();
+    // Neither the worker thread nor the file is ours in the child: forget both, touch neither.
+    (void)worker_.release();
     (void)writer_.release();
 }
 
 std::string Recorder::fault() const {
-    std::lock_guard lock(mutex_);
+    std::lock_guard lock(fault_mutex_);
     return fault_;
 }
 

@@ -1,10 +1,12 @@
 // One live capture: allocator events in, a .vscope file and live leak warnings out.
 //
 // The allocator hook calls allocator_event() under the caching allocator's lock, on whatever
-// thread allocated, without the GIL: so it never takes the GIL, never throws, and does the least
-// it can — walk the thread's frames, find the stack in a cache, append ~4 bytes to a chunk. A
-// flusher thread hands the chunk to the OS every half second, so SIGKILL loses at most that. Any
-// internal fault stops the capture (the run goes on) and is reported once through fault().
+// thread allocated, without the GIL: so it never takes the GIL, never throws, and does only what
+// cannot wait — read the clock, walk the thread's frames while they exist, find the stack in a
+// cache — then queues the event. A worker thread drains the queue every 2 ms into the file and
+// the live monitor (a step end drains what is left first), and hands the file its chunk every
+// half second, so SIGKILL loses at most that. Any internal fault stops the capture (the run goes
+// on) and is reported once through fault().
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -27,6 +29,7 @@ namespace vramscope::capture {
 
 class Recorder {
 public:
+    static constexpr int kDrainMilliseconds = 2;
     static constexpr int kFlushMilliseconds = 500;
 
     explicit Recorder(const std::string& path);  // throws std::runtime_error naming the path
@@ -73,18 +76,30 @@ private:
         bool internal;
     };
 
+    struct Queued {
+        Event event;
+        uint32_t site;
+    };
     uint32_t stack_of(const RawFrame* frames, size_t n, const char* node, uint32_t& site);
     uint32_t intern(const RawFrame* frames, size_t n, const char* node, uint32_t& site);
     uint32_t frame_of(const RawFrame& f, bool& internal);
     uint16_t stream_index(uint64_t handle);
+    void drain_locked();
     void fail(const std::string& why) noexcept;
-    void flusher();
+    void worker();
 
     std::string path_;
     EventClock clock_;
-    std::unique_ptr<TraceWriter> writer_;
-    mutable std::mutex mutex_;  // everything below
+    std::unique_ptr<TraceWriter> writer_;  // thread-safe itself
+
+    std::mutex queue_mutex_;  // the hook's queue, swapped out whole by the drain
+    std::vector<Queued> queue_;
+
+    mutable std::mutex mutex_;  // the drain: monitor and step state
     LiveMonitor monitor_;
+    std::vector<Queued> draining_;
+
+    mutable std::mutex intern_mutex_;  // the hook's caches, below
     std::unordered_map<uint64_t, uint32_t> stack_by_hash_;  // -> index in stacks_
     std::vector<CachedStack> stacks_;
     std::unordered_map<RawFrame, uint32_t, RawFrameHash> frame_ids_;
@@ -93,15 +108,16 @@ private:
     std::unordered_map<uint32_t, std::string> site_labels_;  // frame id -> "file.py:12 function"
     std::vector<std::pair<uint64_t, uint16_t>> streams_;
     uint32_t step_name_ = 0;
+    mutable std::mutex fault_mutex_;
     std::string fault_;
     std::atomic<bool> stopped_{false};
     std::atomic<bool> python_stacks_{true};
     std::atomic<uint64_t> allocations_{0};
 
-    std::mutex flush_mutex_;
-    std::condition_variable flush_wake_;
+    std::mutex worker_mutex_;
+    std::condition_variable worker_wake_;
     bool closing_ = false;
-    std::unique_ptr<std::thread> flusher_;
+    std::unique_ptr<std::thread> worker_;
 };
 
 }  // namespace vramscope::capture
