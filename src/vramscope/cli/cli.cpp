@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "analysis/analyze.h"
+#include "analysis/ranks.h"
 #include "common/format.h"
 #include "findings/json.h"
 #include "importers/torch_snapshot.h"
@@ -90,8 +91,10 @@ int analyze_command(const std::vector<std::string>& args) {
             std::cout << render_summary(f, color_wanted());
         }
     }
+    const RankComparison ranks = compare_ranks(runs);
+    if (json_out != "-") std::cout << render_ranks(ranks, color_wanted());
     if (!json_out.empty()) {
-        const std::string json = to_json(runs);
+        const std::string json = to_json(runs, ranks);
         if (json_out == "-") std::cout << json;
         else {
             std::ofstream out(json_out, std::ios::binary);

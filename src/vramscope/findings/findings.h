@@ -91,4 +91,18 @@ struct Findings {
     double import_seconds = 0;      // reading the input into events (set by whoever read it)
 };
 
+// The ranks of one distributed run side by side (analysis/ranks.h fills it).
+struct RankRow {
+    int rank = -1;
+    size_t run = 0;                 // index into the runs compared
+    double leak_bytes_per_step = 0;
+    uint64_t allocated = 0;         // at the last step end, over the rank's devices
+    uint64_t peak_allocated = 0;    // highest peak of any step
+};
+
+struct RankComparison {
+    std::vector<RankRow> rows;      // by rank
+    std::vector<std::string> skew;  // what differs between ranks; empty when they agree
+};
+
 }  // namespace vramscope

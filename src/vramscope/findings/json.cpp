@@ -239,7 +239,7 @@ std::string to_json(const Findings& f) {
     return j.out;
 }
 
-std::string to_json(const std::vector<Findings>& runs) {
+std::string to_json(const std::vector<Findings>& runs, const RankComparison& ranks) {
     if (runs.size() == 1) return to_json(runs.front());
     Json j;
     j.open('{');
@@ -252,6 +252,27 @@ std::string to_json(const std::vector<Findings>& runs) {
     j.open('[');
     for (const Findings& f : runs) findings_object(j, f);
     j.close(']');
+    if (!ranks.rows.empty()) {
+        j.key("ranks");
+        j.open('{');
+        j.key("rows");
+        j.open('[');
+        for (const RankRow& r : ranks.rows) {
+            j.open('{');
+            j.field("rank", uint64_t(r.rank));
+            j.field("run", uint64_t(r.run));
+            j.field("leak_bytes_per_step", r.leak_bytes_per_step);
+            j.field("allocated", r.allocated);
+            j.field("peak_allocated", r.peak_allocated);
+            j.close('}');
+        }
+        j.close(']');
+        j.key("skew");
+        j.open('[');
+        for (const std::string& s : ranks.skew) j.value(s);
+        j.close(']');
+        j.close('}');
+    }
     j.close('}');
     j.out.push_back('\n');
     return j.out;

@@ -9,7 +9,7 @@ namespace vramscope {
 
 std::string to_json(const Findings& f);
 // Several inputs (ranks, runs): {"schema_version", "verdict": worst of them, "runs": [...]}.
-std::string to_json(const std::vector<Findings>& runs);
+std::string to_json(const std::vector<Findings>& runs, const RankComparison& ranks = {});
 
 // "default" for stream 0 (the legacy default stream), else "side".
 const char* stream_kind(uint64_t stream);

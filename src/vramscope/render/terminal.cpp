@@ -144,4 +144,22 @@ std::string render_summary(const Findings& f, bool color, size_t max_leaks) {
     return o;
 }
 
+std::string render_ranks(const RankComparison& ranks, bool color) {
+    if (ranks.rows.empty()) return "";
+    const char* bold = color ? "\033[1m" : "";
+    const char* red = color ? "\033[1;31m" : "";
+    const char* reset = color ? "\033[0m" : "";
+    std::string out = std::string("\n") + bold + "Ranks" + reset + "\n  rank  leak/step       allocated     peak\n";
+    for (const RankRow& r : ranks.rows) {
+        char line[128];
+        std::snprintf(line, sizeof line, "  %-5d %-15s %-13s %s\n", r.rank,
+                      r.leak_bytes_per_step > 0 ? ("+" + format_bytes(r.leak_bytes_per_step)).c_str() : "none",
+                      format_bytes(double(r.allocated)).c_str(), format_bytes(double(r.peak_allocated)).c_str());
+        out += line;
+    }
+    for (const std::string& s : ranks.skew) out += std::string("  ") + red + "RANK SKEW" + reset + "  " + s + "\n";
+    if (ranks.skew.empty()) out += "  the ranks agree\n";
+    return out;
+}
+
 }  // namespace vramscope

@@ -7,5 +7,7 @@
 namespace vramscope {
 
 std::string render_summary(const Findings& f, bool color, size_t max_leaks = 5);
+// The ranks side by side, and what differs between them.
+std::string render_ranks(const RankComparison& ranks, bool color);
 
 }  // namespace vramscope

@@ -1,0 +1,243 @@
+"""Live capture without a GPU: the recorder driven through the hook's own entry point (with the GIL
+released, as torch calls it), the API's fallbacks, the launcher, rank naming and rank skew."""
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+
+from conftest import vramscope
+from vramscope import _core
+from vramscope.capture import naming
+
+ALLOC, FREE = 0, 13
+MiB = 1 << 20
+
+
+def run_python(code: str, *args, env=None, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], capture_output=True, text=True,
+                          timeout=120, env=env, **kw)
+
+
+def leaky_loop(recorder, steps=30, leak=MiB):
+    """Each step a transient 4 MiB block and one `leak` block kept: what a leaking loop sends."""
+    lines = []
+    for step in range(steps):
+        keep_forever(0x7000_0000 + step * leak, leak)
+        _core.feed_allocator_event(ALLOC, 0, 0x1_0000_0000, 4 * MiB)
+        _core.feed_allocator_event(FREE, 0, 0x1_0000_0000, 4 * MiB)
+        lines += recorder.end_step()
+    return lines
+
+
+def keep_forever(addr, size):
+    _core.feed_allocator_event(ALLOC, 0, addr, size)  # the line a leak report must name
+
+
+KEEP_LINE = keep_forever.__code__.co_firstlineno + 1
+
+
+def test_frame_reader_agrees_with_the_interpreter():
+    assert _core.python_frames_supported()
+    assert _core.python_frames_self_check() == ""
+
+
+def test_a_leak_is_reported_live_at_its_line_and_in_the_trace(tmp_path):
+    path = tmp_path / "leak.vscope"
+    recorder = _core.Recorder(str(path))
+    recorder.activate()
+    try:
+        lines = leaky_loop(recorder)
+    finally:
+        recorder.deactivate()
+        recorder.close()
+    assert lines, "the monitor must confirm the leak before the run ends"
+    assert lines[0].startswith(f"leak: +1.0 MiB/step at test_capture.py:{KEEP_LINE} keep_forever")
+    assert len(lines) == 1, "each site is reported once"
+    assert recorder.allocations == 60
+    text, leaked = _core.summary(str(path))
+    assert leaked and f"test_capture.py:{KEEP_LINE}" in text
+
+
+def test_a_bounded_cache_is_not_reported(tmp_path):
+    recorder = _core.Recorder(str(tmp_path / "cache.vscope"))
+    recorder.activate()
+    lines = []
+    try:
+        for step in range(40):  # an LRU of 6 entries: fills, then evicts the oldest each step
+            _core.feed_allocator_event(ALLOC, 0, 0x5000_0000 + step * MiB, MiB)
+            if step >= 6:
+                _core.feed_allocator_event(FREE, 0, 0x5000_0000 + (step - 6) * MiB, MiB)
+            lines += recorder.end_step()
+    finally:
+        recorder.deactivate()
+        recorder.close()
+    assert lines == []
+
+
+def test_two_threads_feeding_at_once_lose_nothing(tmp_path):
+    path = tmp_path / "threads.vscope"
+    recorder = _core.Recorder(str(path))
+    recorder.activate()
+
+    def worker_a():
+        for i in range(5000):
+            _core.feed_allocator_event(ALLOC, 0, 0x1000_0000 + i * 512, 512)
+
+    def worker_b():
+        for i in range(5000):
+            _core.feed_allocator_event(ALLOC, 1, 0x9000_0000 + i * 512, 512)
+
+    threads = [threading.Thread(target=f) for f in (worker_a, worker_b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    recorder.deactivate()
+    recorder.close()
+    assert recorder.allocations == 10000
+    functions = {function for _, _, function in _core.frames(str(path))}
+    assert {"worker_a", "worker_b"} <= functions
+
+
+def test_an_autograd_node_is_the_outermost_frame(tmp_path):
+    path = tmp_path / "node.vscope"
+    recorder = _core.Recorder(str(path))
+    recorder.activate()
+    _core.feed_allocator_event(ALLOC, 0, 0x4000_0000, MiB, 0, "MmBackward0")
+    recorder.deactivate()
+    recorder.close()
+    assert ("<autograd engine>", 0, "MmBackward0") in _core.frames(str(path))
+
+
+def test_an_unwritable_path_is_a_clear_error():
+    with pytest.raises(RuntimeError, match="/no/such/dir/x.vscope: cannot create trace file"):
+        _core.Recorder("/no/such/dir/x.vscope")
+
+
+def test_a_full_disk_stops_capture_with_one_fault_and_no_exception(tmp_path):
+    # RLIMIT_FSIZE makes write() fail with EFBIG past 64 KiB, as a full disk would.
+    proc = run_python(f"""
+        import resource, signal
+        from vramscope import _core
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (65536, 65536))
+        r = _core.Recorder({str(tmp_path / 'full.vscope')!r})
+        r.activate()
+        for step in range(400):
+            for i in range(200):
+                _core.feed_allocator_event(0, 0, (step * 200 + i) * 4096 + (i % 7) * 512, 512 * (1 + i % 13))
+            r.end_step()
+            r.flush()
+        print("fault:", r.fault())
+        r.deactivate(); r.close()
+        print("done")
+    """)
+    assert proc.returncode == 0, proc.stderr
+    assert "fault: capture stopped:" in proc.stdout and "write failed" in proc.stdout
+    assert proc.stdout.rstrip().endswith("done")
+
+
+def test_a_forked_child_never_writes_to_the_parents_trace(tmp_path):
+    path = tmp_path / "fork.vscope"
+    proc = run_python(f"""
+        import os
+        from vramscope import _core
+        r = _core.Recorder({str(path)!r}); r.activate()
+        for i in range(100):
+            _core.feed_allocator_event(0, 0, 0x1000_0000 + i * 4096, 4096)
+        pid = os.fork()
+        if pid == 0:
+            r.deactivate(); r.abandon()
+            for i in range(100):
+                _core.feed_allocator_event(0, 0, 0x9000_0000 + i * 4096, 4096)
+            r.end_step(); r.flush()
+            os._exit(0)
+        os.waitpid(pid, 0)
+        r.end_step(); r.deactivate(); r.close()
+        print(r.allocations)
+    """)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["100"]
+    findings = __import__("vramscope").analyze(path)
+    assert findings["steps"]["count"] == 1
+    assert not findings.get("warnings")
+
+
+def test_track_without_cuda_warns_once_and_the_block_runs(capfd):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    import vramscope
+
+    ran = []
+    for _ in range(2):
+        with vramscope.track("never-written.vscope") as capture:
+            ran.append(True)
+            vramscope.step()
+            vramscope.mark("eval")
+        assert not capture.active and capture.path is None
+    assert ran == [True, True]
+    err = capfd.readouterr().err
+    assert err.count("no CUDA device") == 1
+    assert not os.path.exists("never-written.vscope")
+
+
+def test_trace_files_carry_the_rank_in_their_name(tmp_path):
+    assert naming.trace_path("run.vscope", env={}).name == "run.vscope"
+    assert naming.trace_path("run", env={}).name == "run.vscope"
+    assert naming.trace_path("out/run.vscope", env={"RANK": "3", "WORLD_SIZE": "8"}).as_posix() == "out/run.rank3.vscope"
+    assert naming.trace_path("run.vscope", env={}, shared_name=False).name == f"run.pid{os.getpid()}.vscope"
+    for name in ["run.rank10.vscope", "run.rank2.vscope", "run.vscope", "run.pid7.vscope", "running.vscope"]:
+        (tmp_path / name).write_bytes(b"")
+    found = [p.name for p in naming.run_files(tmp_path / "run.vscope", since=0)]
+    assert found == ["run.vscope", "run.rank2.vscope", "run.rank10.vscope", "run.pid7.vscope"]
+
+
+def test_rank_skew_is_flagged(tmp_path):
+    paths = []
+    for rank in (0, 1):
+        path = tmp_path / f"job.rank{rank}.vscope"
+        recorder = _core.Recorder(str(path))
+        recorder.meta("rank", str(rank))
+        recorder.activate()
+        if rank == 1:
+            leaky_loop(recorder)
+        else:
+            for _ in range(30):
+                _core.feed_allocator_event(ALLOC, 0, 0x1_0000_0000, 4 * MiB)
+                _core.feed_allocator_event(FREE, 0, 0x1_0000_0000, 4 * MiB)
+                recorder.end_step()
+        recorder.deactivate()
+        recorder.close()
+        paths.append(str(path))
+    out = vramscope("analyze", *paths, "--json", str(tmp_path / "f.json")).stdout
+    assert "RANK SKEW" in out and "only some ranks leak: rank 1 leaks, rank 0 does not" in out
+    import json
+
+    ranks = json.loads((tmp_path / "f.json").read_text())["ranks"]
+    assert [r["rank"] for r in ranks["rows"]] == [0, 1]
+    assert ranks["rows"][1]["leak_bytes_per_step"] == pytest.approx(MiB, rel=0.01)
+
+
+def test_run_passes_the_commands_exit_code_through(tmp_path):
+    proc = vramscope("run", "-o", str(tmp_path / "x.vscope"), "--", sys.executable, "-c", "import sys; sys.exit(3)",
+                     check_rc=3)
+    assert "no trace was written" in proc.stderr
+
+
+def test_run_starts_capture_in_the_launched_process(tmp_path):
+    pytest.importorskip("torch")
+    code = "import torch; print('trained', torch.cuda.is_available())"
+    proc = vramscope("run", "-o", str(tmp_path / "x.vscope"), "--", sys.executable, "-c", code, check_rc=0)
+    assert "trained" in proc.stdout
+    if "trained False" in proc.stdout:  # no GPU: the launched process said so, once
+        assert proc.stderr.count("vramscope: no CUDA device") == 1
+
+
+def test_run_without_a_command_is_a_usage_error():
+    proc = vramscope("run", check_rc=2)
+    assert "no command given" in proc.stderr
