@@ -135,11 +135,13 @@ def interleaved(name: str, rounds: int, block: int, warmup: int) -> dict:
     for _ in range(warmup):
         step()
     capture = vramscope.track(tempfile.mktemp(suffix=".vscope"), summary=False, live_warnings=False).start()
-    hook, sink = capture._hook, _core.allocator_sink()
-    times = {v: [] for v in VARIANTS}
+    hook, recorder, sink = capture._hook, capture._recorder, _core.allocator_sink()
+    variants = VARIANTS + ["vramscope-no-stacks"]
+    times = {v: [] for v in variants}
     for r in range(rounds):
-        for variant in VARIANTS[r % 3:] + VARIANTS[: r % 3]:
-            hook.install(sink) if variant == "vramscope" else hook.uninstall()
+        for variant in variants[r % 4:] + variants[: r % 4]:
+            hook.install(sink) if variant.startswith("vramscope") else hook.uninstall()
+            recorder.set_python_stacks(variant == "vramscope")
             if variant == "torch-recorder":
                 torch.cuda.memory._record_memory_history(stacks="python")
             for i in range(block + 2):
