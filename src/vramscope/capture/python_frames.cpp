@@ -4,6 +4,8 @@
 #include <Python.h>
 #include <frameobject.h>
 
+#include <cstddef>
+
 namespace vramscope::capture {
 namespace {
 
@@ -58,7 +60,6 @@ struct InterpreterFrame {
 #endif
 
 #if VRAMSCOPE_FRAMES
-constexpr char kOwnedByGenerator = 1;
 constexpr char kOwnedByCStack = 3;  // 3.12+: a shim frame of a C-to-Python call, not code
 
 const InterpreterFrame* current_frame(PyThreadState* t) {
@@ -77,16 +78,16 @@ PyCodeObject* code_of(const InterpreterFrame* f) {
 #endif
 }
 
-// Byte offset of the instruction the frame is at; negative for a frame still being set up.
+// Byte offset of the instruction the frame is at; negative for a frame still being set up. Only
+// pointer arithmetic: reading the code object here would cost a cache miss a frame.
 int32_t offset_of(const InterpreterFrame* f, PyCodeObject* code) {
-    const auto* first = reinterpret_cast<const _Py_CODEUNIT*>(code->co_code_adaptive);
+    const auto* first = reinterpret_cast<const char*>(code) + offsetof(PyCodeObject, co_code_adaptive);
 #if VRAMSCOPE_FRAMES >= 313
-    const _Py_CODEUNIT* at = f->instr_ptr;
+    const auto* at = reinterpret_cast<const char*>(f->instr_ptr);
 #else
-    const _Py_CODEUNIT* at = f->prev_instr;
+    const auto* at = reinterpret_cast<const char*>(f->prev_instr);
 #endif
-    if (f->owner != kOwnedByGenerator && at < first + code->_co_firsttraceable) return -1;
-    return int32_t((at - first) * sizeof(_Py_CODEUNIT));
+    return int32_t(at - first);
 }
 #endif
 

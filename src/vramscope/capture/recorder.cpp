@@ -30,6 +30,8 @@ std::string short_file(const std::string& file) {
 }  // namespace
 
 Recorder::Recorder(const std::string& path) : path_(path), writer_(std::make_unique<TraceWriter>(path)) {
+    static std::atomic<uint64_t> recorders{0};
+    id_ = ++recorders;
     step_name_ = writer_->intern_string("step");
     worker_ = std::make_unique<std::thread>([this] { worker(); });
 }
@@ -175,10 +177,21 @@ void Recorder::allocator_event(EventKind kind, uint8_t device, uint64_t addr, ui
         const bool wants_stack = has_stack(kind);
         const size_t n =
             wants_stack && python_stacks_.load(std::memory_order_relaxed) ? walk_python_frames(frames, kMaxFrames) : 0;
-        {
+        // Streams are few: each thread keeps the ones it met, so a free takes no shared lock.
+        thread_local std::pair<uint64_t, uint16_t> known_streams[8];
+        thread_local size_t known = 0;
+        thread_local uint64_t known_for = 0;
+        if (known_for != id_) known_for = id_, known = 0;
+        size_t i = 0;
+        while (i < known && known_streams[i].first != stream) ++i;
+        if (i < known) e.stream = known_streams[i].second;
+        if (i == known || (wants_stack && (n || node))) {
             std::lock_guard lock(intern_mutex_);
             if (!writer_) return;  // closed while this event was on its way
-            e.stream = stream_index(stream);
+            if (i == known) {
+                e.stream = stream_index(stream);
+                if (known < 8) known_streams[known++] = {stream, e.stream};
+            }
             if (wants_stack && (n || node)) e.stack = stack_of(frames, n, node, q.site);
         }
         if (kind == EventKind::alloc) allocations_.fetch_add(1, std::memory_order_relaxed);

@@ -89,6 +89,7 @@ private:
     void worker();
 
     std::string path_;
+    uint64_t id_ = 0;  // never reused, unlike an address: keys the hook threads' stream caches
     EventClock clock_;
     std::unique_ptr<TraceWriter> writer_;  // thread-safe itself
 
