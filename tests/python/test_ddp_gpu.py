@@ -41,4 +41,6 @@ def test_each_rank_writes_its_file_and_skew_is_flagged(tmp_path):
     assert (tmp_path / "ddp.rank0.vscope").exists() and (tmp_path / "ddp.rank1.vscope").exists()
     assert not (tmp_path / "ddp.vscope").exists(), "the torchrun launcher itself never used CUDA"
     assert "RANK SKEW" in proc.stdout and "rank 1 leaks, rank 0 does not" in proc.stdout
-    assert "leak: +2.0 MiB/step at ddp.py:17 <module>" in proc.stderr
+    line = textwrap.dedent(SCRIPT).splitlines().index(next(x for x in textwrap.dedent(SCRIPT).splitlines()
+                                                            if "history.append" in x)) + 1
+    assert f"leak: +2.0 MiB/step at ddp.py:{line} <module> (cuda:1" in proc.stderr
