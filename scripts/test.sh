@@ -9,6 +9,9 @@ if [ ! -f /usr/include/gtest/gtest.h ] || [ ! -f /usr/include/zlib.h ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libgtest-dev zlib1g-dev >/dev/null
 fi
 python3 -m pip install -q "nanobind>=2.0" "scikit-build-core>=0.10" "pytest>=7" ninja cmake
+# torch for the capture tests, pinned: here it resolves to a CPU build (an unpinned one pulls
+# several GB of CUDA).
+python3 -m pip install -q "torch==2.13.0"
 
 cmake -S . -B build/tests -G Ninja -DVRAMSCOPE_TESTS=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build/tests
