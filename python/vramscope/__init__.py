@@ -8,7 +8,17 @@ import os
 from ._core import __version__, analyze_json as _analyze_json, convert
 from .capture import Capture, LeakError, mark, step, track
 
-__all__ = ["__version__", "Capture", "LeakError", "analyze", "convert", "mark", "step", "track"]
+__all__ = ["__version__", "Capture", "LeakError", "analyze", "convert", "explain", "mark", "step", "track",
+           "who_holds"]
+
+
+def __getattr__(name: str):
+    # Ownership imports torch; `import vramscope` must not (vramscope run imports it before torch).
+    if name in ("who_holds", "explain"):
+        import importlib
+
+        return getattr(importlib.import_module("vramscope.ownership"), name)
+    raise AttributeError(f"module 'vramscope' has no attribute {name!r}")
 
 
 def analyze(path: str | os.PathLike, *, window: int = 1, warmup: int = -1, device_memory: int = 0) -> dict:

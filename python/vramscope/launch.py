@@ -54,6 +54,20 @@ def parse(args: list[str]) -> tuple[dict, list[str]]:
     return opts, []
 
 
+def print_owners(files) -> None:
+    """Who held each leak, as the launched processes found it before they exited."""
+    from .ownership.leaks import render_owners
+
+    for path in files:
+        sidecar = Path(str(path) + ".owners.json")
+        if sidecar.exists():
+            try:
+                text = render_owners(json.loads(sidecar.read_text()))
+            except (ValueError, KeyError) as e:
+                text = f"(unreadable {sidecar.name}: {e})\n"
+            print(f"\n{path.name}: " + text, end="", flush=True)
+
+
 def run(args: list[str]) -> int:
     opts, command = parse(args)
     if not command:
@@ -94,6 +108,7 @@ def run(args: list[str]) -> int:
         cli += ["--json", opts["json"]]
     sys.stdout.flush()
     leaked = _core.cli_main([*cli, "--fail-on-leak"]) == 1
+    print_owners(files)
     if rc != 0:
         return rc
     return 1 if leaked and opts["fail_on_leak"] else 0

@@ -73,10 +73,10 @@ NB_MODULE(_core, m) {
             AnalysisOptions opt;
             opt.device_memory = device_memory;
             Findings f = analyze(load_any(path), opt);
-            return std::make_pair(render_summary(f, color), f.verdict == "leak");
+            return std::make_pair(render_summary(f, color), to_json(f));
         },
         nb::arg("path"), nb::arg("device_memory") = 0, nb::arg("color") = false,
-        "Analyse a trace; returns (terminal summary, whether it leaks).");
+        "Analyse a trace; returns (terminal summary, findings JSON).");
 
     m.def(
         "frames",

@@ -1,6 +1,7 @@
 """Live capture without a GPU: the recorder driven through the hook's own entry point (with the GIL
 released, as torch calls it), the API's fallbacks, the launcher, rank naming and rank skew."""
 
+import json
 import os
 import subprocess
 import sys
@@ -58,8 +59,8 @@ def test_a_leak_is_reported_live_at_its_line_and_in_the_trace(tmp_path):
     assert lines[0].startswith(f"leak: +1.0 MiB/step at test_capture.py:{KEEP_LINE} keep_forever")
     assert len(lines) == 1, "each site is reported once"
     assert recorder.allocations == 60
-    text, leaked = _core.summary(str(path))
-    assert leaked and f"test_capture.py:{KEEP_LINE}" in text
+    text, findings = _core.summary(str(path))
+    assert json.loads(findings)["verdict"] == "leak" and f"test_capture.py:{KEEP_LINE}" in text
 
 
 def test_a_bounded_cache_is_not_reported(tmp_path):
@@ -216,7 +217,6 @@ def test_rank_skew_is_flagged(tmp_path):
         paths.append(str(path))
     out = vramscope("analyze", *paths, "--json", str(tmp_path / "f.json")).stdout
     assert "RANK SKEW" in out and "only some ranks leak: rank 1 leaks, rank 0 does not" in out
-    import json
 
     ranks = json.loads((tmp_path / "f.json").read_text())["ranks"]
     assert [r["rank"] for r in ranks["rows"]] == [0, 1]

@@ -21,6 +21,7 @@ from . import naming, torch_hooks
 
 MICROBATCH, ANNOTATION_START = 9, 10
 _active: "Capture | None" = None
+_last: "Capture | None" = None  # the latest capture started, for explain() after it ended
 _retired: list = []  # recorders outlive their capture: a late allocator callback may still reach one
 _warned: set = set()
 
@@ -45,7 +46,7 @@ class Capture:
     """Records every CUDA caching-allocator event of this process to a .vscope trace."""
 
     def __init__(self, path="vramscope.vscope", *, fail_on_leak=False, summary=True, live_warnings=True,
-                 device_memory: int = 0, shared_name=True):
+                 device_memory: int = 0, shared_name=True, explain=True):
         self.requested_path = os.fspath(path)
         self.path: str | None = None  # the file actually written (rank in its name)
         self.fail_on_leak = fail_on_leak
@@ -53,6 +54,9 @@ class Capture:
         self.live_warnings = live_warnings
         self.device_memory = device_memory
         self.shared_name = shared_name
+        self.explain = explain  # at the end, find who holds each leak (while the run's objects live)
+        self.findings: dict | None = None
+        self.owners: list[dict] = []
         self.leaked: bool | None = None
         self.allocations = 0  # allocation events captured
         self.live_leaks: list[str] = []
@@ -75,7 +79,7 @@ class Capture:
         return self._recorder is not None
 
     def start(self) -> "Capture":
-        global _active
+        global _active, _last
         try:
             import torch
         except ImportError:
@@ -94,7 +98,7 @@ class Capture:
             if _active is not None:
                 warn("a capture is already running in this process; this one is ignored", "nested")
                 return self
-            _active = self
+            _active = _last = self
             self._undo.append(torch_hooks.on_optimizer_step(self._on_optimizer_step))
             self._undo.append(torch_hooks.on_backward(self._on_backward))
             self._undo.append(torch_hooks.on_stream_created(self._on_stream))
@@ -180,8 +184,8 @@ class Capture:
             fault = fault or f"could not finish the trace: {e}"
         if fault:
             warn(f"{fault}; the trace {self.path} holds what came before")
-        if self.summary:
-            self._print_summary()
+        if self.summary or self.explain or self.fail_on_leak:
+            self._report(print_it=self.summary)
         if raise_on_leak and self.fail_on_leak and self.leaked:
             raise LeakError(f"vramscope: the run leaked GPU memory (trace: {self.path})")
 
@@ -227,15 +231,34 @@ class Capture:
         self._undo.clear()
         _active = None
 
-    def _print_summary(self) -> None:
+    def flush(self) -> None:
+        if self._recorder is not None:
+            self._recorder.flush()
+
+    def _report(self, print_it: bool) -> None:
+        """Analyses the trace; while the run's objects still live, finds who holds each leak
+        (also written beside the trace as OUT.owners.json, for `vramscope run`)."""
         try:
-            text, leaked = _core.summary(self.path, self.device_memory, False)
-            self.leaked = leaked
-            print(text, file=sys.stderr, end="", flush=True)
+            text, findings = _core.summary(self.path, self.device_memory, False)
+            self.findings = json.loads(findings)
+            self.leaked = self.findings["verdict"] == "leak"
+        except Exception as e:
+            return warn(f"could not analyse {self.path}: {e}")
+        if self.leaked and self.explain:
+            try:
+                from ..ownership import owners_of_leaks
+
+                self.owners = owners_of_leaks(self.findings)
+                with open(self.path + ".owners.json", "w") as f:
+                    json.dump(self.owners, f, indent=1)
+            except Exception as e:
+                warn(f"could not find who holds the leaks ({type(e).__name__}: {e})", "owners")
+        if print_it:
+            from ..ownership.leaks import render_owners
+
+            print(text + (render_owners(self.owners) if self.owners else ""), file=sys.stderr, end="", flush=True)
             print(f"vramscope: trace written to {self.path}  (vramscope analyze {self.path})",
                   file=sys.stderr, flush=True)
-        except Exception as e:
-            warn(f"could not analyse {self.path}: {e}")
 
     # -- events ------------------------------------------------------------------------------
     def end_step(self) -> None:
@@ -279,7 +302,7 @@ class Capture:
         print(f"vramscope: CUDA out of memory on cuda:{device} at step {recorder.steps:,} (asked "
               f"{asked / 2**20:,.1f} MiB, {free / 2**20:,.1f} MiB free); the trace so far:",
               file=sys.stderr, flush=True)
-        self._print_summary()
+        self._report(print_it=True)
 
     def explicit_step(self) -> None:
         self._step_source = "explicit"
@@ -292,12 +315,13 @@ class Capture:
 
 
 def track(path="vramscope.vscope", *, fail_on_leak=False, summary=True, live_warnings=True,
-          device_memory: int = 0) -> Capture:
+          device_memory: int = 0, explain=True) -> Capture:
     """Capture GPU memory events of the code in the `with` block to `path` (rank in the name under
     torchrun). Steps come from torch.optim; warns as soon as a leak is confirmed; prints the analysis
-    at the end. Never breaks the run: without CUDA, or on any fault, it warns once and steps aside."""
+    at the end with who holds each leak (explain=True). Never breaks the run: without CUDA, or on
+    any fault, it warns once and steps aside."""
     return Capture(path, fail_on_leak=fail_on_leak, summary=summary, live_warnings=live_warnings,
-                   device_memory=device_memory)
+                   device_memory=device_memory, explain=explain)
 
 
 def step() -> None:
@@ -314,3 +338,8 @@ def mark(name: str) -> None:
 
 def active() -> Capture | None:
     return _active
+
+
+def last_capture() -> Capture | None:
+    """The running capture, else the one that ran last."""
+    return _active or _last

@@ -1,0 +1,146 @@
+"""What an object holds, each reference spelled the way Python would reach it.
+
+gc.get_referents() sees containers and attributes, but not the autograd graph: a tensor's
+grad_fn, a node's next_functions and saved tensors, a custom Function's ctx live in C++. Those
+edges are added here by asking torch for them, so a path can go from a kept loss through its
+graph to the tensor a ctx attribute holds.
+"""
+
+from __future__ import annotations
+
+import types
+
+try:
+    import torch
+except ImportError:  # explain works on plain Python objects too
+    torch = None
+
+_ATOMIC = (str, bytes, bytearray, int, float, complex, bool, type(None), range, types.ModuleType,
+           types.CodeType, types.BuiltinFunctionType)
+
+
+def edges(obj):
+    """Yields (label, child) for everything obj keeps alive."""
+    if isinstance(obj, _ATOMIC):
+        return
+    if torch is not None:
+        if isinstance(obj, torch.Tensor):
+            yield from _tensor_edges(obj)
+            return
+        if isinstance(obj, torch.autograd.graph.Node):
+            yield from _node_edges(obj)
+            return
+        if isinstance(obj, torch.nn.Module):
+            yield from _module_edges(obj)
+            return
+    if isinstance(obj, dict):
+        for key, value in list(obj.items()):
+            yield f"[{key!r}]", value
+            if not isinstance(key, _ATOMIC):
+                yield "<dict key>", key
+        return
+    if isinstance(obj, (list, tuple)):
+        for i, value in enumerate(list(obj)):
+            yield f"[{i}]", value
+        return
+    if isinstance(obj, (set, frozenset)):
+        for value in list(obj):
+            yield "<set member>", value
+        return
+    if isinstance(obj, types.MethodType):
+        yield ".__self__", obj.__self__
+        yield ".__func__", obj.__func__
+        return
+    if isinstance(obj, types.FunctionType):
+        for name, cell in zip(obj.__code__.co_freevars, obj.__closure__ or ()):
+            try:
+                yield f"<closure '{name}'>", cell.cell_contents
+            except ValueError:  # an empty cell
+                pass
+        if obj.__defaults__:
+            yield ".__defaults__", obj.__defaults__
+        return
+    if isinstance(obj, type):
+        for name, value in list(vars(obj).items()):
+            if not name.startswith("__"):
+                yield f".{name}", value
+        return
+    if isinstance(obj, types.CellType):
+        try:
+            yield ".cell_contents", obj.cell_contents
+        except ValueError:
+            pass
+        return
+    yield from _attribute_edges(obj)
+
+
+def _attribute_edges(obj):
+    d = getattr(obj, "__dict__", None)
+    if isinstance(d, dict):
+        for name, value in list(d.items()):
+            yield f".{name}", value
+    for cls in type(obj).__mro__:
+        for name in getattr(cls, "__slots__", ()):
+            if isinstance(name, str) and name not in ("__dict__", "__weakref__") and hasattr(obj, name):
+                yield f".{name}", getattr(obj, name)
+    if not isinstance(d, dict) and not hasattr(type(obj), "__slots__"):
+        import gc
+
+        for value in gc.get_referents(obj):  # a C-level container: no names to give
+            if not isinstance(value, type):
+                yield "<referent>", value
+
+
+def _module_edges(module):
+    for group in ("_parameters", "_buffers", "_modules"):
+        for name, value in list(getattr(module, group, {}).items()):
+            if value is not None:
+                yield f".{name}", value
+    for name, value in list(vars(module).items()):
+        if name not in ("_parameters", "_buffers", "_modules") and value:
+            yield f".{name}", value
+
+
+def _tensor_edges(t):
+    if t.grad_fn is not None:
+        yield ".grad_fn", t.grad_fn
+    if t.is_leaf and t.grad is not None:  # .grad of a non-leaf is always None, and warns
+        yield ".grad", t.grad
+    if t._base is not None:
+        yield "._base", t._base
+    hooks = getattr(t, "_backward_hooks", None)
+    if hooks:
+        yield "._backward_hooks", hooks
+    d = getattr(t, "__dict__", None)
+    if d:
+        for name, value in list(d.items()):
+            yield f".{name}", value
+
+
+def _node_edges(node):
+    for i, (child, _) in enumerate(node.next_functions):
+        if child is not None:
+            yield f".next_functions[{i}][0]", child
+    variable = getattr(node, "variable", None)  # AccumulateGrad: the leaf it accumulates into
+    if variable is not None:
+        yield ".variable", variable
+    for name in dir(node):
+        if name.startswith("_saved_"):
+            try:
+                value = getattr(node, name)
+            except Exception:  # already freed by a backward, or not a tensor
+                continue
+            if value is not None:
+                yield f".{name}", value
+    # A custom Function's node is its ctx: what forward() kept on it, and what it saved.
+    d = getattr(node, "__dict__", None)
+    if d:
+        for name, value in list(d.items()):
+            yield f".{name}", value
+    if isinstance(node, torch.autograd.function.BackwardCFunction):
+        try:
+            saved = node.saved_tensors
+        except Exception:  # freed by backward
+            saved = ()
+        for i, value in enumerate(saved):
+            yield f".saved_tensors[{i}]", value

@@ -1,0 +1,246 @@
+"""who_holds(): the shortest reference paths from a root to a piece of memory.
+
+Roots are module globals, locals of live frames (every thread) and class attributes; the walk is
+breadth-first over edges.py, the user's own modules and frames first, the rest of the process
+only if that finds nothing. Memory no root reaches is either in a reference cycle (gc would free
+it: found by a collection that keeps what it would free) or in a cycle through the autograd
+graph, which gc cannot see and so never frees.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+import time
+import warnings
+from collections import deque
+from dataclasses import dataclass, field
+
+from .edges import edges
+
+_LIBRARY_MARKERS = ("site-packages", "dist-packages", "/lib/python3", "<frozen")
+_PACKAGE_DIR = __file__.rsplit("/", 2)[0]  # vramscope's own frames are never owners
+
+
+@dataclass
+class OwnerPath:
+    """One way the memory is kept alive: root, edges, and what it ends at."""
+
+    root: str
+    edges: list[str] = field(default_factory=list)
+    target: str = ""
+    kind: str = "reachable"  # "reachable", "cycle, freed only by gc", "cycle through autograd, never freed"
+
+    @property
+    def path(self) -> str:
+        return self.root + "".join(e if e.startswith(("[", ".")) else " " + e for e in self.edges)
+
+    def __str__(self) -> str:
+        tail = "" if self.kind == "reachable" else f"   ({self.kind})"
+        return f"{self.path}  → {self.target}{tail}"
+
+    def to_json(self) -> dict:
+        return {"path": self.path, "root": self.root, "edges": self.edges, "target": self.target, "kind": self.kind}
+
+
+def describe_tensor(t) -> str:
+    storage = t.untyped_storage()
+    dtype = str(t.dtype).replace("torch.", "").replace("float", "f").replace("int", "i")
+    text = f"Tensor {_mib(t.numel() * t.element_size())} {dtype} {list(t.shape)} {t.device}"
+    if storage.nbytes() > t.numel() * t.element_size():
+        text += f" (view of a {_mib(storage.nbytes())} storage)"
+    return text
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 1024:.1f} KiB" if n >= 1024 else f"{n} B"
+
+
+def _is_user_file(path: str | None) -> bool:
+    return bool(path) and not any(m in path for m in _LIBRARY_MARKERS)
+
+
+def tensors_holding(target):
+    """The tensors whose storage is the target's, or (for (device, address)) contains it."""
+    import torch
+
+    if isinstance(target, torch.Tensor):
+        device, address = target.device, target.untyped_storage().data_ptr()
+    else:
+        device, address = target
+        device = torch.device(device)
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+    found = []
+    for obj in gc.get_objects():
+        if isinstance(obj, torch.Tensor) and obj.device == device:
+            s = obj.untyped_storage()
+            start = s.data_ptr()
+            if start == address or (not isinstance(target, torch.Tensor) and start <= address < start + s.nbytes()):
+                found.append(obj)
+    return found
+
+
+def _roots(skip_frames, user_only: bool):
+    main = sys.modules.get("__main__")
+    modules = [("__main__", main)] if main else []
+    modules += [(n, m) for n, m in list(sys.modules.items()) if n != "__main__" and m is not None]
+    for name, module in modules:
+        user = name == "__main__" or _is_user_file(getattr(module, "__file__", None))
+        if user_only != user:
+            continue
+        for key, value in list(vars(module).items()):
+            if not key.startswith("__"):
+                yield f"{name}.{key}", value
+    if not user_only:
+        return
+    for thread_id, frame in sys._current_frames().items():
+        while frame is not None:
+            # Module-level frames' locals are the module's globals, named above already.
+            if (frame not in skip_frames and frame.f_locals is not frame.f_globals
+                    and not frame.f_code.co_filename.startswith(_PACKAGE_DIR)):
+                for key, value in list(frame.f_locals.items()):
+                    yield f"{frame.f_code.co_name}() local '{key}'", value
+            frame = frame.f_back
+
+
+def who_holds(target, *, max_paths: int = 3, timeout: float = 5.0) -> list[OwnerPath]:
+    """Up to max_paths shortest paths from a root (module global, local of a live frame, class
+    attribute) to `target`: a tensor, or a (device, address) pair meaning the storage that contains
+    that address. The caller's own references are not owners. str() of each path reads as
+    `__main__.HISTORY[7].logits  → Tensor 32.0 MiB f32 [4, 256, 8192] cuda:0`."""
+    deadline = time.monotonic() + timeout
+    caller = sys._getframe(1)
+    while caller is not None and caller.f_code.co_filename.startswith(_PACKAGE_DIR):
+        caller = caller.f_back  # called through vramscope (explain()): the user's frame is the caller
+    targets = tensors_holding(target)
+    del target
+    if not targets:
+        return []
+    found = _in_gc_cycle(targets, max_paths)
+    if found:
+        return found
+    # What holds a target: the caller's frame and ours are not owners.
+    skip_frames = {caller, sys._getframe()}
+    target_ids = {id(t): t for t in targets}
+    with warnings.catch_warnings():  # looking at deprecated module attributes must not warn the user
+        warnings.simplefilter("ignore")
+        found = _breadth_first(_roots(skip_frames, True), target_ids, max_paths, deadline)
+        if not found and time.monotonic() < deadline:
+            found = _breadth_first(_roots(skip_frames, False), target_ids, max_paths, deadline)
+        if not found:
+            found = _autograd_cycle(targets, deadline)
+    return found[:max_paths]
+
+
+def _breadth_first(roots, target_ids: dict, max_paths: int, deadline: float) -> list[OwnerPath]:
+    parent: dict[int, tuple[int | None, str]] = {}
+    keep: dict[int, object] = {}  # ids stay valid while we hold the objects
+    queue: deque = deque()
+    found: list[OwnerPath] = []
+    internal = {id(parent), id(keep), id(queue), id(found), id(target_ids)}
+
+    def path_to(node_id: int, last: str | None = None) -> tuple[str, list[str]]:
+        labels = [] if last is None else [last]
+        while True:
+            up, label = parent[node_id]
+            if up is None:
+                return label, labels[::-1]
+            labels.append(label)
+            node_id = up
+
+    def reach(child, from_id, label) -> bool:
+        cid = id(child)
+        if cid in internal:
+            return False
+        if cid in target_ids:
+            root, labels = (label, []) if from_id is None else path_to(from_id, label)
+            found.append(OwnerPath(root, labels, describe_tensor(child)))
+            return len(found) >= max_paths
+        if cid in parent:
+            return False
+        parent[cid] = (from_id, label)
+        keep[cid] = child
+        queue.append(child)
+        return False
+
+    for label, obj in roots:
+        if reach(obj, None, label):
+            return found
+    visited = 0
+    while queue:
+        obj = queue.popleft()
+        visited += 1
+        if visited % 4096 == 0 and time.monotonic() > deadline:
+            break
+        try:
+            for label, child in edges(obj):
+                if reach(child, id(obj), label):
+                    return found
+        except Exception:  # an object whose attributes raise: it holds nothing we can name
+            continue
+    return found
+
+
+def _in_gc_cycle(targets, max_paths: int) -> list[OwnerPath]:
+    """Collects with DEBUG_SAVEALL, so what only a cycle keeps stays visible; then frees it."""
+    flags = gc.get_debug()
+    gc.set_debug(flags | gc.DEBUG_SAVEALL)
+    try:
+        gc.collect()
+        garbage = list(gc.garbage)
+        gc.garbage.clear()
+    finally:
+        gc.set_debug(flags)
+    found = []
+    ids = {id(t) for t in targets}
+    garbage_ids = {id(o): o for o in garbage}
+    for holder in garbage:
+        if len(found) >= max_paths:
+            break
+        for label, child in _safe_edges(holder):
+            if id(child) in ids:
+                cycle = _cycle_through(holder, garbage_ids)
+                found.append(OwnerPath(f"<cycle of {len(cycle)} objects: {type(holder).__name__}>", [label],
+                                       describe_tensor(child), "cycle, freed only by gc"))
+                break
+    del garbage, garbage_ids
+    gc.collect()  # now let the cycles go, as gc would have
+    return found
+
+
+def _cycle_through(start, members: dict) -> list:
+    """The objects of the cycle start is part of (breadth-first back to start)."""
+    parent = {id(start): None}
+    queue = deque([start])
+    while queue:
+        obj = queue.popleft()
+        for _, child in _safe_edges(obj):
+            if child is start:
+                chain = [obj]
+                while parent[id(chain[-1])] is not None:
+                    chain.append(parent[id(chain[-1])])
+                return chain[::-1]
+            if id(child) in members and id(child) not in parent:
+                parent[id(child)] = obj
+                queue.append(child)
+    return [start]
+
+
+def _autograd_cycle(targets, deadline: float) -> list[OwnerPath]:
+    """A tensor reachable from itself through its autograd graph: gc cannot see those edges."""
+    for t in targets:
+        found = _breadth_first([("<tensor>", t.grad_fn)] if t.grad_fn is not None else [],
+                               {id(t): t}, 1, deadline)
+        if found:
+            p = found[0]
+            return [OwnerPath("<cycle through its own graph> .grad_fn", p.edges, p.target,
+                              "cycle through autograd, never freed")]
+    return []
+
+
+def _safe_edges(obj):
+    try:
+        return list(edges(obj))
+    except Exception:
+        return []

@@ -1,0 +1,160 @@
+"""who_holds() on CPU tensors: each way the seeds' leaks were held, found by its path."""
+
+import gc
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from vramscope.ownership import who_holds  # noqa: E402
+
+
+def explain_in_fresh_process(code: str) -> list[str]:
+    """Runs `code` as a script's __main__ and prints who_holds(TARGET), one path a line."""
+    script = textwrap.dedent(code) + textwrap.dedent("""
+        import vramscope
+        for p in vramscope.who_holds(TARGET_OF()):
+            print(p)
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.splitlines()
+
+
+def test_a_list_of_model_outputs():
+    lines = explain_in_fresh_process("""
+        import torch
+        HISTORY = []
+        model = torch.nn.Linear(64, 64)
+        for step in range(8):
+            HISTORY.append({"logits": model(torch.randn(16, 64))})
+        TARGET_OF = lambda: HISTORY[7]["logits"]
+    """)
+    assert lines[0].startswith("__main__.HISTORY[7]['logits']  → Tensor 4.0 KiB f32 [16, 64] cpu"), lines
+
+
+def test_a_kept_loss_reaches_a_custom_functions_ctx_attribute():
+    lines = explain_in_fresh_process("""
+        import torch
+
+        class KeepSiLU(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                ctx.kept = x.detach() * 2          # the leak: ctx outlives the step with the loss
+                return torch.nn.functional.silu(x)
+
+            @staticmethod
+            def backward(ctx, g):
+                return g
+
+        METRICS = []
+        w = torch.randn(64, 64, requires_grad=True)
+        for step in range(3):
+            loss = KeepSiLU.apply(torch.randn(32, 64) @ w).sum()
+            METRICS.append(loss)                   # kept with its graph
+        del loss
+        TARGET_OF = lambda: METRICS[2].grad_fn.next_functions[0][0].kept
+    """)
+    assert lines and lines[0].startswith("__main__.METRICS[2].grad_fn.next_functions[0][0].kept  → Tensor 8.0 KiB"), lines
+
+
+def test_objects_behind_saved_tensors_hooks():
+    lines = explain_in_fresh_process("""
+        import torch
+
+        class Offloader:
+            def __init__(self):
+                self.tracker = {}
+            def pack(self, t):
+                self.tracker[len(self.tracker)] = t   # stashed, never cleared
+                return len(self.tracker) - 1
+            def unpack(self, key):
+                return self.tracker[key]
+
+        OFFLOAD = Offloader()
+        w = torch.randn(32, 32, requires_grad=True)
+        with torch.autograd.graph.saved_tensors_hooks(OFFLOAD.pack, OFFLOAD.unpack):
+            for _ in range(2):
+                (torch.randn(8, 32) @ w).relu().sum().backward()
+        TARGET_OF = lambda: OFFLOAD.tracker[3]
+    """)
+    assert lines and lines[0].startswith("__main__.OFFLOAD.tracker[3]  → Tensor"), lines
+
+
+def test_a_forward_hook_closure_appending_to_a_list():
+    lines = explain_in_fresh_process("""
+        import torch
+
+        def attach(model):
+            stash = []
+            model.register_forward_hook(lambda m, i, o: stash.append(o))
+            return model
+
+        MODEL = attach(torch.nn.Linear(16, 16))
+        for _ in range(4):
+            MODEL(torch.randn(4, 16))
+        TARGET_OF = lambda: MODEL._forward_hooks[0].__closure__[0].cell_contents[3]
+    """)
+    assert lines and lines[0].startswith("__main__.MODEL._forward_hooks[0] <closure 'stash'>[3]  → Tensor"), lines
+
+
+def test_a_cycle_is_reported_as_freed_only_by_gc():
+    class Node:
+        pass
+
+    a, b = Node(), Node()
+    a.other, b.other = b, a
+    a.payload = torch.randn(1000)
+    target = a.payload
+    del a, b
+    paths = who_holds(target)
+    assert paths and paths[0].kind == "cycle, freed only by gc"
+    assert ".payload" in paths[0].path
+
+
+def test_a_small_view_pinning_a_large_base():
+    lines = explain_in_fresh_process("""
+        import torch
+        CACHE = {}
+        big = torch.randn(1024, 1024)              # 4 MiB
+        CACHE["first_row"] = big[0]                # 4 KiB, but it keeps the 4 MiB storage alive
+        del big
+        TARGET_OF = lambda: CACHE["first_row"]
+    """)
+    assert lines and lines[0].startswith("__main__.CACHE['first_row']  → Tensor 4.0 KiB f32 [1024] cpu "
+                                         "(view of a 4.0 MiB storage)"), lines
+
+
+def test_an_address_reused_after_a_free_names_its_new_owner_only():
+    lines = explain_in_fresh_process("""
+        import torch
+        OLD, NEW = [], []
+        block = bytearray(4096)                    # one block of memory, used twice
+        OLD.append(torch.frombuffer(block, dtype=torch.float32))
+        address = OLD[0].data_ptr()
+        OLD.clear()                                # the old owner lets go
+        NEW.append(torch.frombuffer(block, dtype=torch.float32))  # the same address, a new owner
+        TARGET_OF = lambda: ("cpu", address + 100)
+    """)
+    assert lines and lines[0].startswith("__main__.NEW[0]  → Tensor 4.0 KiB"), lines
+    assert not any("OLD" in line for line in lines)
+
+
+def test_a_local_of_a_live_frame_and_the_callers_own_reference_is_not_an_owner():
+    def train():
+        cache = [torch.randn(100)]
+        return inner(cache[0])
+
+    def inner(t):
+        return who_holds(t)
+
+    found = train()
+    assert [str(p).split("  →")[0] for p in found] == ["train() local 'cache'[0]"]
+
+
+def test_nothing_holds_a_free_target():
+    t = torch.randn(10)
+    assert [p.path for p in who_holds(t)] == []
+    gc.collect()
