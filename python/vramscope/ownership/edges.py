@@ -15,13 +15,14 @@ try:
 except ImportError:  # explain works on plain Python objects too
     torch = None
 
-_ATOMIC = (str, bytes, bytearray, int, float, complex, bool, type(None), range, types.ModuleType,
+# Objects that hold nothing a walk could follow.
+ATOMIC = (str, bytes, bytearray, int, float, complex, bool, type(None), range, types.ModuleType,
            types.CodeType, types.BuiltinFunctionType)
 
 
 def edges(obj):
     """Yields (label, child) for everything obj keeps alive."""
-    if isinstance(obj, _ATOMIC):
+    if isinstance(obj, ATOMIC):
         return
     if torch is not None:
         if isinstance(obj, torch.Tensor):
@@ -36,7 +37,7 @@ def edges(obj):
     if isinstance(obj, dict):
         for key, value in list(obj.items()):
             yield f"[{key!r}]", value
-            if not isinstance(key, _ATOMIC):
+            if not isinstance(key, ATOMIC):
                 yield "<dict key>", key
         return
     if isinstance(obj, (list, tuple)):

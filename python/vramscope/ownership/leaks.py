@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import time
+import warnings
 
 from .paths import OwnerPath, who_holds
 
@@ -36,7 +37,9 @@ def owners_of_leaks(findings: dict, *, max_leaks: int = 3, max_paths: int = 3, t
     out = []
     for leak in findings.get("leaks", [])[:max_leaks]:
         blocks = [tuple(b) for b in leak.get("live_blocks", [])][-BLOCKS_TRIED:]
-        tensors = live_tensors_by_block(leak["device"], blocks)
+        with warnings.catch_warnings():  # a scan of every object touches deprecated ones
+            warnings.simplefilter("ignore")
+            tensors = live_tensors_by_block(leak["device"], blocks)
         owners: list[OwnerPath] = []
         deadline = time.monotonic() + timeout
         for block in reversed(blocks):  # newest first

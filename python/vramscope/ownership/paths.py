@@ -16,7 +16,7 @@ import warnings
 from collections import deque
 from dataclasses import dataclass, field
 
-from .edges import edges
+from .edges import ATOMIC, edges
 
 _LIBRARY_MARKERS = ("site-packages", "dist-packages", "/lib/python3", "<frozen")
 _PACKAGE_DIR = __file__.rsplit("/", 2)[0]  # vramscope's own frames are never owners
@@ -96,9 +96,10 @@ def _roots(skip_frames, user_only: bool):
         return
     for thread_id, frame in sys._current_frames().items():
         while frame is not None:
-            # Module-level frames' locals are the module's globals, named above already.
-            if (frame not in skip_frames and frame.f_locals is not frame.f_globals
-                    and not frame.f_code.co_filename.startswith(_PACKAGE_DIR)):
+            # Module-level frames' locals are the module's globals, named above already. Our own
+            # frames are tested first: reading a frame's f_locals makes a dict that holds it.
+            if (id(frame) not in skip_frames and not frame.f_code.co_filename.startswith(_PACKAGE_DIR)
+                    and frame.f_locals is not frame.f_globals):
                 for key, value in list(frame.f_locals.items()):
                     yield f"{frame.f_code.co_name}() local '{key}'", value
             frame = frame.f_back
@@ -113,18 +114,20 @@ def who_holds(target, *, max_paths: int = 3, timeout: float = 5.0) -> list[Owner
     caller = sys._getframe(1)
     while caller is not None and caller.f_code.co_filename.startswith(_PACKAGE_DIR):
         caller = caller.f_back  # called through vramscope (explain()): the user's frame is the caller
-    targets = tensors_holding(target)
-    del target
-    if not targets:
-        return []
-    found = _in_gc_cycle(targets, max_paths)
-    if found:
-        return found
-    # What holds a target: the caller's frame and ours are not owners.
-    skip_frames = {caller, sys._getframe()}
-    target_ids = {id(t): t for t in targets}
-    with warnings.catch_warnings():  # looking at deprecated module attributes must not warn the user
+    # Looking at every object (deprecated module attributes too) must not warn the user.
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        targets = tensors_holding(target)
+        del target
+        if not targets:
+            return []
+        found = _in_gc_cycle(targets, max_paths)
+        if found:
+            return found
+        # What holds a target: the caller's frame and ours are not owners.
+        skip_frames = {id(caller), id(sys._getframe())}  # ids: a set of frames would hold ours in a cycle
+        del caller
+        target_ids = {id(t): t for t in targets}
         found = _breadth_first(_roots(skip_frames, True), target_ids, max_paths, deadline)
         if not found and time.monotonic() < deadline:
             found = _breadth_first(_roots(skip_frames, False), target_ids, max_paths, deadline)
@@ -134,6 +137,16 @@ def who_holds(target, *, max_paths: int = 3, timeout: float = 5.0) -> list[Owner
 
 
 def _breadth_first(roots, target_ids: dict, max_paths: int, deadline: float) -> list[OwnerPath]:
+    try:
+        return _walk(roots, target_ids, max_paths, deadline)
+    finally:
+        # A roots generator left open holds the frame it was walking, which holds it: a cycle of
+        # our own that a later who_holds() would report.
+        if hasattr(roots, "close"):
+            roots.close()
+
+
+def _walk(roots, target_ids: dict, max_paths: int, deadline: float) -> list[OwnerPath]:
     parent: dict[int, tuple[int | None, str]] = {}
     keep: dict[int, object] = {}  # ids stay valid while we hold the objects
     queue: deque = deque()
@@ -149,7 +162,7 @@ def _breadth_first(roots, target_ids: dict, max_paths: int, deadline: float) -> 
             labels.append(label)
             node_id = up
 
-    def reach(child, from_id, label) -> bool:
+    def reach(child, from_id, label, depth) -> bool:
         cid = id(child)
         if cid in internal:
             return False
@@ -161,24 +174,30 @@ def _breadth_first(roots, target_ids: dict, max_paths: int, deadline: float) -> 
             return False
         parent[cid] = (from_id, label)
         keep[cid] = child
-        queue.append(child)
+        queue.append((child, depth))
         return False
 
     for label, obj in roots:
-        if reach(obj, None, label):
+        if reach(obj, None, label, 0):
             return found
     visited = 0
+    # Other paths are worth showing only if as short as the first one found.
+    stop_depth = 0 if found else None
     while queue:
-        obj = queue.popleft()
+        obj, depth = queue.popleft()
+        if stop_depth is not None and depth >= stop_depth:
+            break
         visited += 1
         if visited % 4096 == 0 and time.monotonic() > deadline:
             break
         try:
             for label, child in edges(obj):
-                if reach(child, id(obj), label):
+                if not isinstance(child, ATOMIC) and reach(child, id(obj), label, depth + 1):
                     return found
         except Exception:  # an object whose attributes raise: it holds nothing we can name
             continue
+        if found and stop_depth is None:
+            stop_depth = depth + 1
     return found
 
 
