@@ -20,6 +20,10 @@ ATOMIC = (str, bytes, bytearray, int, float, complex, bool, type(None), range, t
            types.CodeType, types.BuiltinFunctionType)
 
 
+# Types whose edges gc does not see (the autograd graph): the walk asks edges() for them.
+EXTRA_TYPES = (torch.Tensor, torch.autograd.graph.Node) if torch is not None else ()
+
+
 def edges(obj):
     """Yields (label, child) for everything obj keeps alive."""
     if isinstance(obj, ATOMIC):

@@ -16,7 +16,7 @@ import warnings
 from collections import deque
 from dataclasses import dataclass, field
 
-from .edges import ATOMIC, edges
+from .edges import EXTRA_TYPES as _EXTRA_TYPES, edges
 
 _LIBRARY_MARKERS = ("site-packages", "dist-packages", "/lib/python3", "<frozen")
 _PACKAGE_DIR = __file__.rsplit("/", 2)[0]  # vramscope's own frames are never owners
@@ -137,68 +137,40 @@ def who_holds(target, *, max_paths: int = 3, timeout: float = 5.0) -> list[Owner
 
 
 def _breadth_first(roots, target_ids: dict, max_paths: int, deadline: float) -> list[OwnerPath]:
-    try:
-        return _walk(roots, target_ids, max_paths, deadline)
-    finally:
-        # A roots generator left open holds the frame it was walking, which holds it: a cycle of
-        # our own that a later who_holds() would report.
-        if hasattr(roots, "close"):
-            roots.close()
+    """The walk itself runs in C++ (_core.reference_walk); only the hops of the paths it returns
+    are named here."""
+    from .. import _core
+
+    roots = list(roots)  # also closes the generator, which would otherwise hold our frames
+    skip = {id(vars(m)) for m in list(sys.modules.values()) if m is not None}
+    skip |= {id(sys.modules), id(roots), id(target_ids)}
+    chains = _core.reference_walk(roots, set(target_ids), _EXTRA_TYPES, _extra_children, skip, max_paths,
+                                  max(0.0, deadline - time.monotonic()))
+    return [OwnerPath(label, _name_hops(chain), describe_tensor(chain[-1])) for label, chain in chains]
 
 
-def _walk(roots, target_ids: dict, max_paths: int, deadline: float) -> list[OwnerPath]:
-    parent: dict[int, tuple[int | None, str]] = {}
-    keep: dict[int, object] = {}  # ids stay valid while we hold the objects
-    queue: deque = deque()
-    found: list[OwnerPath] = []
-    internal = {id(parent), id(keep), id(queue), id(found), id(target_ids)}
+def _extra_children(obj):
+    return [child for _, child in edges(obj)]
 
-    def path_to(node_id: int, last: str | None = None) -> tuple[str, list[str]]:
-        labels = [] if last is None else [last]
-        while True:
-            up, label = parent[node_id]
-            if up is None:
-                return label, labels[::-1]
-            labels.append(label)
-            node_id = up
 
-    def reach(child, from_id, label, depth) -> bool:
-        cid = id(child)
-        if cid in internal:
-            return False
-        if cid in target_ids:
-            root, labels = (label, []) if from_id is None else path_to(from_id, label)
-            found.append(OwnerPath(root, labels, describe_tensor(child)))
-            return len(found) >= max_paths
-        if cid in parent:
-            return False
-        parent[cid] = (from_id, label)
-        keep[cid] = child
-        queue.append((child, depth))
-        return False
-
-    for label, obj in roots:
-        if reach(obj, None, label, 0):
-            return found
-    visited = 0
-    # Other paths are worth showing only if as short as the first one found.
-    stop_depth = 0 if found else None
-    while queue:
-        obj, depth = queue.popleft()
-        if stop_depth is not None and depth >= stop_depth:
-            break
-        visited += 1
-        if visited % 4096 == 0 and time.monotonic() > deadline:
-            break
-        try:
-            for label, child in edges(obj):
-                if not isinstance(child, ATOMIC) and reach(child, id(obj), label, depth + 1):
-                    return found
-        except Exception:  # an object whose attributes raise: it holds nothing we can name
-            continue
-        if found and stop_depth is None:
-            stop_depth = depth + 1
-    return found
+def _name_hops(chain: list) -> list[str]:
+    """Labels for parent → child hops. gc's edges pass through objects Python spelling skips
+    (an instance's __dict__, a closure's cell, a module's _modules dict): a label that reaches a
+    later object of the chain directly stands for the hops in between."""
+    labels, i = [], 0
+    while i < len(chain) - 1:
+        reachable = {}
+        for label, child in _safe_edges(chain[i]):
+            reachable.setdefault(id(child), label)
+        for skip in (1, 2, 3):
+            if i + skip < len(chain) and id(chain[i + skip]) in reachable:
+                labels.append(reachable[id(chain[i + skip])])
+                i += skip
+                break
+        else:
+            labels.append("<referent>")
+            i += 1
+    return labels
 
 
 def _in_gc_cycle(targets, max_paths: int) -> list[OwnerPath]:
