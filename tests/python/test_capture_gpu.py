@@ -15,6 +15,12 @@ import pytest
 from conftest import DATA, truth
 
 pytestmark = pytest.mark.gpu
+# Who holds each leak, found live at the end of the run (issue 4): the start of the path and a hop
+# it must pass through.
+OWNERS = {
+    "leak_ctx_losses": ("scenario_leak_ctx_losses() local 'losses'[", ".kept"),
+    "leak_offload_stream": ("scenario_leak_offload_stream() local 'stash'[", ""),
+}
 SCENARIOS = ["leak_ctx_losses", "leak_offload_stream", "clean_adamw_accum", "clean_varlen", "bounded_lru_cache"]
 
 
@@ -53,6 +59,10 @@ def test_fixture_scenarios_captured_live_match_their_recorded_truth(scenario, tm
         assert f["leak_bytes_per_step"] == pytest.approx(measured, rel=0.10)
         assert (top["stream_kind"] == "side") == (expected["leak_stream"] == "side")
         assert "leak: +" in proc.stderr, "the leak must be reported while the run goes on"
+        owners = json.loads(Path(str(out) + ".owners.json").read_text())
+        root, through = OWNERS[scenario]
+        top_owners = owners[0]["owner_lines"]
+        assert top_owners and top_owners[0].startswith(root) and through in top_owners[0], owners
 
 
 def test_every_allocation_is_captured(tmp_path):
