@@ -68,6 +68,22 @@ def print_owners(files) -> None:
             print(f"\n{path.name}: " + text, end="", flush=True)
 
 
+def add_owners_to_json(path: Path, files) -> None:
+    """The findings JSON the analysis wrote, with each leak's owners as its process found them."""
+    from .ownership.leaks import merge_owners
+
+    try:
+        findings = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return
+    runs = findings.get("runs", [findings])
+    for run_findings, trace in zip(runs, files):
+        sidecar = Path(str(trace) + ".owners.json")
+        if sidecar.exists():
+            merge_owners(run_findings, json.loads(sidecar.read_text()))
+    path.write_text(json.dumps(findings, indent=1) + "\n")
+
+
 def run(args: list[str]) -> int:
     opts, command = parse(args)
     if not command:
@@ -109,6 +125,8 @@ def run(args: list[str]) -> int:
     sys.stdout.flush()
     leaked = _core.cli_main([*cli, "--fail-on-leak"]) == 1
     print_owners(files)
+    if opts["json"] and opts["json"] != "-":
+        add_owners_to_json(Path(opts["json"]), files)
     if rc != 0:
         return rc
     return 1 if leaked and opts["fail_on_leak"] else 0

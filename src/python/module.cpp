@@ -10,7 +10,7 @@
 
 #include "analysis/analyze.h"
 #include "capture/python_frames.h"
-#include "capture/reference_walk.h"
+#include "explain/reference_walk.h"
 #include "capture/recorder.h"
 #include "cli/cli.h"
 #include "common/format.h"
@@ -155,10 +155,10 @@ NB_MODULE(_core, m) {
         "reference_walk",
         [](nb::list roots, nb::object targets, nb::tuple extra_types, nb::callable callback, nb::object skip,
            Py_ssize_t max_paths, double seconds) {
-            PyObject* r = capture::reference_walk(roots.ptr(), targets.ptr(), extra_types.ptr(), callback.ptr(),
+            PyObject* r = explain::reference_walk(roots.ptr(), targets.ptr(), extra_types.ptr(), callback.ptr(),
                                                   skip.ptr(), max_paths, seconds);
             if (!r) throw nb::python_error();
             return nb::steal(r);
         },
-        "Breadth-first search of the object graph (capture/reference_walk.h): [(root label, [objects])].");
+        "Breadth-first search of the object graph (explain/reference_walk.h): [(root label, [objects])].");
 }

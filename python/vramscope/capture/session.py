@@ -246,9 +246,10 @@ class Capture:
             return warn(f"could not analyse {self.path}: {e}")
         if self.leaked and self.explain:
             try:
-                from ..ownership import owners_of_leaks
+                from ..ownership.leaks import merge_owners, owners_of_leaks
 
                 self.owners = owners_of_leaks(self.findings)
+                merge_owners(self.findings, self.owners)
                 with open(self.path + ".owners.json", "w") as f:
                     json.dump(self.owners, f, indent=1)
             except Exception as e:

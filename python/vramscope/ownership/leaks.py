@@ -58,6 +58,14 @@ def owners_of_leaks(findings: dict, *, max_leaks: int = 3, max_paths: int = 3, t
     return out
 
 
+def merge_owners(findings: dict, explained: list[dict]) -> None:
+    """Puts each leak's owners into the findings as leaks[].owners (docs/findings.md)."""
+    for leak in findings.get("leaks", []):
+        for e in explained:
+            if e["site"] == leak["site"] and e["device"] == leak["device"]:
+                leak["owners"] = e["owners"]
+
+
 def render_owners(explained: list[dict]) -> str:
     lines = []
     for leak in explained:

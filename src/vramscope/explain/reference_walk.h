@@ -7,7 +7,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-namespace vramscope::capture {
+namespace vramscope::explain {
 
 // roots: list of (label, object); targets: set of ints (ids); extra_types: tuple of types whose
 // objects also get callback(obj) -> iterable of children; skip: set of ids never entered (module
@@ -16,4 +16,4 @@ namespace vramscope::capture {
 PyObject* reference_walk(PyObject* roots, PyObject* targets, PyObject* extra_types, PyObject* callback,
                          PyObject* skip, Py_ssize_t max_paths, double seconds);
 
-}  // namespace vramscope::capture
+}  // namespace vramscope::explain

@@ -1,11 +1,11 @@
-#include "capture/reference_walk.h"
+#include "explain/reference_walk.h"
 
 #include <chrono>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
-namespace vramscope::capture {
+namespace vramscope::explain {
 namespace {
 
 struct Walk {
@@ -133,4 +133,4 @@ PyObject* reference_walk(PyObject* roots, PyObject* targets, PyObject* extra_typ
     return found;
 }
 
-}  // namespace vramscope::capture
+}  // namespace vramscope::explain
