@@ -299,6 +299,7 @@ Findings analyze(const Trace& t, const AnalysisOptions& opt) {
         sf.live_bytes = uint64_t(s.live[S - 1]);
         sf.peak_bytes = uint64_t(*std::max_element(s.live.begin(), s.live.end()));
         sf.live_blocks = std::move(s.live_blocks);
+        sf.held.assign(s.live.begin(), s.live.end());
         size_t recurring = 0;
         bool first_set = false;
         for (size_t k = 0; k <= last_judged; ++k) {

@@ -11,9 +11,11 @@
 
 #include "analysis/analyze.h"
 #include "analysis/ranks.h"
+#include "common/file.h"
 #include "common/format.h"
 #include "findings/json.h"
 #include "importers/torch_snapshot.h"
+#include "render/html.h"
 #include "render/terminal.h"
 #include "trace/writer.h"
 
@@ -22,16 +24,20 @@ namespace {
 
 constexpr const char* kUsage = R"(usage: vramscope COMMAND ...
 
-  analyze FILE... [--json OUT] [--window W] [--warmup N] [--device-memory SIZE] [--fail-on-leak]
+  analyze FILE... [--json OUT] [--html OUT] [--window W] [--warmup N] [--device-memory SIZE] [--fail-on-leak]
         Decide whether memory leaks, where, and how fast. FILE: a .vscope trace or a torch
         memory snapshot (torch.cuda.memory._dump_snapshot; .pickle or .pickle.gz).
         --json OUT        also write the findings as JSON (- for stdout, no summary)
+        --html OUT        also write the report page (what `report` writes)
         --window W        an allocation survives if still live W steps later (default 1)
         --warmup N        steps not judged at the start (default: a tenth, 1 to 5)
         --device-memory   GPU capacity for the OOM projection, e.g. 80GiB (default: from trace)
         --fail-on-leak    exit 1 when a leak is found (for CI)
   run [-o OUT] [--fail-on-leak] -- COMMAND...
         Run a training command with live capture (no code change); see `vramscope run --help`.
+  report FILE... -o OUT.html [--window W] [--warmup N] [--device-memory SIZE]
+        One self-contained HTML page (opens offline): verdict, memory per step with the leaked
+        part by site, the leak table with stacks and owners, what is not a leak, streams, ranks.
   convert IN OUT.vscope   Convert a torch snapshot to the compact .vscope trace format.
   demo                    Analyse a bundled real trace of a leaking training run.
   version                 Print the version.
@@ -43,9 +49,30 @@ struct UsageError : std::runtime_error {
 
 bool color_wanted() { return isatty(STDOUT_FILENO) && !std::getenv("NO_COLOR"); }
 
-int analyze_command(const std::vector<std::string>& args) {
+// Who held each leak, written beside a live trace by the process that captured it.
+std::string owners_beside(const std::string& trace) {
+    const std::string path = trace + ".owners.json";
+    if (access(path.c_str(), R_OK) != 0) return "";
+    const Bytes text = read_file(path);
+    return std::string(text.data(), text.size());
+}
+
+void write_text(const std::string& path, const std::string& text, const char* what) {
+    std::ofstream out(path, std::ios::binary);
+    out << text;
+    if (!out) throw std::runtime_error(path + ": cannot write the " + what);
+}
+
+void write_report(const std::string& path, const std::vector<std::string>& files, const std::vector<Findings>& runs,
+                  const RankComparison& ranks) {
+    std::vector<std::string> owners;
+    for (const std::string& f : files) owners.push_back(owners_beside(f));
+    write_text(path, render_html(runs, ranks, owners), "report");
+}
+
+int analyze_command(const std::vector<std::string>& args, bool report_only) {
     std::vector<std::string> files;
-    std::string json_out;
+    std::string json_out, html_out;
     AnalysisOptions opt;
     bool fail_on_leak = false;
     for (size_t i = 0; i < args.size(); ++i) {
@@ -54,7 +81,8 @@ int analyze_command(const std::vector<std::string>& args) {
             if (i + 1 >= args.size()) throw UsageError(a + " needs a value");
             return args[++i];
         };
-        if (a == "--json") json_out = value();
+        if (a == "--json" && !report_only) json_out = value();
+        else if (a == "--html" || (report_only && (a == "-o" || a == "--output"))) html_out = value();
         else if (a == "--window") {
             const std::string& v = value();
             char* end = nullptr;
@@ -74,7 +102,8 @@ int analyze_command(const std::vector<std::string>& args) {
         else if (a.starts_with("--")) throw UsageError("unknown option " + a);
         else files.push_back(a);
     }
-    if (files.empty()) throw UsageError("analyze needs at least one FILE");
+    if (files.empty()) throw UsageError(std::string(report_only ? "report" : "analyze") + " needs at least one FILE");
+    if (report_only && html_out.empty()) throw UsageError("report needs -o OUT.html");
     std::vector<Findings> runs;
     for (const auto& path : files) {
         const auto started = std::chrono::steady_clock::now();
@@ -82,6 +111,12 @@ int analyze_command(const std::vector<std::string>& args) {
         const double import_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
         runs.push_back(analyze(trace, opt));
         runs.back().import_seconds = import_seconds;
+    }
+    const RankComparison ranks = compare_ranks(runs);
+    if (!html_out.empty()) write_report(html_out, files, runs, ranks);
+    if (report_only) {
+        std::cout << "wrote " << html_out << "\n";
+        return 0;
     }
     if (json_out != "-") {
         bool first = true;
@@ -91,16 +126,11 @@ int analyze_command(const std::vector<std::string>& args) {
             std::cout << render_summary(f, color_wanted());
         }
     }
-    const RankComparison ranks = compare_ranks(runs);
     if (json_out != "-") std::cout << render_ranks(ranks, color_wanted());
     if (!json_out.empty()) {
         const std::string json = to_json(runs, ranks);
         if (json_out == "-") std::cout << json;
-        else {
-            std::ofstream out(json_out, std::ios::binary);
-            out << json;
-            if (!out) throw std::runtime_error(json_out + ": cannot write the findings JSON");
-        }
+        else write_text(json_out, json, "findings JSON");
     }
     std::cout.flush();
     bool leak = false;
@@ -126,7 +156,8 @@ int run_cli(const std::vector<std::string>& args) {
             return args.empty() ? 2 : 0;
         }
         const std::vector<std::string> rest(args.begin() + 1, args.end());
-        if (args[0] == "analyze") return analyze_command(rest);
+        if (args[0] == "analyze") return analyze_command(rest, false);
+        if (args[0] == "report") return analyze_command(rest, true);
         if (args[0] == "convert") return convert_command(rest);
         if (args[0] == "version") {
             std::cout << "vramscope " VRAMSCOPE_VERSION "\n";

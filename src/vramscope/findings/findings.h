@@ -53,6 +53,7 @@ struct SiteFinding {
     uint64_t first_step = 0;         // first step whose allocations here outlived the window
     uint64_t live_bytes = 0;         // held at the last step's end
     uint64_t peak_bytes = 0;         // most it held at any step's end
+    std::vector<uint64_t> held;      // bytes it held at each full step's end (the report's stacked area)
     uint64_t surviving_allocations = 0;
     double recurrence = 0;           // share of judged steps that left survivors here
     double share_of_growth = 0;      // of the device's allocated growth over the judged steps

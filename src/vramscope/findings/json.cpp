@@ -1,86 +1,15 @@
 #include "findings/json.h"
 
-#include <cmath>
-#include <cstdio>
+#include <algorithm>
+#include <map>
+
+#include "findings/json_writer.h"
 
 namespace vramscope {
 namespace {
 
-class Json {
-public:
-    std::string out;
+constexpr size_t kReportPoints = 1500;  // a chart is ~1,000 pixels wide
 
-    void open(char c) {
-        comma();
-        out.push_back(c);
-        first_ = true;
-    }
-    void close(char c) {
-        out.push_back(c);
-        first_ = false;
-    }
-    void key(const char* k) {
-        comma();
-        str(k);
-        out.push_back(':');
-        first_ = true;  // the value follows without a comma
-    }
-    void value(const std::string& s) {
-        comma();
-        str(s);
-    }
-    void value(const char* s) { value(std::string(s)); }
-    void value(uint64_t v) {
-        comma();
-        out += std::to_string(v);
-    }
-    void value(double v) {
-        comma();
-        if (!std::isfinite(v)) {
-            out += "null";
-            return;
-        }
-        char buf[32];
-        std::snprintf(buf, sizeof buf, "%.6g", v);
-        out += buf;
-    }
-    void null() {
-        comma();
-        out += "null";
-    }
-    template <class T> void field(const char* k, const T& v) {
-        key(k);
-        value(v);
-    }
-
-private:
-    void comma() {
-        if (!first_) out.push_back(',');
-        first_ = false;
-    }
-    void str(const std::string& s) {
-        out.push_back('"');
-        for (unsigned char c : s) {
-            switch (c) {
-            case '"': out += "\\\""; break;
-            case '\\': out += "\\\\"; break;
-            case '\n': out += "\\n"; break;
-            case '\t': out += "\\t"; break;
-            case '\r': out += "\\r"; break;
-            default:
-                if (c < 0x20) {
-                    char buf[8];
-                    std::snprintf(buf, sizeof buf, "\\u%04x", c);
-                    out += buf;
-                } else {
-                    out.push_back(char(c));
-                }
-            }
-        }
-        out.push_back('"');
-    }
-    bool first_ = true;
-};
 
 void source_line(Json& j, const SourceLine& s) {
     j.open('{');
@@ -109,7 +38,49 @@ void optional_step(Json& j, const char* k, const std::optional<uint64_t>& v) {
     else j.null();
 }
 
-void findings_object(Json& j, const Findings& f) {
+// Steps a chart shows: all of them, or the last of each of `max` equal buckets.
+std::vector<size_t> sample_steps(size_t n, size_t max) {
+    std::vector<size_t> out;
+    const size_t bucket = n <= max ? 1 : (n + max - 1) / max;
+    for (size_t end = bucket; end < n + bucket; end += bucket) out.push_back(std::min(end, n) - 1);
+    if (n == 0) out.clear();
+    return out;
+}
+
+// The report's per-device columns: the chart draws them (peak: the highest in each bucket).
+void columns(Json& j, const DeviceSummary& d, const std::vector<size_t>& at) {
+    j.key("columns");
+    j.open('{');
+    j.key("step");
+    j.open('[');
+    for (size_t k : at) j.value(uint64_t(k));
+    j.close(']');
+    j.key("allocated");
+    j.open('[');
+    for (size_t k : at) j.value(d.timeline[k].allocated);
+    j.close(']');
+    j.key("reserved");
+    j.open('[');
+    for (size_t k : at) j.value(d.timeline[k].reserved);
+    j.close(']');
+    j.key("peak");
+    j.open('[');
+    size_t from = 0;
+    for (size_t k : at) {
+        uint64_t peak = 0;
+        for (size_t i = from; i <= k; ++i) peak = std::max(peak, d.timeline[i].peak_allocated);
+        j.value(peak);
+        from = k + 1;
+    }
+    j.close(']');
+    j.close('}');
+}
+
+// report: the HTML report's data, column-oriented and at most kReportPoints steps a series.
+void findings_object(Json& j, const Findings& f, bool report = false) {
+    std::map<uint16_t, std::vector<size_t>> sampled;
+    if (report)
+        for (const DeviceSummary& d : f.devices) sampled[d.device] = sample_steps(d.timeline.size(), kReportPoints);
     j.open('{');
     j.field("schema", "vramscope.findings");
     j.field("schema_version", uint64_t(kSchemaVersion));
@@ -127,10 +98,10 @@ void findings_object(Json& j, const Findings& f) {
     j.field("window", uint64_t(f.window));
     j.close('}');
     optional_step(j, "projected_oom_step", f.projected_oom_step);
-    j.key("timeline");
-    j.open('[');
+    if (!report) j.key("timeline");
+    if (!report) j.open('[');
     for (const DeviceSummary& d : f.devices)
-        for (size_t k = 0; k < d.timeline.size(); ++k) {
+        for (size_t k = 0; k < d.timeline.size() && !report; ++k) {
             const StepPoint& p = d.timeline[k];
             j.open('{');
             j.field("step", uint64_t(k));
@@ -143,7 +114,7 @@ void findings_object(Json& j, const Findings& f) {
             j.field("complete", uint64_t(k < f.step_count));
             j.close('}');
         }
-    j.close(']');
+    if (!report) j.close(']');
     j.key("devices");
     j.open('[');
     for (const DeviceSummary& d : f.devices) {
@@ -157,6 +128,7 @@ void findings_object(Json& j, const Findings& f) {
         else j.null();
         optional_step(j, "projected_oom_step", d.projected_oom_step);
         optional_step(j, "oom_step", d.oom_step);
+        if (report) columns(j, d, sampled[d.device]);
         j.key("streams");
         j.open('[');
         for (const StreamUsage& s : d.streams) {
@@ -193,7 +165,14 @@ void findings_object(Json& j, const Findings& f) {
         j.field("live_bytes", l.live_bytes);
         j.field("peak_bytes", l.peak_bytes);
         j.field("surviving_allocations", l.surviving_allocations);
-        pairs(j, "live_blocks", l.live_blocks);
+        if (report) {
+            j.key("held");
+            j.open('[');
+            for (size_t k : sampled[l.device]) j.value(k < l.held.size() ? l.held[k] : uint64_t(0));
+            j.close(']');
+        } else {
+            pairs(j, "live_blocks", l.live_blocks);
+        }
         j.close('}');
     }
     j.close(']');
@@ -228,6 +207,30 @@ void findings_object(Json& j, const Findings& f) {
     j.close('}');
 }
 
+
+void ranks_object(Json& j, const RankComparison& ranks) {
+    if (ranks.rows.empty()) return;
+    j.key("ranks");
+    j.open('{');
+    j.key("rows");
+    j.open('[');
+    for (const RankRow& r : ranks.rows) {
+        j.open('{');
+        j.field("rank", uint64_t(r.rank));
+        j.field("run", uint64_t(r.run));
+        j.field("leak_bytes_per_step", r.leak_bytes_per_step);
+        j.field("allocated", r.allocated);
+        j.field("peak_allocated", r.peak_allocated);
+        j.close('}');
+    }
+    j.close(']');
+    j.key("skew");
+    j.open('[');
+    for (const std::string& s : ranks.skew) j.value(s);
+    j.close(']');
+    j.close('}');
+}
+
 }  // namespace
 
 const char* stream_kind(uint64_t stream) { return stream == 0 ? "default" : "side"; }
@@ -252,29 +255,22 @@ std::string to_json(const std::vector<Findings>& runs, const RankComparison& ran
     j.open('[');
     for (const Findings& f : runs) findings_object(j, f);
     j.close(']');
-    if (!ranks.rows.empty()) {
-        j.key("ranks");
-        j.open('{');
-        j.key("rows");
-        j.open('[');
-        for (const RankRow& r : ranks.rows) {
-            j.open('{');
-            j.field("rank", uint64_t(r.rank));
-            j.field("run", uint64_t(r.run));
-            j.field("leak_bytes_per_step", r.leak_bytes_per_step);
-            j.field("allocated", r.allocated);
-            j.field("peak_allocated", r.peak_allocated);
-            j.close('}');
-        }
-        j.close(']');
-        j.key("skew");
-        j.open('[');
-        for (const std::string& s : ranks.skew) j.value(s);
-        j.close(']');
-        j.close('}');
-    }
+    ranks_object(j, ranks);
     j.close('}');
     j.out.push_back('\n');
+    return j.out;
+}
+
+std::string to_report_json(const std::vector<Findings>& runs, const RankComparison& ranks) {
+    Json j;
+    j.open('{');
+    j.field("generator", "vramscope " VRAMSCOPE_VERSION);
+    j.key("runs");
+    j.open('[');
+    for (const Findings& f : runs) findings_object(j, f, true);
+    j.close(']');
+    ranks_object(j, ranks);
+    j.close('}');
     return j.out;
 }
 

@@ -10,6 +10,10 @@ namespace vramscope {
 std::string to_json(const Findings& f);
 // Several inputs (ranks, runs): {"schema_version", "verdict": worst of them, "runs": [...]}.
 std::string to_json(const std::vector<Findings>& runs, const RankComparison& ranks = {});
+// What the HTML report embeds: the same findings, each device's steps as columns (at most 1,500
+// points a series: the last step of each bucket, the highest peak in it), each leak's bytes held
+// per step on the same points, and no block lists.
+std::string to_report_json(const std::vector<Findings>& runs, const RankComparison& ranks);
 
 // "default" for stream 0 (the legacy default stream), else "side".
 const char* stream_kind(uint64_t stream);

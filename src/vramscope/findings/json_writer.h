@@ -1,0 +1,86 @@
+// The JSON writer findings and the HTML report share: appends to a string, no DOM, no copies.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+namespace vramscope {
+
+class Json {
+public:
+    std::string out;
+
+    void open(char c) {
+        comma();
+        out.push_back(c);
+        first_ = true;
+    }
+    void close(char c) {
+        out.push_back(c);
+        first_ = false;
+    }
+    void key(const char* k) {
+        comma();
+        str(k);
+        out.push_back(':');
+        first_ = true;  // the value follows without a comma
+    }
+    void value(const std::string& s) {
+        comma();
+        str(s);
+    }
+    void value(const char* s) { value(std::string(s)); }
+    void value(uint64_t v) {
+        comma();
+        out += std::to_string(v);
+    }
+    void value(double v) {
+        comma();
+        if (!std::isfinite(v)) {
+            out += "null";
+            return;
+        }
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%.6g", v);
+        out += buf;
+    }
+    void null() {
+        comma();
+        out += "null";
+    }
+    template <class T> void field(const char* k, const T& v) {
+        key(k);
+        value(v);
+    }
+
+private:
+    void comma() {
+        if (!first_) out.push_back(',');
+        first_ = false;
+    }
+    void str(const std::string& s) {
+        out.push_back('"');
+        for (unsigned char c : s) {
+            switch (c) {
+            case '"': out += "\\\""; break;
+            case '\\': out += "\\\\"; break;
+            case '\n': out += "\\n"; break;
+            case '\t': out += "\\t"; break;
+            case '\r': out += "\\r"; break;
+            default:
+                if (c < 0x20) {
+                    char buf[8];
+                    std::snprintf(buf, sizeof buf, "\\u%04x", c);
+                    out += buf;
+                } else {
+                    out.push_back(char(c));
+                }
+            }
+        }
+        out.push_back('"');
+    }
+    bool first_ = true;
+};
+
+}  // namespace vramscope

@@ -1,0 +1,15 @@
+// The report people look at: one self-contained HTML file (no network), the findings embedded as
+// column-oriented JSON and drawn by the page itself (render/report.html).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "findings/findings.h"
+
+namespace vramscope {
+
+// owners: per run, the text of its TRACE.owners.json (who held each leak), or empty.
+std::string render_html(const std::vector<Findings>& runs, const RankComparison& ranks,
+                        const std::vector<std::string>& owners);
+
+}  // namespace vramscope
