@@ -4,11 +4,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if [ ! -f /usr/include/gtest/gtest.h ] || [ ! -f /usr/include/zlib.h ]; then
+# Debian's chromium drives the report's browser test (tests/python/test_report_browser.py).
+if [ ! -f /usr/include/gtest/gtest.h ] || [ ! -f /usr/include/zlib.h ] || ! command -v chromium >/dev/null; then
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libgtest-dev zlib1g-dev >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libgtest-dev zlib1g-dev chromium >/dev/null
 fi
-python3 -m pip install -q "nanobind>=2.0" "scikit-build-core>=0.10" "pytest>=7" ninja cmake
+python3 -m pip install -q "nanobind>=2.0" "scikit-build-core>=0.10" "pytest>=7" ninja cmake playwright
 # torch for the capture tests, pinned: here it resolves to a CPU build (an unpinned one pulls
 # several GB of CUDA).
 python3 -m pip install -q "torch==2.13.0"
@@ -18,4 +19,4 @@ cmake --build build/tests
 ctest --test-dir build/tests --output-on-failure
 
 python3 -m pip install -q --no-build-isolation .
-python3 -m pytest -q tests/python
+python3 -m pytest -q tests/python   # report screenshots land in build/artifacts/

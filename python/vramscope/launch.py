@@ -18,24 +18,25 @@ from pathlib import Path
 from . import _core
 from .capture import naming
 
-USAGE = """usage: vramscope run [-o OUT.vscope] [--fail-on-leak] [--device-memory SIZE] [--json OUT] -- COMMAND...
+USAGE = """usage: vramscope run [-o OUT.vscope] [--fail-on-leak] [--device-memory SIZE] [--json OUT] [--html OUT] -- COMMAND...
 
   Runs COMMAND (python train.py ..., torchrun ..., or a script.py) with live capture of every
   CUDA caching-allocator event, warns as soon as a leak is confirmed, and analyses the traces
   when it ends. Each process that uses CUDA writes OUT (default vramscope.vscope); under
-  torchrun each rank writes OUT with .rankN in its name.
+  torchrun each rank writes OUT with .rankN in its name; the report page goes to OUT.html
+  (--html to choose).
   --fail-on-leak   exit 1 when the run leaked (the command's own failure code wins)
 """
 
 
 def parse(args: list[str]) -> tuple[dict, list[str]]:
-    opts = {"output": "vramscope.vscope", "fail_on_leak": False, "device_memory": None, "json": None}
+    opts = {"output": "vramscope.vscope", "fail_on_leak": False, "device_memory": None, "json": None, "html": None}
     i = 0
     while i < len(args):
         a = args[i]
         if a == "--":
             return opts, args[i + 1:]
-        if a in ("-o", "--output", "--device-memory", "--json"):
+        if a in ("-o", "--output", "--device-memory", "--json", "--html"):
             if i + 1 >= len(args):
                 raise SystemExit(f"vramscope run: {a} needs a value\n\n{USAGE}")
             key = {"-o": "output", "--output": "output"}.get(a, a[2:].replace("-", "_"))
@@ -117,7 +118,8 @@ def run(args: list[str]) -> int:
         print("vramscope run: no trace was written: the command did not use CUDA, or its Python is not the one "
               f"vramscope is installed in ({sys.executable})", file=sys.stderr)
         return rc
-    cli = ["analyze", *map(str, files)]
+    html = opts["html"] or str(output.with_name(output.name.removesuffix(naming.SUFFIX) + ".html"))
+    cli = ["analyze", *map(str, files), "--html", html]
     if device_memory:
         cli += ["--device-memory", f"{device_memory}B"]
     if opts["json"]:
@@ -125,6 +127,7 @@ def run(args: list[str]) -> int:
     sys.stdout.flush()
     leaked = _core.cli_main([*cli, "--fail-on-leak"]) == 1
     print_owners(files)
+    print(f"\nvramscope: report {html}", flush=True)
     if opts["json"] and opts["json"] != "-":
         add_owners_to_json(Path(opts["json"]), files)
     if rc != 0:

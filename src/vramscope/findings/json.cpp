@@ -80,7 +80,9 @@ void columns(Json& j, const DeviceSummary& d, const std::vector<size_t>& at) {
 void findings_object(Json& j, const Findings& f, bool report = false) {
     std::map<uint16_t, std::vector<size_t>> sampled;
     if (report)
-        for (const DeviceSummary& d : f.devices) sampled[d.device] = sample_steps(d.timeline.size(), kReportPoints);
+        for (const DeviceSummary& d : f.devices)  // full steps only: the unfinished tail would dip
+            sampled[d.device] = sample_steps(f.step_count ? std::min<size_t>(f.step_count, d.timeline.size())
+                                                          : d.timeline.size(), kReportPoints);
     j.open('{');
     j.field("schema", "vramscope.findings");
     j.field("schema_version", uint64_t(kSchemaVersion));

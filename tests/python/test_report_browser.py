@@ -1,0 +1,62 @@
+"""The HTML report in a real browser (Debian's chromium driven by Playwright, headless, offline):
+the chart is drawn, the verdict and leak rows are there, no console errors. Screenshots go to
+build/artifacts/ for a person to look at."""
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES, truth, vramscope
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+ARTIFACTS = Path(__file__).resolve().parents[2] / "build" / "artifacts"
+playwright = pytest.importorskip("playwright.sync_api", reason="pip install playwright (scripts/test.sh does)")
+
+pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="needs chromium (apt-get install chromium)")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with playwright.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
+        yield b
+        b.close()
+
+
+@pytest.mark.parametrize("fixture", FIXTURES, ids=lambda p: p.name.split(".")[0])
+def test_report_renders_offline_with_verdict_chart_and_leaks(fixture, tmp_path, browser):
+    page_file = tmp_path / "report.html"
+    vramscope("report", str(fixture), "-o", str(page_file), "--device-memory", "80GiB")
+    assert page_file.stat().st_size < 2_000_000
+    expected = truth(fixture)["expected"]
+
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    errors, requests = [], []
+    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("request", lambda r: not r.url.startswith("file:") and requests.append(r.url))
+    page.goto(page_file.as_uri())
+    page.wait_for_selector(".banner")
+
+    banner = page.inner_text(".banner")
+    assert banner.startswith("LEAK" if expected["verdict"] == "leak" else "NO LEAK"), banner
+    points = page.get_attribute(".chart polyline.allocated", "points")
+    assert points and len(points.split()) >= 20, "the allocated line has a point per step"
+    if expected["verdict"] == "leak":
+        assert page.locator(".leak-area").count() >= 1
+        rows = page.locator("table.leaks tr.leakrow")
+        assert rows.count() >= 1
+        site = expected["leak_site"]
+        assert f"{site['file']}:{site['line']} {site['function']}" in rows.first.inner_text()
+        rows.first.click()
+        assert page.locator("table.leaks tr.stack.open").count() == 1, "a row expands to its stack"
+        assert "OOM projected at step" in banner
+    page.hover(".chart svg", position={"x": 500, "y": 150})
+    assert page.locator(".tip").is_visible(), "hovering shows the values"
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"report-{fixture.name.split('.')[0]}.png"), full_page=True)
+    assert errors == [], errors
+    assert requests == [], "the report must not touch the network"
+    page.close()
