@@ -15,6 +15,7 @@
 #include "common/format.h"
 #include "findings/json.h"
 #include "importers/torch_snapshot.h"
+#include "render/export.h"
 #include "render/html.h"
 #include "render/terminal.h"
 #include "trace/writer.h"
@@ -38,6 +39,9 @@ constexpr const char* kUsage = R"(usage: vramscope COMMAND ...
   report FILE... -o OUT.html [--window W] [--warmup N] [--device-memory SIZE]
         One self-contained HTML page (opens offline): verdict, memory per step with the leaked
         part by site, the leak table with stacks and owners, what is not a leak, streams, ranks.
+  export FILE [--memory-viz OUT.pickle] [--perfetto OUT.json]
+        For your other tools: a torch snapshot pickle for https://pytorch.org/memory_viz, and a
+        trace-event JSON for https://ui.perfetto.dev (memory counters, steps, leak starts).
   convert IN OUT.vscope   Convert a torch snapshot to the compact .vscope trace format.
   demo                    Analyse a bundled real trace of a leaking training run.
   version                 Print the version.
@@ -138,6 +142,31 @@ int analyze_command(const std::vector<std::string>& args, bool report_only) {
     return fail_on_leak && leak ? 1 : 0;
 }
 
+int export_command(const std::vector<std::string>& args) {
+    std::string in, memory_viz, perfetto;
+    for (size_t i = 0; i < args.size(); ++i) {
+        if ((args[i] == "--memory-viz" || args[i] == "--perfetto") && i + 1 < args.size()) {
+            std::string& out = args[i] == "--memory-viz" ? memory_viz : perfetto;
+            out = args[++i];
+        }
+        else if (args[i].starts_with("--")) throw UsageError("export: unknown or incomplete option " + args[i]);
+        else if (in.empty()) in = args[i];
+        else throw UsageError("export takes one FILE");
+    }
+    if (in.empty() || (memory_viz.empty() && perfetto.empty()))
+        throw UsageError("export needs a FILE and --memory-viz OUT.pickle and/or --perfetto OUT.json");
+    const Trace t = load_any(in);
+    if (!memory_viz.empty()) {
+        write_text(memory_viz, to_memory_viz_pickle(t), "memory_viz pickle");
+        std::cout << "wrote " << memory_viz << " (open it at https://pytorch.org/memory_viz)\n";
+    }
+    if (!perfetto.empty()) {
+        write_text(perfetto, to_perfetto_json(t, analyze(t)), "Perfetto trace");
+        std::cout << "wrote " << perfetto << " (open it at https://ui.perfetto.dev)\n";
+    }
+    return 0;
+}
+
 int convert_command(const std::vector<std::string>& args) {
     if (args.size() != 2) throw UsageError("convert takes IN and OUT.vscope");
     Trace t = load_any(args[0]);
@@ -159,6 +188,7 @@ int run_cli(const std::vector<std::string>& args) {
         if (args[0] == "analyze") return analyze_command(rest, false);
         if (args[0] == "report") return analyze_command(rest, true);
         if (args[0] == "convert") return convert_command(rest);
+        if (args[0] == "export") return export_command(rest);
         if (args[0] == "version") {
             std::cout << "vramscope " VRAMSCOPE_VERSION "\n";
             return 0;

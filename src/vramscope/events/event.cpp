@@ -12,6 +12,8 @@ constexpr std::array<std::string_view, kEventKindCount> kNames = {
     "annotation_start", "annotation_end", "snapshot",       "free"};
 }  // namespace
 
+std::string_view event_kind_name(EventKind kind) { return kNames[size_t(kind)]; }
+
 bool parse_event_kind(std::string_view name, EventKind& out) {
     for (int i = 0; i < kEventKindCount; ++i) {
         if (kNames[i] == name) {

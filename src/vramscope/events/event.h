@@ -26,6 +26,8 @@ constexpr int kEventKindCount = 14;
 
 // torch's snapshot `action` spelling to a kind; false if unknown.
 bool parse_event_kind(std::string_view name, EventKind& out);
+// And back (our own spelling for the kinds torch has no action for).
+std::string_view event_kind_name(EventKind kind);
 
 inline bool is_block_event(EventKind k) { return k <= EventKind::free_completed || k == EventKind::free; }
 // The block is back with the allocator.

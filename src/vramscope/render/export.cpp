@@ -1,0 +1,226 @@
+#include "render/export.h"
+
+#include <algorithm>
+#include <map>
+#include <unordered_map>
+
+#include "analysis/steps.h"
+#include "findings/json_writer.h"
+
+namespace vramscope {
+namespace {
+
+// Pickle protocol 2, the opcodes torch's unpicklers (Python's, memory_viz's) read.
+class PickleWriter {
+public:
+    std::string out{"\x80\x02", 2};
+    void dict() { out.push_back('}'); }
+    void list() { out.push_back(']'); }
+    void mark() { out.push_back('('); }
+    void setitems() { out.push_back('u'); }
+    void appends() { out.push_back('e'); }
+    void stop() { out.push_back('.'); }
+    void str(std::string_view s) {
+        out.push_back('X');
+        u32(uint32_t(s.size()));
+        out.append(s);
+    }
+    void integer(int64_t v) {
+        if (v >= INT32_MIN && v <= INT32_MAX) {
+            out.push_back('J');
+            u32(uint32_t(int32_t(v)));
+            return;
+        }
+        out.push_back('\x8a');  // LONG1: little-endian two's complement
+        std::string bytes;
+        for (int i = 0; i < 8; ++i) bytes.push_back(char(uint64_t(v) >> (8 * i)));
+        while (bytes.size() > 1 && ((bytes.back() == 0 && !(bytes[bytes.size() - 2] & 0x80)) ||
+                                    (bytes.back() == char(0xff) && (bytes[bytes.size() - 2] & 0x80))))
+            bytes.pop_back();
+        if (v > 0 && (bytes.back() & 0x80)) bytes.push_back(0);
+        out.push_back(char(bytes.size()));
+        out += bytes;
+    }
+    void put(uint32_t memo) {
+        out.push_back('r');
+        u32(memo);
+    }
+    void get(uint32_t memo) {
+        out.push_back('j');
+        u32(memo);
+    }
+
+private:
+    void u32(uint32_t v) {
+        for (int i = 0; i < 4; ++i) out.push_back(char(v >> (8 * i)));
+    }
+};
+
+}  // namespace
+
+std::string to_memory_viz_pickle(const Trace& t) {
+    PickleWriter p;
+    uint16_t devices = 1;
+    for (const Event& e : t.events) devices = std::max<uint16_t>(devices, uint16_t(e.device + 1));
+    std::unordered_map<uint32_t, uint32_t> memo_of_stack;  // a stack's frame list, pickled once
+    uint32_t next_memo = 0;
+    auto frames = [&](uint32_t stack) {
+        auto [it, inserted] = memo_of_stack.try_emplace(stack, next_memo);
+        if (!inserted) return p.get(it->second);
+        ++next_memo;
+        p.list();
+        p.put(it->second);
+        p.mark();
+        for (uint32_t f : t.stacks.frames_of(stack)) {
+            const Frame& fr = t.stacks.frame(f);
+            p.dict();
+            p.mark();
+            p.str("filename");
+            p.str(t.stacks.string(fr.file));
+            p.str("line");
+            p.integer(fr.line);
+            p.str("name");
+            p.str(t.stacks.string(fr.function));
+            p.setitems();
+        }
+        p.appends();
+    };
+    auto entry = [&](const Event& e, std::string_view action) {
+        p.dict();
+        p.mark();
+        p.str("action");
+        p.str(action);
+        p.str(e.kind == EventKind::oom ? "device_free" : "addr");
+        p.integer(int64_t(e.addr));
+        p.str("size");
+        p.integer(int64_t(e.size));
+        p.str("stream");
+        p.integer(int64_t(e.stream < t.streams.size() ? t.streams[e.stream] : 0));
+        p.str("time_us");
+        p.integer(e.time_us);
+        p.str("frames");
+        frames(e.stack);
+        p.setitems();
+    };
+    p.dict();
+    p.mark();
+    p.str("segments");
+    p.list();
+    p.str("device_traces");
+    p.list();
+    p.mark();
+    for (uint16_t d = 0; d < devices; ++d) {
+        p.list();
+        p.mark();
+        size_t in_batch = 0;
+        for (const Event& e : t.events) {
+            if (e.device != d || !carries_address(e.kind)) continue;
+            if (e.kind == EventKind::free) {  // torch >= 2.1 spells a whole free as two entries
+                entry(e, "free_requested");
+                entry(e, "free_completed");
+                in_batch += 2;
+            } else {
+                entry(e, event_kind_name(e.kind));
+                ++in_batch;
+            }
+            if (in_batch >= 1000) {  // APPENDS in batches, as pickle does: unpicklers' stacks stay small
+                p.appends();
+                p.mark();
+                in_batch = 0;
+            }
+        }
+        p.appends();
+    }
+    p.appends();
+    p.setitems();
+    p.stop();
+    return p.out;
+}
+
+std::string to_perfetto_json(const Trace& t, const Findings& f) {
+    Json j;
+    j.open('{');
+    j.field("displayTimeUnit", "ms");
+    j.key("traceEvents");
+    j.open('[');
+    auto event = [&](const char* ph, const std::string& name, int64_t ts, auto&& fill) {
+        j.open('{');
+        j.field("ph", ph);
+        j.field("name", name);
+        j.field("pid", uint64_t(1));
+        j.field("tid", uint64_t(1));
+        j.field("ts", uint64_t(std::max<int64_t>(0, ts)));  // integer µs: a double would round them
+        fill();
+        j.close('}');
+    };
+    event("M", "process_name", 0, [&] {
+        j.key("args");
+        j.open('{');
+        j.field("name", "vramscope: " + f.source);
+        j.close('}');
+    });
+    const Steps steps = find_steps(t);
+    struct Level {
+        int64_t allocated = 0, reserved = 0, last_sample = INT64_MIN;
+    };
+    std::map<uint8_t, Level> level;
+    for (const DeviceInfo& d : t.devices) level[uint8_t(d.device)] = {int64_t(d.baseline_allocated), int64_t(d.baseline_reserved)};
+    auto sample = [&](uint8_t device, int64_t ts) {
+        Level& l = level[device];
+        l.last_sample = ts;
+        event("C", "cuda:" + std::to_string(device) + " memory", ts, [&] {
+            j.key("args");
+            j.open('{');
+            j.field("allocated", uint64_t(std::max<int64_t>(0, l.allocated)));
+            j.field("reserved", uint64_t(std::max<int64_t>(0, l.reserved)));
+            j.close('}');
+        });
+    };
+    size_t next_end = 0;
+    int64_t step_start = t.events.empty() ? 0 : t.events.front().time_us;
+    std::vector<int64_t> step_starts;
+    for (size_t i = 0; i < t.events.size(); ++i) {
+        const Event& e = t.events[i];
+        Level& l = level[e.device];
+        switch (e.kind) {
+        case EventKind::alloc: l.allocated += int64_t(e.size); break;
+        case EventKind::free_completed:
+        case EventKind::free: l.allocated -= int64_t(e.size); break;
+        case EventKind::segment_alloc:
+        case EventKind::segment_map: l.reserved += int64_t(e.size); break;
+        case EventKind::segment_free:
+        case EventKind::segment_unmap: l.reserved -= int64_t(e.size); break;
+        default: break;
+        }
+        if (is_block_event(e.kind) || is_segment_event(e.kind))
+            if (e.time_us - l.last_sample >= 1000) sample(e.device, e.time_us);
+        if (next_end < steps.ends.size() && steps.ends[next_end] == i) {
+            for (auto& [device, lv] : level) sample(device, e.time_us);
+            step_starts.push_back(step_start);
+            event("X", "step " + std::to_string(next_end), step_start, [&] {
+                j.field("dur", uint64_t(std::max<int64_t>(0, e.time_us - step_start)));
+                j.field("cat", "step");
+            });
+            step_start = e.time_us;
+            ++next_end;
+        }
+    }
+    for (const SiteFinding& leak : f.leaks) {
+        if (leak.first_step >= step_starts.size()) continue;
+        event("i", "leak starts: " + leak.site.file.substr(leak.site.file.find_last_of('/') + 1) + ":" +
+                       std::to_string(leak.site.line) + " " + leak.site.function,
+              step_starts[leak.first_step], [&] {
+                  j.field("s", "g");
+                  j.key("args");
+                  j.open('{');
+                  j.field("bytes_per_step", leak.bytes_per_step);
+                  j.close('}');
+              });
+    }
+    j.close(']');
+    j.close('}');
+    j.out.push_back('\n');
+    return j.out;
+}
+
+}  // namespace vramscope

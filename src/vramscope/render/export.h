@@ -1,0 +1,19 @@
+// Exports, so users keep their other tools: PyTorch's memory_viz (a snapshot pickle) and
+// Perfetto / chrome://tracing (trace-event JSON with memory counters, steps and leak instants).
+#pragma once
+#include <string>
+
+#include "events/trace.h"
+#include "findings/findings.h"
+
+namespace vramscope {
+
+// A torch snapshot pickle (protocol 2, stacks memoized): {"segments": [], "device_traces": [...]}
+// as _dump_snapshot writes it, for https://pytorch.org/memory_viz and torch.cuda._memory_viz.
+std::string to_memory_viz_pickle(const Trace& trace);
+
+// Chrome trace-event JSON: allocated/reserved counters per device (at most one sample a
+// millisecond, and at each step end), one slice per step, an instant where each leak starts.
+std::string to_perfetto_json(const Trace& trace, const Findings& findings);
+
+}  // namespace vramscope
