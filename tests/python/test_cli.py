@@ -170,3 +170,31 @@ def test_python_api_returns_the_findings():
     findings = vramscope.analyze(FIXTURES[0])
     assert findings["verdict"] in ("leak", "no-leak")
     assert findings["source"] == str(FIXTURES[0])
+
+
+def test_reading_shows_a_progress_line_on_a_terminal_only(tmp_path):
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    fixture = str(FIXTURES[0])
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: stderr is a terminal
+        os.environ["VRAMSCOPE_PROGRESS_AFTER"] = "0"
+        os.execv(sys.executable, [sys.executable, "-m", "vramscope", "analyze", fixture])
+    out = b""
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.waitpid(pid, 0)
+    assert b"reading " + fixture.encode() + b"  [####################]  100%" in out
+    assert b"\r\x1b[K" in out, "the line is erased when the work is done"
+    piped = subprocess.run([sys.executable, "-m", "vramscope", "analyze", fixture], capture_output=True, text=True,
+                           env=dict(os.environ, VRAMSCOPE_PROGRESS_AFTER="0"))
+    assert "reading" not in piped.stderr and "\x1b[" not in piped.stdout, "no progress or colour in a pipe"

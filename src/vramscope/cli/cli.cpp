@@ -13,6 +13,7 @@
 #include "analysis/ranks.h"
 #include "common/file.h"
 #include "common/format.h"
+#include "common/progress.h"
 #include "findings/json.h"
 #include "importers/torch_snapshot.h"
 #include "render/export.h"
@@ -111,6 +112,7 @@ int analyze_command(const std::vector<std::string>& args, bool report_only) {
     std::vector<Findings> runs;
     for (const auto& path : files) {
         const auto started = std::chrono::steady_clock::now();
+        Progress progress("reading " + path, file_size(path));
         Trace trace = load_any(path);
         const double import_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
         runs.push_back(analyze(trace, opt));

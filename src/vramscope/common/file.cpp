@@ -11,6 +11,11 @@
 
 namespace vramscope {
 
+uint64_t file_size(const std::string& path) {
+    struct stat st;
+    return ::stat(path.c_str(), &st) == 0 ? uint64_t(st.st_size) : 0;
+}
+
 Bytes read_file(const std::string& path) {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) throw std::runtime_error(path + ": cannot open: " + std::strerror(errno));

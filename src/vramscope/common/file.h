@@ -28,6 +28,9 @@ using Bytes = std::vector<char, UninitializedAllocator<char>>;
 inline std::string_view view(const Bytes& b) { return {b.data(), b.size()}; }
 
 // Throws std::runtime_error naming the path on any failure.
+// Size in bytes; 0 when it cannot be told (the read that follows says why).
+uint64_t file_size(const std::string& path);
+
 Bytes read_file(const std::string& path);
 
 bool is_gzip(std::string_view bytes);

@@ -1,5 +1,7 @@
 #include "common/gzip_stream.h"
 
+#include "common/progress.h"
+
 #include <zlib.h>
 
 #include <stdexcept>
@@ -54,6 +56,7 @@ void GzipStream::inflate_all() {
                 end = true;
                 break;
             }
+            Progress::report(size_t(reinterpret_cast<const char*>(z.next_in) - in_.data()));
             std::lock_guard lock(mutex_);
             filled_[block % kBlocks] = out.size() - z.avail_out;
             produced_ = block + 1;

@@ -1,5 +1,7 @@
 #include "trace/reader.h"
 
+#include "common/progress.h"
+
 #include <zlib.h>
 
 #include <cstring>
@@ -243,6 +245,7 @@ Trace parse_trace(std::string_view bytes, const std::string& name) {
         }
         off += kChunkHeaderBytes + len;
         ++chunks;
+        Progress::report(off);
     }
     return trace;
 }
