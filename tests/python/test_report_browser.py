@@ -60,3 +60,33 @@ def test_report_renders_offline_with_verdict_chart_and_leaks(fixture, tmp_path, 
     assert errors == [], errors
     assert requests == [], "the report must not touch the network"
     page.close()
+
+
+def test_report_of_a_live_trace_shows_who_holds_the_leak(tmp_path, browser):
+    """A live capture leaves TRACE.owners.json beside its trace; the report puts each owner under
+    its leak."""
+    import json
+
+    from vramscope import _core
+
+    trace = tmp_path / "live.vscope"
+    recorder = _core.Recorder(str(trace))
+    recorder.activate()
+    for step in range(30):
+        _core.feed_allocator_event(0, 0, 0x7000_0000 + step * (1 << 20), 1 << 20)
+        recorder.end_step()
+    recorder.deactivate()
+    recorder.close()
+    findings = json.loads(_core.summary(str(trace))[1])
+    leak = findings["leaks"][0]
+    owner = "train() local 'history'[29]  → Tensor 1.0 MiB f32 [262144] cuda:0"
+    (tmp_path / "live.vscope.owners.json").write_text(json.dumps([
+        {"site": leak["site"], "device": leak["device"], "bytes_per_step": leak["bytes_per_step"],
+         "owners": [], "owner_lines": [owner]}]))
+    page_file = tmp_path / "live.html"
+    vramscope("report", str(trace), "-o", str(page_file))
+    page = browser.new_page()
+    page.goto(page_file.as_uri())
+    page.wait_for_selector("table.leaks")
+    assert "held by " + " ".join(owner.split()) in page.inner_text("table.leaks tr.leakrow")
+    page.close()
