@@ -158,3 +158,13 @@ def test_nothing_holds_a_free_target():
     t = torch.randn(10)
     assert [p.path for p in who_holds(t)] == []
     gc.collect()
+
+
+def test_explain_without_a_capture_says_what_it_needs():
+    import vramscope
+    from vramscope.capture import session
+
+    if session.last_capture() is not None and session.last_capture().path is not None:
+        pytest.skip("a capture ran in this process")
+    with pytest.raises(RuntimeError, match="needs a capture"):
+        vramscope.explain()
