@@ -16,6 +16,7 @@
 #include "common/format.h"
 #include "findings/json.h"
 #include "importers/torch_snapshot.h"
+#include "render/html.h"
 #include "render/terminal.h"
 #include "trace/writer.h"
 
@@ -140,6 +141,8 @@ NB_MODULE(_core, m) {
         },
         nb::arg("kind"), nb::arg("device"), nb::arg("addr"), nb::arg("size"), nb::arg("stream") = 0,
         nb::arg("node") = "");
+    m.def("report_page", [](const std::string& data) { return report_page(data); }, nb::arg("data_json"),
+          "The HTML report around its data JSON (render/html.h).");
     m.def(
         "parse_bytes",
         [](const std::string& text) {

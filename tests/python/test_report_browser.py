@@ -90,3 +90,21 @@ def test_report_of_a_live_trace_shows_who_holds_the_leak(tmp_path, browser):
     page.wait_for_selector("table.leaks")
     assert "held by " + " ".join(owner.split()) in page.inner_text("table.leaks tr.leakrow")
     page.close()
+
+
+def test_report_of_a_findings_json(tmp_path, browser):
+    fixture = next(f for f in FIXTURES if truth(f)["expected"]["verdict"] == "leak")
+    findings = tmp_path / "findings.json"
+    vramscope("analyze", str(fixture), "--json", str(findings))
+    page_file = tmp_path / "from-json.html"
+    vramscope("report", str(findings), "-o", str(page_file))
+    page = browser.new_page()
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(page_file.as_uri())
+    page.wait_for_selector(".banner")
+    assert page.inner_text(".banner").startswith("LEAK")
+    assert len(page.get_attribute(".chart polyline.allocated", "points").split()) >= 20
+    assert page.locator("table.leaks tr.leakrow").count() >= 1
+    assert errors == []
+    page.close()

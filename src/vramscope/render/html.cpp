@@ -31,6 +31,10 @@ std::string render_html(const std::vector<Findings>& runs, const RankComparison&
         data += i < owners.size() && !owners[i].empty() ? owners[i] : "null";
     }
     data += "]}";
+    return report_page(data);
+}
+
+std::string report_page(std::string_view data) {
     const std::string_view page = kReportTemplate;
     constexpr std::string_view kSlot = "/*VRAMSCOPE_DATA*/";
     const size_t at = page.find(kSlot);
