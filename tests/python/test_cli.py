@@ -179,22 +179,24 @@ def test_reading_shows_a_progress_line_on_a_terminal_only(tmp_path):
     import sys
 
     fixture = str(FIXTURES[0])
-    pid, fd = pty.fork()
-    if pid == 0:  # the child: stderr is a terminal
-        os.environ["VRAMSCOPE_PROGRESS_AFTER"] = "0"
-        os.execv(sys.executable, [sys.executable, "-m", "vramscope", "analyze", fixture])
+    env = dict(os.environ, VRAMSCOPE_PROGRESS_AFTER="0")
+    terminal, child_end = pty.openpty()  # the child's stderr is a terminal
+    proc = subprocess.Popen([sys.executable, "-m", "vramscope", "analyze", fixture], stdout=subprocess.DEVNULL,
+                            stderr=child_end, env=env)
+    os.close(child_end)
     out = b""
     while True:
         try:
-            chunk = os.read(fd, 65536)
-        except OSError:
+            chunk = os.read(terminal, 65536)
+        except OSError:  # the child closed its end
             break
         if not chunk:
             break
         out += chunk
-    os.waitpid(pid, 0)
+    proc.wait()
+    os.close(terminal)
     assert b"reading " + fixture.encode() + b"  [####################]  100%" in out
     assert b"\r\x1b[K" in out, "the line is erased when the work is done"
     piped = subprocess.run([sys.executable, "-m", "vramscope", "analyze", fixture], capture_output=True, text=True,
-                           env=dict(os.environ, VRAMSCOPE_PROGRESS_AFTER="0"))
+                           env=env)
     assert "reading" not in piped.stderr and "\x1b[" not in piped.stdout, "no progress or colour in a pipe"
