@@ -141,6 +141,7 @@ NB_MODULE(_core, m) {
         },
         nb::arg("kind"), nb::arg("device"), nb::arg("addr"), nb::arg("size"), nb::arg("stream") = 0,
         nb::arg("node") = "");
+    m.def("format_bytes", &format_bytes, nb::arg("bytes"), "Bytes as vramscope spells them: '36.0 MiB'.");
     m.def("report_page", [](const std::string& data) { return report_page(data); }, nb::arg("data_json"),
           "The HTML report around its data JSON (render/html.h).");
     m.def(

@@ -301,7 +301,7 @@ class Capture:
         self._oom_reported = True
         recorder.flush()
         print(f"vramscope: CUDA out of memory on cuda:{device} at step {recorder.steps:,} (asked "
-              f"{asked / 2**20:,.1f} MiB, {free / 2**20:,.1f} MiB free); the trace so far:",
+              f"{_core.format_bytes(asked)}, {_core.format_bytes(free)} free); the trace so far:",
               file=sys.stderr, flush=True)
         self._report(print_it=True)
 

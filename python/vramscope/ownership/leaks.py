@@ -7,6 +7,7 @@ import gc
 import time
 import warnings
 
+from .._core import format_bytes
 from .paths import OwnerPath, who_holds
 
 BLOCKS_TRIED = 8  # the newest live blocks of a leak: the ones its latest steps left
@@ -71,7 +72,7 @@ def render_owners(explained: list[dict]) -> str:
     for leak in explained:
         site = leak["site"]
         where = f"{site['file'].rsplit('/', 1)[-1]}:{site['line']} {site['function']}"
-        lines.append(f"  {where}  (+{leak['bytes_per_step'] / 2**20:.1f} MiB/step)")
+        lines.append(f"  {where}  (+{format_bytes(leak['bytes_per_step'])}/step)")
         if not leak["owner_lines"]:
             lines.append("    no live tensor of this leak was found from Python (freed since, or held by C++ state)")
         lines += [f"    {line}" for line in leak["owner_lines"]]

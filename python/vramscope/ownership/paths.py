@@ -16,6 +16,8 @@ import warnings
 from collections import deque
 from dataclasses import dataclass, field
 
+from .. import _core
+from .._core import format_bytes
 from .edges import EXTRA_TYPES as _EXTRA_TYPES, edges
 
 _LIBRARY_MARKERS = ("site-packages", "dist-packages", "/lib/python3", "<frozen")
@@ -46,14 +48,10 @@ class OwnerPath:
 def describe_tensor(t) -> str:
     storage = t.untyped_storage()
     dtype = str(t.dtype).replace("torch.", "").replace("float", "f").replace("int", "i")
-    text = f"Tensor {_mib(t.numel() * t.element_size())} {dtype} {list(t.shape)} {t.device}"
+    text = f"Tensor {format_bytes(t.numel() * t.element_size())} {dtype} {list(t.shape)} {t.device}"
     if storage.nbytes() > t.numel() * t.element_size():
-        text += f" (view of a {_mib(storage.nbytes())} storage)"
+        text += f" (view of a {format_bytes(storage.nbytes())} storage)"
     return text
-
-
-def _mib(n: int) -> str:
-    return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 1024:.1f} KiB" if n >= 1024 else f"{n} B"
 
 
 def _is_user_file(path: str | None) -> bool:
@@ -139,8 +137,6 @@ def who_holds(target, *, max_paths: int = 3, timeout: float = 5.0) -> list[Owner
 def _breadth_first(roots, target_ids: dict, max_paths: int, deadline: float) -> list[OwnerPath]:
     """The walk itself runs in C++ (_core.reference_walk); only the hops of the paths it returns
     are named here."""
-    from .. import _core
-
     roots = list(roots)  # also closes the generator, which would otherwise hold our frames
     skip = {id(vars(m)) for m in list(sys.modules.values()) if m is not None}
     skip |= {id(sys.modules), id(roots), id(target_ids)}

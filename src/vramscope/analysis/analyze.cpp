@@ -357,7 +357,7 @@ Findings analyze(const Trace& t, const AnalysisOptions& opt) {
         for (size_t k = 0; k < warmup_sites.size() && k < 3; ++k) {
             const SourceLine& at = warmup_sites[k].second;
             n.why += (k ? ", " : " ") + mib(double(warmup_sites[k].first)) + " at " +
-                     (at.line ? at.file.substr(at.file.find_last_of('/') + 1) + ":" + std::to_string(at.line) : at.file);
+                     (at.line ? base_name(at.file) + ":" + std::to_string(at.line) : at.file);
         }
         f.not_leaks.push_back(std::move(n));
     }

@@ -1,8 +1,6 @@
 #include "capture/recorder.h"
 
 #include <chrono>
-#include <cstdio>
-#include <cstring>
 
 #include "analysis/sites.h"
 #include "common/format.h"
@@ -20,11 +18,6 @@ uint64_t hash_stack(const RawFrame* frames, size_t n, const char* node) {
         h = (h ^ uint64_t(uint32_t(frames[i].offset))) * 0xC4CEB9FE1A85EC53ull;
     }
     return h ^ (h >> 29);
-}
-
-std::string short_file(const std::string& file) {
-    const size_t slash = file.find_last_of('/');
-    return slash == std::string::npos ? file : file.substr(slash + 1);
 }
 
 }  // namespace
@@ -109,7 +102,7 @@ uint32_t Recorder::frame_of(const RawFrame& f, bool& internal) {
         const uint32_t line = line_of(f.code, f.offset);
         it->second = writer_->intern_frame(code->second.file, line, code->second.function);
         if (!internal)
-            site_labels_.try_emplace(it->second, short_file(code->second.file) + ":" + std::to_string(line) + " " +
+            site_labels_.try_emplace(it->second, base_name(code->second.file) + ":" + std::to_string(line) + " " +
                                                      code->second.function);
     }
     return it->second;

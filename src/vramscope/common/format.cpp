@@ -21,6 +21,11 @@ std::string format_bytes(double bytes) {
     return buf;
 }
 
+std::string base_name(const std::string& path) {
+    const size_t slash = path.find_last_of('/');
+    return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
 std::string format_count(uint64_t n) {
     std::string s = std::to_string(n), out;
     for (size_t i = 0; i < s.size(); ++i) {

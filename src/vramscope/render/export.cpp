@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "analysis/steps.h"
+#include "common/format.h"
 #include "findings/json_writer.h"
 
 namespace vramscope {
@@ -207,7 +208,7 @@ std::string to_perfetto_json(const Trace& t, const Findings& f) {
     }
     for (const SiteFinding& leak : f.leaks) {
         if (leak.first_step >= step_starts.size()) continue;
-        event("i", "leak starts: " + leak.site.file.substr(leak.site.file.find_last_of('/') + 1) + ":" +
+        event("i", "leak starts: " + base_name(leak.site.file) + ":" +
                        std::to_string(leak.site.line) + " " + leak.site.function,
               step_starts[leak.first_step], [&] {
                   j.field("s", "g");

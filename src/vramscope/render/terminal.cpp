@@ -17,11 +17,6 @@ struct Style {
     std::string dim(const std::string& s) const { return wrap("2", s); }
 };
 
-std::string base_name(const std::string& path) {
-    size_t slash = path.find_last_of('/');
-    return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
 std::string where(const SourceLine& s) {
     if (s.line == 0 && s.function.empty()) return s.file;
     return base_name(s.file) + ":" + std::to_string(s.line) + " " + s.function;
