@@ -81,8 +81,8 @@ TEST(Analysis, LeakOnASideStreamIsFoundWithItsSiteRateAndBlocks) {
     o.leak_bytes = 2 * MiB;
     o.leak_stream = kSide;
     Findings f = analyze(loop(o));
-    EXPECT_EQ(f.verdict, "leak");
-    EXPECT_EQ(f.steps_source, "markers");
+    EXPECT_EQ(f.verdict, Verdict::leak);
+    EXPECT_EQ(f.steps_source, StepsSource::markers);
     EXPECT_EQ(f.step_count, 30u);
     ASSERT_EQ(f.leaks.size(), 1u);
     const SiteFinding& l = f.leaks[0];
@@ -112,7 +112,7 @@ TEST(Analysis, ALeakEveryTenthStepIsStillALeak) {
     o.leak_bytes = 10 * MiB;
     o.leak_every = 10;
     Findings f = analyze(loop(o));
-    EXPECT_EQ(f.verdict, "leak");
+    EXPECT_EQ(f.verdict, Verdict::leak);
     ASSERT_EQ(f.leaks.size(), 1u);
     EXPECT_NEAR(f.leaks[0].bytes_per_step, double(MiB), 0.05 * MiB);
     EXPECT_GT(f.leaks[0].confidence, 0.9);
@@ -121,11 +121,11 @@ TEST(Analysis, ALeakEveryTenthStepIsStillALeak) {
 
 TEST(Analysis, CleanLoopIsNoLeakAndExplainsWarmUp) {
     Findings f = analyze(loop(Loop{}));
-    EXPECT_EQ(f.verdict, "no-leak");
+    EXPECT_EQ(f.verdict, Verdict::no_leak);
     EXPECT_TRUE(f.leaks.empty());
     ASSERT_FALSE(f.not_leaks.empty());
     const NotLeak& w = f.not_leaks[0];
-    EXPECT_EQ(w.kind, "warm-up");
+    EXPECT_EQ(w.kind, NotLeakKind::warm_up);
     EXPECT_EQ(w.bytes, 192 * MiB);
     ASSERT_TRUE(w.site);
     // The optimizer's state is attributed to the user's line that called into torch.
@@ -141,10 +141,10 @@ TEST(Analysis, StepsComeFromOptimizerAnnotationsWithoutMarkers) {
     o.steps_from = Loop::annotations;
     o.leak_bytes = MiB;
     Findings f = analyze(loop(o));
-    EXPECT_EQ(f.steps_source, "optimizer-annotations");
+    EXPECT_EQ(f.steps_source, StepsSource::optimizer_annotations);
     EXPECT_EQ(f.steps_detail, "Optimizer.step#AdamW.step");
     EXPECT_EQ(f.step_count, 30u);
-    EXPECT_EQ(f.verdict, "leak");
+    EXPECT_EQ(f.verdict, Verdict::leak);
 }
 
 TEST(Analysis, StepsAreInferredFromThePeriodWithoutMarkersOrAnnotations) {
@@ -152,9 +152,9 @@ TEST(Analysis, StepsAreInferredFromThePeriodWithoutMarkersOrAnnotations) {
     o.steps_from = Loop::none;
     o.leak_bytes = MiB;
     Findings f = analyze(loop(o));
-    EXPECT_EQ(f.steps_source, "inferred-period");
+    EXPECT_EQ(f.steps_source, StepsSource::inferred_period);
     EXPECT_EQ(f.step_count, 29u);  // the first occurrence opens step 0; the last step is unfinished
-    EXPECT_EQ(f.verdict, "leak");
+    EXPECT_EQ(f.verdict, Verdict::leak);
     ASSERT_FALSE(f.leaks.empty());
     EXPECT_NEAR(f.leaks[0].bytes_per_step, double(MiB), 1.0);
 }
@@ -163,10 +163,10 @@ TEST(Analysis, BoundedCacheIsNotALeak) {
     Loop o;
     o.cached_bytes = MiB;
     Findings f = analyze(loop(o));
-    EXPECT_EQ(f.verdict, "no-leak");
+    EXPECT_EQ(f.verdict, Verdict::no_leak);
     bool found = false;
     for (const NotLeak& n : f.not_leaks)
-        if (n.kind == "bounded-cache") {
+        if (n.kind == NotLeakKind::bounded_cache) {
             found = true;
             EXPECT_EQ(n.bytes, 8 * MiB);  // the eight it keeps at every step's end
             EXPECT_EQ(n.site->file, "/home/u/cache.py");
@@ -178,9 +178,9 @@ TEST(Analysis, ReservedGrowthWithFlatAllocatedIsFragmentation) {
     Loop o;
     o.segment_growth = 20 * MiB;
     Findings f = analyze(loop(o));
-    EXPECT_EQ(f.verdict, "no-leak");
+    EXPECT_EQ(f.verdict, Verdict::no_leak);
     bool found = false;
-    for (const NotLeak& n : f.not_leaks) found = found || n.kind == "fragmentation";
+    for (const NotLeak& n : f.not_leaks) found = found || n.kind == NotLeakKind::fragmentation;
     EXPECT_TRUE(found);
 }
 
@@ -188,12 +188,12 @@ TEST(Analysis, WindowDecidesWhetherALaggedFreeSurvives) {
     Loop o;
     o.lagged_bytes = MiB;
     Findings one = analyze(loop(o));
-    EXPECT_EQ(one.verdict, "no-leak");  // survives one step but does not accumulate
+    EXPECT_EQ(one.verdict, Verdict::no_leak);  // survives one step but does not accumulate
     AnalysisOptions two;
     two.window = 2;
     Findings f = analyze(loop(o), two);
-    EXPECT_EQ(f.verdict, "no-leak");
-    for (const NotLeak& n : f.not_leaks) EXPECT_NE(n.kind, "bounded-cache") << n.why;
+    EXPECT_EQ(f.verdict, Verdict::no_leak);
+    for (const NotLeak& n : f.not_leaks) EXPECT_NE(n.kind, NotLeakKind::bounded_cache) << n.why;
 }
 
 TEST(Analysis, ProjectsTheOomStepFromCapacity) {
@@ -277,7 +277,7 @@ TEST(Analysis, TooFewStepsSaysSoInsteadOfGuessing) {
     o.steps = 4;
     o.leak_bytes = MiB;
     Findings f = analyze(loop(o));
-    EXPECT_EQ(f.verdict, "no-leak");
+    EXPECT_EQ(f.verdict, Verdict::cannot_judge);
     ASSERT_FALSE(f.notes.empty());
     EXPECT_NE(f.notes[0].find("full steps"), std::string::npos);
 }
@@ -289,5 +289,5 @@ TEST(Analysis, StepMarkersWinOverAnnotations) {
     marker.kind = EventKind::annotation_end;
     marker.name = t.stacks.intern_string("Optimizer.step#SGD.step");
     t.events.insert(t.events.begin() + 3, marker);
-    EXPECT_EQ(find_steps(t).source, "markers");
+    EXPECT_EQ(find_steps(t).source, StepsSource::markers);
 }

@@ -77,8 +77,8 @@ TEST(Fixtures, EveryRecordedSnapshotGivesTheRecordedTruth) {
         const Truth truth = read_truth(file.parent_path() / (stem + ".truth.json"));
         ASSERT_FALSE(truth.verdict.empty());
         Findings f = analyze(load_any(file.string()));
-        EXPECT_EQ(f.verdict, truth.verdict);
-        EXPECT_EQ(f.steps_source, "optimizer-annotations");
+        EXPECT_EQ(name(f.verdict), truth.verdict);
+        EXPECT_EQ(f.steps_source, StepsSource::optimizer_annotations);
         if (truth.verdict != "leak") {
             EXPECT_TRUE(f.leaks.empty());
             continue;
@@ -105,9 +105,9 @@ TEST(Fixtures, WithoutAnnotationsStepsComeFromTheOptimizersFramesAndTheAnswerSta
             return e.kind == EventKind::annotation_start || e.kind == EventKind::annotation_end;
         });
         Findings f = analyze(t);
-        EXPECT_EQ(f.steps_source, "optimizer-frames");
+        EXPECT_EQ(f.steps_source, StepsSource::optimizer_frames);
         EXPECT_GE(f.step_count, 28u);
-        EXPECT_EQ(f.verdict, truth.verdict);
+        EXPECT_EQ(name(f.verdict), truth.verdict);
         if (truth.verdict == "leak")
             EXPECT_NEAR(f.leak_bytes_per_step, truth.measured_slope, 0.10 * truth.measured_slope);
     }

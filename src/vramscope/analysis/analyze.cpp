@@ -6,9 +6,11 @@
 #include <cmath>
 #include <map>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "analysis/fit.h"
 #include "analysis/flat_map.h"
+#include "analysis/judge.h"
 #include "analysis/sites.h"
 #include "analysis/steps.h"
 #include "common/format.h"
@@ -159,12 +161,24 @@ std::vector<SourceLine> stack_lines(const StackTable& table, uint32_t stack) {
     return out;
 }
 
+// Leading frames to skip when a stack is shown: up to the last frame of the unwinder or the
+// allocator among the C++ frames that come before any Python frame.
+size_t machinery_frames(const std::vector<SourceLine>& stack) {
+    size_t shown_from = 0;
+    for (size_t i = 0; i < stack.size() && (stack[i].file.empty() || is_internal_frame(stack[i].file)) &&
+                       !stack[i].file.ends_with(".py");
+         ++i)
+        if (is_capture_machinery(stack[i].file, stack[i].function)) shown_from = i + 1;
+    return shown_from;
+}
+
 // One allocation site on one device, with the series analysis judges.
 struct SiteSeries {
     uint16_t device;
     uint32_t site_frame;
     std::vector<double> survived;  // bytes allocated in step k still live at the end of k+window
-    std::vector<double> live;      // bytes from this site live at each full step's end
+    std::vector<double> held;      // bytes from this site live at each full step's end
+    std::vector<double> aged;      // of those, allocated `window` or more steps before: what the judge reads
     std::map<uint32_t, uint64_t> bytes_by_stack;
     uint64_t surviving_allocations = 0;
     std::vector<std::pair<uint64_t, uint64_t>> live_blocks;
@@ -177,6 +191,31 @@ size_t auto_warmup(size_t steps) {
 
 std::string mib(double bytes) { return format_bytes(bytes); }
 
+// Live blocks grouped by site: the total, the largest site, and the top five as text lines.
+struct Holders {
+    uint64_t bytes = 0;
+    uint32_t top_site = 0;
+    std::string text;
+};
+
+Holders largest_holders(const std::vector<LiveBlock>& blocks, SiteResolver& resolver, const StackTable& table) {
+    Holders h;
+    std::unordered_map<uint32_t, uint64_t> by_site;
+    for (const LiveBlock& b : blocks) {
+        by_site[resolver.site(b.stack)] += b.size;
+        h.bytes += b.size;
+    }
+    std::vector<std::pair<uint64_t, uint32_t>> top;
+    for (const auto& [site, bytes] : by_site) top.emplace_back(bytes, site);
+    std::sort(top.rbegin(), top.rend());
+    if (!top.empty()) h.top_site = top.front().second;
+    for (size_t i = 0; i < top.size() && i < 5; ++i) {
+        const SourceLine s = source_line(table, top[i].second);
+        h.text += "\n  " + mib(double(top[i].first)) + "  " + s.file + ":" + std::to_string(s.line) + " " + s.function;
+    }
+    return h;
+}
+
 }  // namespace
 
 Findings analyze(const Trace& t, const AnalysisOptions& opt) {
@@ -188,27 +227,40 @@ Findings analyze(const Trace& t, const AnalysisOptions& opt) {
     f.window = std::max<uint32_t>(1, opt.window);
     for (const auto& kv : t.meta) f.meta.push_back(kv);
 
-    const Steps steps = find_steps(t);
+    Steps steps = find_steps(t);
     f.steps_source = steps.source;
     f.steps_detail = steps.detail;
+    size_t first_memory_event = t.events.size();
+    for (size_t i = 0; i < t.events.size(); ++i)
+        if (is_block_event(t.events[i].kind) || is_segment_event(t.events[i].kind)) {
+            first_memory_event = i;
+            break;
+        }
+    const bool has_memory_events = first_memory_event < t.events.size();
+    // Steps that ended before the first memory event were never seen (a ring buffer that wrapped
+    // keeps annotations of the whole run, entries of its end only): judging them would average
+    // the growth over steps the trace does not hold.
+    if (has_memory_events) {
+        const auto seen = std::lower_bound(steps.ends.begin(), steps.ends.end(), first_memory_event);
+        f.steps_before_trace = uint64_t(seen - steps.ends.begin());
+        steps.ends.erase(steps.ends.begin(), seen);
+    }
     Replay r = replay(t, steps);
     f.event_count = r.entries;
     const size_t S = r.full_steps;
     f.step_count = S;
-    const size_t s0 = opt.warmup_steps >= 0 ? std::min<size_t>(size_t(opt.warmup_steps), S) : auto_warmup(S);
+    size_t s0 = opt.warmup_steps >= 0 ? std::min<size_t>(size_t(opt.warmup_steps), S) : auto_warmup(S);
+    // The first step of a trace that starts mid-run is cut short: never judged.
+    const bool starts_mid_run =
+        f.steps_before_trace > 0 ||
+        std::any_of(t.devices.begin(), t.devices.end(), [](const DeviceInfo& d) { return d.baseline_allocated > 0; });
+    if (starts_mid_run && S > 0) s0 = std::max<size_t>(s0, 1);
     f.warmup_steps = s0;
     const size_t w = f.window;
-    // Steps whose survivors can be judged: the window must have elapsed inside the trace.
-    const bool judgeable = S >= s0 + w + 3;
+    // Steps whose survivors can be judged: kMinSteps step ends after warm-up, and the window
+    // must have elapsed inside the trace.
+    const bool judgeable = S >= s0 + std::max<size_t>(kMinSteps, w + 3);
     const size_t last_judged = judgeable ? S - 1 - w : 0;
-
-    bool has_memory_events = false;
-    for (const Event& e : t.events) {
-        if (is_block_event(e.kind) || is_segment_event(e.kind)) {
-            has_memory_events = true;
-            break;
-        }
-    }
     if (!has_memory_events) {
         if (!t.final_blocks.empty())
             f.notes.push_back("This snapshot has no trace history, only the memory state at the moment it was taken, so "
@@ -219,10 +271,16 @@ Findings analyze(const Trace& t, const AnalysisOptions& opt) {
         else
             f.notes.push_back("The input holds no memory events.");
     } else if (!judgeable) {
-        f.notes.push_back("Only " + std::to_string(S) + " full steps found (source: " + steps.source +
-                          "); at least " + std::to_string(s0 + w + 3) +
-                          " are needed to tell a leak from warm-up. Record more steps.");
+        f.notes.push_back("Only " + std::to_string(S) + " full steps found (from " + std::string(describe(steps.source)) +
+                          "); at least " + std::to_string(s0 + std::max<size_t>(kMinSteps, w + 3)) +
+                          " are needed to tell a leak from warm-up or a cache. Record more steps.");
     }
+    if (f.steps_before_trace > 0)
+        f.notes.push_back("The trace covers the last " + std::to_string(S) + " full steps of a run of at least " +
+                          std::to_string(S + f.steps_before_trace) + " (" + std::to_string(f.steps_before_trace) +
+                          " steps ended before its first memory event: torch's ring buffer of max_entries wrapped, "
+                          "or recording began late); rates and steps are judged over the steps it covers, counted "
+                          "from its start.");
 
     // Which sites ever left survivors: only those get per-step series.
     SiteResolver resolver(t.stacks);
@@ -239,7 +297,8 @@ Findings analyze(const Trace& t, const AnalysisOptions& opt) {
         if (inserted) {
             series.push_back(SiteSeries{a.device, site_of_alloc[i]});
             series.back().survived.assign(S, 0);
-            series.back().live.assign(S + 1, 0);
+            series.back().held.assign(S + 1, 0);
+            series.back().aged.assign(S + 1, 0);
         }
         SiteSeries& s = series[it->second];
         s.survived[a.step] += double(a.size);
@@ -254,10 +313,16 @@ Findings analyze(const Trace& t, const AnalysisOptions& opt) {
         auto it = series_of.find(uint64_t(a.device) << 32 | site_of_alloc[i]);
         if (it == series_of.end()) continue;
         SiteSeries& s = series[it->second];
-        const size_t end = std::min<size_t>(a.free_step, S);
+        // Held at a step end by blocks at least `window` steps old: what a step leaves behind,
+        // not the batch it is still working with (the judge's series, live and offline alike).
+        const size_t end = std::min<size_t>(a.free_step, S), from = a.step + w;
         if (end > a.step) {
-            s.live[a.step] += double(a.size);
-            s.live[end] -= double(a.size);
+            s.held[a.step] += double(a.size);
+            s.held[end] -= double(a.size);
+        }
+        if (end > from) {
+            s.aged[from] += double(a.size);
+            s.aged[end] -= double(a.size);
         }
         if (a.free_step == kNever) {
             stream_bytes[it->second][t.streams[a.stream]] += a.size;
@@ -265,8 +330,9 @@ Findings analyze(const Trace& t, const AnalysisOptions& opt) {
         }
     }
     for (SiteSeries& s : series) {
-        for (size_t k = 1; k <= S; ++k) s.live[k] += s.live[k - 1];
-        s.live.resize(S);
+        for (size_t k = 1; k <= S; ++k) s.held[k] += s.held[k - 1], s.aged[k] += s.aged[k - 1];
+        s.held.resize(S);
+        s.aged.resize(S);
     }
 
     // Device-level growth, for shares and for the not-leak explanations.
@@ -292,14 +358,15 @@ Findings analyze(const Trace& t, const AnalysisOptions& opt) {
         for (const auto& [stack, bytes] : s.bytes_by_stack)
             if (bytes > best_bytes) best_bytes = bytes, best_stack = stack;
         sf.stack = stack_lines(t.stacks, best_stack);
+        sf.stack_shown_from = machinery_frames(sf.stack);
         uint64_t stream_best = 0;
         for (const auto& [stream, bytes] : stream_bytes[si])
             if (bytes > stream_best) stream_best = bytes, sf.stream = stream;
         sf.surviving_allocations = s.surviving_allocations;
-        sf.live_bytes = uint64_t(s.live[S - 1]);
-        sf.peak_bytes = uint64_t(*std::max_element(s.live.begin(), s.live.end()));
+        sf.live_bytes = uint64_t(s.held[S - 1]);
+        sf.peak_bytes = uint64_t(*std::max_element(s.held.begin(), s.held.end()));
         sf.live_blocks = std::move(s.live_blocks);
-        sf.held.assign(s.live.begin(), s.live.end());
+        sf.held.assign(s.held.begin(), s.held.end());
         size_t recurring = 0;
         bool first_set = false;
         for (size_t k = 0; k <= last_judged; ++k) {
@@ -308,38 +375,35 @@ Findings analyze(const Trace& t, const AnalysisOptions& opt) {
             if (k >= s0) ++recurring;
         }
         sf.recurrence = judged ? double(recurring) / double(judged) : 0;
-        const LineFit fit = fit_line(s.live, s0, S - 1);
-        const size_t mid = s0 + (S - 1 - s0) / 2;
-        const LineFit late = fit_line(s.live, mid, S - 1);
-        const double span = double(S - 1 - s0);
-        const double growth = s.live[S - 1] - s.live[s0];
-        sf.bytes_per_step = fit.slope;
-        sf.fit_r2 = fit.r2;
-        const bool grows = fit.slope > 0 && growth >= 0.5 * fit.slope * span && fit.r2 >= 0.6;
-        const bool still_growing = late.slope >= 0.5 * fit.slope;
-        // A leak need not strike every step (every 10th, at each eval): it must recur and the
-        // site's hold must rise along a line to the end. Confidence grows with how many steps
-        // showed it, not with how often: a steady staircase is as sure as a ramp.
-        if (recurring >= 2 && grows && still_growing) {
-            sf.confidence = std::clamp(fit.r2, 0.0, 1.0) * std::min(1.0, double(recurring) / 5.0) *
+        const Judgement j = judge(std::span<const double>(s.aged).subspan(s0));
+        sf.shape = j.shape;
+        sf.bytes_per_step = j.bytes_per_step;
+        sf.recent_bytes_per_step = j.recent_bytes_per_step;
+        sf.fit_r2 = j.r2;
+        // Confidence grows with how many steps showed the leak, not with how often: a leak that
+        // strikes every 10th step, as a steady staircase, is as sure as a ramp.
+        if (is_leak(j.shape) && recurring >= 2) {
+            sf.confidence = std::clamp(j.r2, 0.0, 1.0) * std::min(1.0, double(recurring) / 5.0) *
                             std::min(1.0, double(judged) / 8.0);
             const LineFit& dfit = device_alloc_fit[s.device];
-            sf.share_of_growth = dfit.slope > 0 ? std::min(1.0, fit.slope / dfit.slope) : 0;
-            leak_rate[s.device] += fit.slope;
+            sf.share_of_growth = dfit.slope > 0 ? std::min(1.0, j.bytes_per_step / dfit.slope) : 0;
+            leak_rate[s.device] += j.recent_bytes_per_step;
             for (const auto& [stream, bytes] : stream_bytes[si]) leaked_by_stream[s.device][stream] += bytes;
             f.leaks.push_back(std::move(sf));
-        } else if (recurring == 0) {
+        } else if (recurring == 0 || j.shape == Shape::warm_up) {
             warmup_bytes += sf.live_bytes;
             warmup_sites.emplace_back(sf.live_bytes, sf.site);
-        } else if (recurring >= 2 && sf.peak_bytes > 0) {
+        } else if (j.shape == Shape::bounded && sf.peak_bytes > 0) {
             NotLeak n;
-            n.kind = "bounded-cache";
+            n.kind = NotLeakKind::bounded_cache;
             n.bytes = sf.peak_bytes;
             n.site = sf.site;
             n.device = sf.device;
             n.why = "allocations here outlive their step in " + std::to_string(recurring) + " of " +
-                    std::to_string(judged) + " steps, but the total held levels off at " + mib(double(sf.peak_bytes)) +
-                    " (now " + mib(double(sf.live_bytes)) + "): a cache with a bound, not a leak";
+                    std::to_string(judged) + " steps; what it holds rose until step " +
+                    std::to_string(s0 + j.last_rise) + ", then made no new high in the last " +
+                    std::to_string(S - 1 - s0 - j.last_rise) + " steps (at most " + mib(double(sf.peak_bytes)) +
+                    ", now " + mib(double(sf.live_bytes)) + "): a cache with a bound, not a leak";
             f.not_leaks.push_back(std::move(n));
         }
     }
@@ -348,7 +412,7 @@ Findings analyze(const Trace& t, const AnalysisOptions& opt) {
     if (warmup_bytes > 0) {
         std::sort(warmup_sites.begin(), warmup_sites.end(), [](auto& a, auto& b) { return a.first > b.first; });
         NotLeak n;
-        n.kind = "warm-up";
+        n.kind = NotLeakKind::warm_up;
         n.bytes = warmup_bytes;
         n.site = warmup_sites.front().second;
         n.why = mib(double(warmup_bytes)) + " allocated in the first " + std::to_string(s0) +
@@ -376,18 +440,15 @@ Findings analyze(const Trace& t, const AnalysisOptions& opt) {
         if (!judgeable) continue;
         const double rate = leak_rate[d.device];
         const StepPoint& last = d.timeline[S - 1];
-        if (rate > 0 && capacity > 0) {
-            const double headroom = capacity > last.peak_allocated ? double(capacity - last.peak_allocated) : 0;
-            d.projected_oom_step = (S - 1) + uint64_t(std::ceil(headroom / rate));
-            if (!f.projected_oom_step || *d.projected_oom_step < *f.projected_oom_step)
-                f.projected_oom_step = d.projected_oom_step;
-        }
+        d.projected_oom_step = projected_oom_step(S - 1, capacity, last.peak_allocated, rate);
+        if (d.projected_oom_step && (!f.projected_oom_step || *d.projected_oom_step < *f.projected_oom_step))
+            f.projected_oom_step = d.projected_oom_step;
         const StepPoint& first = d.timeline[s0];
         const double alloc_growth = double(last.allocated) - double(first.allocated);
         const double reserved_growth = double(last.reserved) - double(first.reserved);
         if (reserved_growth >= double(2 << 20) && alloc_growth <= 0.1 * reserved_growth) {
             NotLeak n;
-            n.kind = "fragmentation";
+            n.kind = NotLeakKind::fragmentation;
             n.bytes = uint64_t(reserved_growth);
             n.device = d.device;
             n.why = "reserved grew by " + mib(reserved_growth) + " over steps " + std::to_string(s0) + ".." +
@@ -403,7 +464,7 @@ Findings analyze(const Trace& t, const AnalysisOptions& opt) {
         }
         if (min_peak > 0 && max_peak > 1.2 * min_peak && std::fabs(alloc_growth) < 0.1 * (max_peak - min_peak)) {
             NotLeak n;
-            n.kind = "activation-peaks";
+            n.kind = NotLeakKind::activation_peaks;
             n.bytes = uint64_t(max_peak - min_peak);
             n.device = d.device;
             n.why = "the peak inside a step ranges from " + mib(min_peak) + " to " + mib(max_peak) +
@@ -412,7 +473,7 @@ Findings analyze(const Trace& t, const AnalysisOptions& opt) {
         }
         if (last.reserved > last.allocated && last.reserved - last.allocated >= std::max<uint64_t>(last.reserved / 10, 1 << 20)) {
             NotLeak n;
-            n.kind = "cached-free";
+            n.kind = NotLeakKind::cached_free;
             n.bytes = last.reserved - last.allocated;
             n.device = d.device;
             n.why = mib(double(n.bytes)) + " of the " + mib(double(last.reserved)) +
@@ -421,30 +482,44 @@ Findings analyze(const Trace& t, const AnalysisOptions& opt) {
         }
     }
     if (!has_memory_events && !t.final_blocks.empty()) {
-        std::unordered_map<uint32_t, uint64_t> by_site;
-        uint64_t total = 0;
-        for (const LiveBlock& b : t.final_blocks) {
-            by_site[resolver.site(b.stack)] += b.size;
-            total += b.size;
+        const Holders h = largest_holders(t.final_blocks, resolver, t.stacks);
+        f.notes.push_back("The snapshot shows " + mib(double(h.bytes)) + " allocated in " +
+                          std::to_string(t.final_blocks.size()) + " blocks and " + mib(double(t.final_reserved)) +
+                          " reserved. Largest holders:" + h.text);
+    }
+    if (has_memory_events && starts_mid_run) {
+        // Blocks the snapshot still lists but the trace never saw allocated: they predate it.
+        std::unordered_set<uint64_t> seen_live;
+        for (const Alloc& a : r.allocs)
+            if (a.free_step == kNever) seen_live.insert(a.addr ^ uint64_t(a.device) << 56);
+        std::vector<LiveBlock> before;
+        for (const LiveBlock& b : t.final_blocks)
+            if (!seen_live.count(b.addr ^ uint64_t(b.device) << 56)) before.push_back(b);
+        uint64_t baseline = 0;
+        for (const DeviceInfo& d : t.devices) baseline += d.baseline_allocated;
+        if (!before.empty() || baseline > 0) {
+            NotLeak n;
+            n.kind = NotLeakKind::before_trace;
+            if (before.empty()) {
+                n.bytes = baseline;
+                n.why = mib(double(baseline)) + " was allocated before the trace's first event; the trace cannot say where";
+            } else {
+                const Holders h = largest_holders(before, resolver, t.stacks);
+                n.bytes = h.bytes;
+                n.site = source_line(t.stacks, h.top_site);
+                n.why = mib(double(h.bytes)) + " in " + std::to_string(before.size()) +
+                        " blocks allocated before the trace's first event and still live at its end (from the "
+                        "snapshot's segments, with the stacks torch kept); too old to judge. Largest holders:" + h.text;
+            }
+            f.not_leaks.push_back(std::move(n));
         }
-        std::vector<std::pair<uint64_t, uint32_t>> top;
-        for (const auto& [site, bytes] : by_site) top.emplace_back(bytes, site);
-        std::sort(top.rbegin(), top.rend());
-        std::string line = "The snapshot shows " + mib(double(total)) + " allocated in " +
-                           std::to_string(t.final_blocks.size()) + " blocks and " + mib(double(t.final_reserved)) +
-                           " reserved. Largest holders:";
-        for (size_t i = 0; i < top.size() && i < 5; ++i) {
-            SourceLine s = source_line(t.stacks, top[i].second);
-            line += "\n  " + mib(double(top[i].first)) + "  " + s.file + ":" + std::to_string(s.line) + " " + s.function;
-        }
-        f.notes.push_back(line);
     }
 
     double total_rate = 0;
     for (const SiteFinding& l : f.leaks)
         if (l.confidence >= 0.5) total_rate += l.bytes_per_step;
     f.leak_bytes_per_step = total_rate;
-    f.verdict = total_rate > 0 ? "leak" : "no-leak";
+    f.verdict = total_rate > 0 ? Verdict::leak : judgeable ? Verdict::no_leak : Verdict::cannot_judge;
     f.devices = std::move(r.devices);
     f.analysis_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     return f;

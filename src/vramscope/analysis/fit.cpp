@@ -2,7 +2,7 @@
 
 namespace vramscope {
 
-LineFit fit_line(const std::vector<double>& ys, size_t first, size_t last) {
+LineFit fit_line(std::span<const double> ys, size_t first, size_t last) {
     LineFit f;
     if (last >= ys.size() || last <= first) return f;
     const double n = double(last - first + 1);

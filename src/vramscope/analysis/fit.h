@@ -1,7 +1,7 @@
 // Least-squares line through (x, y): the growth rate and how well a straight line explains it.
 #pragma once
 #include <cstddef>
-#include <vector>
+#include <span>
 
 namespace vramscope {
 
@@ -12,6 +12,6 @@ struct LineFit {
 };
 
 // Fits ys[first..last] against their index.
-LineFit fit_line(const std::vector<double>& ys, size_t first, size_t last);
+LineFit fit_line(std::span<const double> ys, size_t first, size_t last);
 
 }  // namespace vramscope

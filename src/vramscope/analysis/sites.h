@@ -11,6 +11,25 @@ namespace vramscope {
 
 // True for frames of torch, installed packages, the standard library and C++ code.
 bool is_internal_frame(std::string_view file);
+// Generated code (inductor's output, Triton kernels, FX graphs): never a site, the nearest user
+// frame that called it stands in. Also internal.
+bool is_generated_frame(std::string_view file);
+// The C++ unwinder and the caching allocator's own frames, which torch's stacks="all" puts first
+// in every stack: true for those, which displays skip.
+bool is_capture_machinery(std::string_view file, std::string_view function);
+
+// The site rule, fed a stack's frames innermost first: the first that is not internal, else the
+// innermost of all. Capture (which sees raw frames) and SiteResolver (a StackTable) both use it.
+struct SitePick {
+    uint32_t site = 0, innermost = 0;
+    // Returns true once the site is found (later frames change nothing).
+    bool see(uint32_t frame, bool internal) {
+        if (!innermost) innermost = frame;
+        if (!internal) site = frame;
+        return site != 0;
+    }
+    uint32_t result() const { return site ? site : innermost; }
+};
 
 class SiteResolver {
 public:

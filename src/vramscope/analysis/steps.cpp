@@ -38,7 +38,7 @@ Marks scan(const Trace& t) {
 bool from_markers(const Marks& m, Steps& out) {
     if (m.steps.empty()) return false;
     out.ends = m.steps;
-    out.source = "markers";
+    out.source = StepsSource::markers;
     out.detail = "vramscope step markers";
     return true;
 }
@@ -58,7 +58,7 @@ bool from_optimizer_annotations(const Trace& t, const Marks& m, Steps& out) {
     const uint16_t device = t.events[m.optimizer_ends.front()].device;
     for (size_t i : m.optimizer_ends)
         if (t.events[i].name == best && t.events[i].device == device) out.ends.push_back(i);
-    out.source = "optimizer-annotations";
+    out.source = StepsSource::optimizer_annotations;
     out.detail = std::string(t.stacks.string(best));
     // A zero_grad() right after the step (no allocation between) belongs to it: the step then
     // ends where users read memory_allocated(), with the gradients released.
@@ -99,7 +99,7 @@ bool from_optimizer_frames(const Trace& t, Steps& out) {
         in_step = optimizer;
     }
     if (out.ends.size() < 2) return false;
-    out.source = "optimizer-frames";
+    out.source = StepsSource::optimizer_frames;
     out.detail = "allocations under torch/optim/";
     return true;
 }
@@ -146,7 +146,7 @@ bool from_period(const Trace& t, Steps& out) {
         if (!first && i > 0) out.ends.push_back(i - 1);  // a step ends just before its successor starts
         first = false;
     }
-    out.source = "inferred-period";
+    out.source = StepsSource::inferred_period;
     out.detail = std::to_string(sites_with_count.at(period)) + " allocation sites recur " + std::to_string(period) + " times";
     return !out.ends.empty();
 }
@@ -164,8 +164,6 @@ Steps find_steps(const Trace& trace) {
     s = Steps{};
     if (from_period(trace, s)) return s;
     s = Steps{};
-    s.source = "none";
-    s.detail = "no step markers, optimizer annotations or repeating allocation pattern";
     return s;
 }
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "events/trace.h"
+#include "findings/vocabulary.h"
 
 namespace vramscope {
 
@@ -13,7 +14,7 @@ struct Steps {
     // Index of the last event of each full step; events after the last index form an unfinished
     // step that the timeline shows but survivor analysis does not judge.
     std::vector<size_t> ends;
-    std::string source;  // "markers", "optimizer-annotations", "optimizer-frames", "inferred-period", "none"
+    StepsSource source = StepsSource::none;
     std::string detail;  // e.g. the annotation name, or the anchor site of the period
 };
 

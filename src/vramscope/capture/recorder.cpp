@@ -113,14 +113,12 @@ uint32_t Recorder::frame_of(const RawFrame& f, bool& internal) {
 uint32_t Recorder::intern(const RawFrame* frames, size_t n, const char* node, uint32_t& site) {
     std::vector<uint32_t> ids;
     ids.reserve(n + 1);
-    site = 0;
-    uint32_t innermost = 0;
+    SitePick pick;
     for (size_t i = 0; i < n; ++i) {
         bool internal = false;
         const uint32_t id = frame_of(frames[i], internal);
         ids.push_back(id);
-        if (!innermost) innermost = id;
-        if (!site && !internal) site = id;
+        if (!pick.site) pick.see(id, internal);
     }
     if (node) {
         auto [it, inserted] = node_frames_.try_emplace(node, 0);
@@ -129,10 +127,9 @@ uint32_t Recorder::intern(const RawFrame* frames, size_t n, const char* node, ui
             site_labels_.try_emplace(it->second, std::string(node) + " (backward)");
         }
         ids.push_back(it->second);
-        if (!innermost) innermost = it->second;
-        if (!site) site = it->second;
+        if (!pick.site) pick.see(it->second, false);
     }
-    if (!site) site = innermost;
+    site = pick.result();
     return writer_->intern_stack(ids.data(), ids.size());
 }
 

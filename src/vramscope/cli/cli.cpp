@@ -34,7 +34,7 @@ constexpr const char* kUsage = R"(usage: vramscope COMMAND ...
         --window W        an allocation survives if still live W steps later (default 1)
         --warmup N        steps not judged at the start (default: a tenth, 1 to 5)
         --device-memory   GPU capacity for the OOM projection, e.g. 80GiB (default: from trace)
-        --fail-on-leak    exit 1 when a leak is found (for CI)
+        --fail-on-leak    exit 1 when a leak is found, 2 when the input cannot be judged (for CI)
   run [-o OUT] [--fail-on-leak] -- COMMAND...
         Run a training command with live capture (no code change); see `vramscope run --help`.
   report FILE... -o OUT.html [--window W] [--warmup N] [--device-memory SIZE]
@@ -139,9 +139,10 @@ int analyze_command(const std::vector<std::string>& args, bool report_only) {
         else write_text(json_out, json, "findings JSON");
     }
     std::cout.flush();
-    bool leak = false;
-    for (const Findings& f : runs) leak = leak || f.verdict == "leak";
-    return fail_on_leak && leak ? 1 : 0;
+    Verdict verdict = Verdict::no_leak;
+    for (const Findings& f : runs) verdict = worse(verdict, f.verdict);
+    if (!fail_on_leak || verdict == Verdict::no_leak) return 0;
+    return verdict == Verdict::leak ? 1 : 2;  // 2: the input could not be judged
 }
 
 int export_command(const std::vector<std::string>& args) {

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "findings/vocabulary.h"
+
 namespace vramscope {
 
 inline constexpr int kSchemaVersion = 1;
@@ -46,9 +48,12 @@ struct DeviceSummary {
 struct SiteFinding {
     SourceLine site;
     std::vector<SourceLine> stack;   // innermost first; the most common full stack at this site
+    size_t stack_shown_from = 0;     // frames before it are the unwinder's and allocator's own: kept, not shown
     uint16_t device = 0;
     uint64_t stream = 0;             // where most of its surviving bytes were allocated
+    Shape shape = Shape::rising;     // rising, or slowing (a leak whose growth slows but goes on)
     double bytes_per_step = 0;       // fitted slope of its live bytes over the judged steps
+    double recent_bytes_per_step = 0;  // over the last kRecentSteps judged steps (the OOM projection's)
     double fit_r2 = 0;
     uint64_t first_step = 0;         // first step whose allocations here outlived the window
     uint64_t live_bytes = 0;         // held at the last step's end
@@ -63,7 +68,7 @@ struct SiteFinding {
 };
 
 struct NotLeak {
-    std::string kind;   // "warm-up", "bounded-cache", "fragmentation", "cached-free", "activation-peaks"
+    NotLeakKind kind = NotLeakKind::warm_up;
     uint64_t bytes = 0;
     std::string why;
     std::optional<SourceLine> site;
@@ -73,13 +78,14 @@ struct NotLeak {
 struct Findings {
     std::string source;
     std::string format;
-    std::string verdict;            // "leak" | "no-leak"
+    Verdict verdict = Verdict::cannot_judge;
     uint64_t event_count = 0;       // counted as torch does: a `free` is two (requested, completed)
     uint64_t step_count = 0;        // full steps
-    std::string steps_source;
+    StepsSource steps_source = StepsSource::none;
     std::string steps_detail;
     uint32_t window = 1;
     uint64_t warmup_steps = 0;      // judged steps start after these
+    uint64_t steps_before_trace = 0; // steps the run made before the trace's first event (a ring buffer that wrapped)
     double leak_bytes_per_step = 0; // all leak sites together
     std::optional<uint64_t> projected_oom_step;  // earliest over devices
     std::vector<DeviceSummary> devices;

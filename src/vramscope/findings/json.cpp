@@ -88,15 +88,16 @@ void findings_object(Json& j, const Findings& f, bool report = false) {
     j.field("schema_version", uint64_t(kSchemaVersion));
     j.field("source", f.source);
     j.field("format", f.format);
-    j.field("verdict", f.verdict);
+    j.field("verdict", name(f.verdict));
     j.field("leak_bytes_per_step", f.leak_bytes_per_step);
     j.field("events", f.event_count);
     j.key("steps");
     j.open('{');
     j.field("count", f.step_count);
-    j.field("source", f.steps_source);
+    j.field("source", name(f.steps_source));
     j.field("detail", f.steps_detail);
     j.field("warmup", f.warmup_steps);
+    j.field("before_trace", f.steps_before_trace);
     j.field("window", uint64_t(f.window));
     j.close('}');
     optional_step(j, "projected_oom_step", f.projected_oom_step);
@@ -156,6 +157,9 @@ void findings_object(Json& j, const Findings& f, bool report = false) {
         j.open('[');
         for (const SourceLine& s : l.stack) source_line(j, s);
         j.close(']');
+        j.field("stack_shown_from", uint64_t(l.stack_shown_from));
+        j.field("shape", name(l.shape));
+        j.field("recent_bytes_per_step", l.recent_bytes_per_step);
         j.field("device", uint64_t(l.device));
         j.field("stream", l.stream);
         j.field("stream_kind", stream_kind(l.stream));
@@ -182,7 +186,7 @@ void findings_object(Json& j, const Findings& f, bool report = false) {
     j.open('[');
     for (const NotLeak& n : f.not_leaks) {
         j.open('{');
-        j.field("kind", n.kind);
+        j.field("kind", name(n.kind));
         j.field("bytes", n.bytes);
         j.field("why", n.why);
         j.field("device", uint64_t(n.device));
@@ -250,9 +254,9 @@ std::string to_json(const std::vector<Findings>& runs, const RankComparison& ran
     j.open('{');
     j.field("schema", "vramscope.findings");
     j.field("schema_version", uint64_t(kSchemaVersion));
-    bool leak = false;
-    for (const Findings& f : runs) leak = leak || f.verdict == "leak";
-    j.field("verdict", leak ? "leak" : "no-leak");
+    Verdict verdict = Verdict::no_leak;
+    for (const Findings& f : runs) verdict = worse(verdict, f.verdict);
+    j.field("verdict", name(verdict));
     j.key("runs");
     j.open('[');
     for (const Findings& f : runs) findings_object(j, f);

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <string_view>
 
 namespace vramscope {
 
@@ -26,11 +27,11 @@ public:
         out.push_back(':');
         first_ = true;  // the value follows without a comma
     }
-    void value(const std::string& s) {
+    void value(std::string_view s) {
         comma();
         str(s);
     }
-    void value(const char* s) { value(std::string(s)); }
+    void value(const char* s) { value(std::string_view(s)); }
     void value(uint64_t v) {
         comma();
         out += std::to_string(v);
@@ -59,7 +60,7 @@ private:
         if (!first_) out.push_back(',');
         first_ = false;
     }
-    void str(const std::string& s) {
+    void str(std::string_view s) {
         out.push_back('"');
         for (unsigned char c : s) {
             switch (c) {

@@ -43,6 +43,14 @@ std::string hex(uint64_t v) {
 
 std::string stream_label(uint64_t stream) { return stream == 0 ? "default" : "side " + hex(stream); }
 
+// " (created at train.py:40)" when capture named the stream, else nothing.
+std::string stream_origin(const Findings& f, uint64_t stream) {
+    const std::string key = "stream." + std::to_string(stream);
+    for (const auto& [k, v] : f.meta)
+        if (k == key) return " (created at " + v + ")";
+    return "";
+}
+
 // Words of `text` in lines of at most `width` columns, continuation lines indented to `indent`
 // (the first line starts there already): explanations stay readable in a 100-column terminal.
 std::string wrap(const std::string& text, size_t indent, size_t width) {
@@ -66,26 +74,22 @@ std::string wrap(const std::string& text, size_t indent, size_t width) {
     return out;
 }
 
-const char* steps_source_words(const std::string& source) {
-    if (source == "markers") return "vramscope step markers";
-    if (source == "optimizer-annotations") return "optimizer.step() annotations";
-    if (source == "inferred-period") return "the repeating allocation pattern";
-    return "nowhere (no steps found)";
-}
-
 }  // namespace
 
 std::string render_summary(const Findings& f, bool color, size_t max_leaks) {
     const Style st{color};
     std::string o;
     o += st.bold("vramscope") + "  " + base_name(f.source) + st.dim("  (" + f.format + ", " + format_count(f.event_count) + " events)") + "\n";
-    o += st.dim(wrap("steps: " + format_count(f.step_count) + " from " + steps_source_words(f.steps_source) +
+    o += st.dim(wrap("steps: " + format_count(f.step_count) + " from " + std::string(describe(f.steps_source)) +
                          (f.steps_detail.empty() ? "" : " [" + f.steps_detail + "]") + "; first " +
-                         std::to_string(f.warmup_steps) + " treated as warm-up; window " + std::to_string(f.window),
+                         std::to_string(f.warmup_steps) + " treated as warm-up; window " + std::to_string(f.window) +
+                         (f.steps_before_trace ? "; the trace starts after step " + format_count(f.steps_before_trace) +
+                                                     " of the run"
+                                               : ""),
                      7, 100)) + "\n";
     for (const auto& w : f.warnings) o += st.red("warning: ") + w + "\n";
     o += "\n";
-    if (f.verdict == "leak") {
+    if (f.verdict == Verdict::leak) {
         const SiteFinding& top = f.leaks.front();
         std::string head = "LEAK  " + per_step(f.leak_bytes_per_step) + " since step " + std::to_string(top.first_step);
         o += st.red(head);
@@ -104,20 +108,32 @@ std::string render_summary(const Findings& f, bool color, size_t max_leaks) {
             std::snprintf(conf, sizeof conf, "%.2f", l.confidence);
             o += "  " + fit(std::to_string(shown), 3) + fit(per_step(l.bytes_per_step), 16) + fit(where(l.site), 40) +
                  fit(stream_label(l.stream), 18) + fit(std::to_string(l.first_step), 7) + conf + "\n";
-            size_t frames = 0;
-            for (const SourceLine& s : l.stack) {
-                if (frames++ == 4) break;
-                o += st.dim("       at " + s.function + "  " + short_path(s.file) + ":" + std::to_string(s.line)) + "\n";
-            }
+            if (l.shape == Shape::slowing)
+                o += "       " + wrap("slowing: " + per_step(l.recent_bytes_per_step) + " over the last steps, " +
+                                        per_step(l.bytes_per_step) + " over the run; growth that slows is still a leak "
+                                        "until it stops",
+                                    7, 100) + "\n";
+            for (size_t i = l.stack_shown_from; i < l.stack.size() && i < l.stack_shown_from + 4; ++i)
+                o += st.dim("       at " + l.stack[i].function + "  " + short_path(l.stack[i].file) + ":" +
+                            std::to_string(l.stack[i].line)) + "\n";
         }
         for (const DeviceSummary& d : f.devices)
             for (const StreamUsage& s : d.streams)
                 if (s.stream != 0 && s.leaked_bytes > 0)
-                    o += "\n  " + wrap("side stream " + hex(s.stream) + " on cuda:" + std::to_string(d.device) +
-                                       " holds " + format_bytes(double(s.leaked_bytes)) +
-                                       " of leaked blocks: work on it may never have been synchronized "
-                                       "or its tensors released",
+                    o += "\n  " + wrap("side stream " + hex(s.stream) + stream_origin(f, s.stream) + " on cuda:" +
+                                           std::to_string(d.device) + " holds " + format_bytes(double(s.leaked_bytes)) +
+                                           " of leaked blocks: work on it may never have been synchronized "
+                                           "or its tensors released",
+                                       2, 100) + "\n";
+        for (const DeviceSummary& d : f.devices)
+            if (f.step_count > 0 && d.timeline.size() >= f.step_count && d.timeline[f.step_count - 1].pending_free > 0)
+                o += "\n  " + wrap(format_bytes(double(d.timeline[f.step_count - 1].pending_free)) + " on cuda:" +
+                                       std::to_string(d.device) + " was freed by the program but still waits on "
+                                       "another stream at the last step end (record_stream, or a side stream "
+                                       "never synchronized with the one that frees it)",
                                    2, 100) + "\n";
+    } else if (f.verdict == Verdict::cannot_judge) {
+        o += st.red("CANNOT JUDGE") + "  " + wrap(f.notes.empty() ? "the input holds nothing to judge" : f.notes.front(), 14, 100) + "\n";
     } else {
         o += st.green("NO LEAK") + "  memory at step end does not accumulate";
         if (!f.devices.empty() && f.step_count > 0) {
@@ -131,11 +147,13 @@ std::string render_summary(const Findings& f, bool color, size_t max_leaks) {
         o += "\n" + st.bold("Not leaks") + st.dim(" (growth you may see, explained)") + "\n";
         for (const NotLeak& n : f.not_leaks) {
             // Warm-up names its sites in its text already.
-            const std::string at = n.site && n.kind != "warm-up" ? " [" + where(*n.site) + "]" : "";
-            o += "  " + fit(n.kind, 17) + fit(format_bytes(double(n.bytes)), 11) + wrap(n.why + at, 30, 100) + "\n";
+            const std::string at = n.site && n.kind != NotLeakKind::warm_up ? " [" + where(*n.site) + "]" : "";
+            o += "  " + fit(std::string(name(n.kind)), 17) + fit(format_bytes(double(n.bytes)), 11) + wrap(n.why + at, 30, 100) + "\n";
         }
     }
-    for (const auto& n : f.notes) o += "\n" + st.bold("note: ") + n + "\n";
+    // A verdict that cannot be given has said its first note as the reason already.
+    const size_t first_note = f.verdict == Verdict::cannot_judge && !f.notes.empty() ? 1 : 0;
+    for (size_t i = first_note; i < f.notes.size(); ++i) o += "\n" + st.bold("note: ") + f.notes[i] + "\n";
     return o;
 }
 

@@ -1,0 +1,53 @@
+#include "analysis/judge.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "analysis/fit.h"
+
+namespace vramscope {
+
+Judgement judge(std::span<const double> held) {
+    Judgement j;
+    const size_t n = held.size();
+    if (n == 0) return j;
+    for (size_t i = 1; i < n; ++i)
+        if (held[i] > held[i - 1]) ++j.rises, j.last_rise = i;
+    for (size_t i = n - 1; i > 0 && held[i] > held[i - 1]; --i) j.first_rise = i - 1;
+    if (j.rises == 0) {
+        j.shape = held.front() > 0 ? Shape::warm_up : Shape::level;
+        return j;
+    }
+    const LineFit all = fit_line(held, 0, n - 1);
+    j.bytes_per_step = all.slope;
+    j.r2 = all.r2;
+    const size_t recent = std::min(n / 2 + 1, kRecentSteps);
+    j.recent_bytes_per_step = n >= kMinSteps ? fit_line(held, n - recent, n - 1).slope : all.slope;
+    if (n < kMinSteps) {
+        j.shape = held.back() > held.front() ? Shape::too_short : Shape::level;
+        return j;
+    }
+    const size_t tail = std::min(flat_tail(n), n - 1);
+    const double before = *std::max_element(held.begin(), held.end() - tail);
+    const double at_end = *std::max_element(held.end() - tail, held.end());
+    const bool new_high_at_end = at_end > before;
+    const double span = double(n - 1);
+    const bool grows = all.slope >= kMinLeakRate && all.r2 >= 0.5 && held.back() - held.front() >= 0.25 * all.slope * span;
+    if (j.rises >= 2 && new_high_at_end && grows) {
+        const LineFit early = fit_line(held, 0, n / 2), late = fit_line(held, n / 2, n - 1);
+        j.shape = late.slope < (2.0 / 3.0) * early.slope ? Shape::slowing : Shape::rising;
+    } else if (j.rises >= 2 && !new_high_at_end) {
+        j.shape = Shape::bounded;
+    } else {
+        j.shape = Shape::level;
+    }
+    return j;
+}
+
+std::optional<uint64_t> projected_oom_step(uint64_t step, uint64_t capacity, uint64_t peak, double rate) {
+    if (rate <= 0 || capacity == 0) return std::nullopt;
+    const double headroom = capacity > peak ? double(capacity - peak) : 0;
+    return step + uint64_t(std::ceil(headroom / rate));
+}
+
+}  // namespace vramscope

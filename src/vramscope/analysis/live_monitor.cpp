@@ -1,0 +1,113 @@
+#include "analysis/live_monitor.h"
+
+#include <algorithm>
+
+namespace vramscope {
+
+void LiveMonitor::alloc(uint8_t device, uint64_t addr, uint64_t size, uint32_t site) {
+    release(device, addr);  // a block never freed before its address came back: its free was missed
+    const Block block{addr, size, serial_++, step_, site, device};
+    uint32_t slot;
+    if (free_slots_.empty()) {
+        slot = uint32_t(blocks_.size());
+        blocks_.push_back(block);
+    } else {
+        slot = free_slots_.back();
+        free_slots_.pop_back();
+        blocks_[slot] = block;
+    }
+    live_.put(key(device, addr), slot);
+    held_[key(device, site)] += int64_t(size);
+    fresh_[key(device, site)] += int64_t(size);
+    Device& d = devices_[device];
+    d.allocated += int64_t(size);
+    d.peak = std::max(d.peak, d.allocated);
+}
+
+void LiveMonitor::release(uint8_t device, uint64_t addr) {
+    const uint32_t slot = live_.take(key(device, addr));
+    if (slot == AddressMap::kMissing) return;  // allocated before capture began
+    const Block& b = blocks_[slot];
+    held_[key(device, b.site)] -= int64_t(b.size);
+    if (b.step == step_) fresh_[key(device, b.site)] -= int64_t(b.size);
+    devices_[device].allocated -= int64_t(b.size);
+    free_slots_.push_back(slot);
+}
+
+void LiveMonitor::set_capacity(uint8_t device, uint64_t bytes) { devices_[device].capacity = bytes; }
+
+Judgement LiveMonitor::judge_recent(const Series& s) const {
+    const size_t n = std::min(s.count, kRecentSteps);
+    std::array<double, kRecentSteps> v;
+    for (size_t i = 0; i < n; ++i) v[i] = s.held[(s.count - n + i) % kRecentSteps];
+    return judge(std::span<const double>(v.data(), n));
+}
+
+std::vector<std::pair<uint64_t, uint64_t>> LiveMonitor::newest_blocks(uint8_t device, uint32_t site) const {
+    std::vector<std::pair<uint64_t, size_t>> mine;  // (serial, slot)
+    std::vector<bool> free(blocks_.size());
+    for (uint32_t slot : free_slots_) free[slot] = true;
+    for (size_t slot = 0; slot < blocks_.size(); ++slot)
+        if (!free[slot] && blocks_[slot].site == site && blocks_[slot].device == device)
+            mine.emplace_back(blocks_[slot].serial, slot);
+    const size_t n = std::min(mine.size(), kBlocksKept);
+    std::partial_sort(mine.begin(), mine.begin() + n, mine.end(), [](auto& a, auto& b) { return a.first > b.first; });
+    std::vector<std::pair<uint64_t, uint64_t>> out;
+    for (size_t i = 0; i < n; ++i) out.emplace_back(blocks_[mine[i].second].addr, blocks_[mine[i].second].size);
+    return out;
+}
+
+std::vector<LiveLeak> LiveMonitor::leaking() const {
+    std::vector<LiveLeak> out;
+    for (const auto& [k, s] : series_)
+        if (s.reported) out.push_back(s.last);
+    return out;
+}
+
+std::vector<LiveLeak> LiveMonitor::end_step() {
+    ++step_;
+    std::vector<LiveLeak> found;
+    if (step_ > kWarmupSteps) {
+        for (const auto& [k, all] : held_) {
+            auto young = fresh_.find(k);
+            const int64_t bytes = all - (young == fresh_.end() ? 0 : young->second);
+            auto it = series_.find(k);
+            if (it == series_.end()) {
+                if (bytes <= 0) continue;
+                it = series_.emplace(k, Series{}).first;
+                // It held nothing at the step ends since warm-up: the offline series has those zeros too.
+                it->second.count = std::min<size_t>(step_ - kWarmupSteps - 1, kRecentSteps);
+            }
+            Series& s = it->second;
+            s.held[s.count % kRecentSteps] = double(std::max<int64_t>(0, bytes));
+            ++s.count;
+            if (s.count < kMinSteps) continue;
+            const Judgement j = judge_recent(s);
+            const uint8_t device = uint8_t(k >> 56);
+            const size_t n = std::min(s.count, kRecentSteps);
+            if (is_leak(j.shape) && !s.reported) {
+                s.reported = true;
+                s.last = LiveLeak{device, uint32_t(k), j.shape, j.bytes_per_step, step_ - n + j.first_rise, std::nullopt, {}};
+                found.push_back(s.last);
+            } else if (!is_leak(j.shape) && s.reported) {
+                s.reported = false;
+                devices_[device].leak_rate -= s.last.bytes_per_step;
+                found.push_back(LiveLeak{device, uint32_t(k), j.shape, j.bytes_per_step, step_ - n + j.last_rise, std::nullopt, {}});
+            }
+        }
+    }
+    for (const LiveLeak& leak : found)
+        if (is_leak(leak.shape)) devices_[leak.device].leak_rate += leak.bytes_per_step;
+    for (LiveLeak& leak : found) {
+        if (!is_leak(leak.shape)) continue;
+        const Device& d = devices_[leak.device];
+        leak.projected_oom_step = projected_oom_step(step_, d.capacity, uint64_t(std::max<int64_t>(0, d.peak)), d.leak_rate);
+        leak.newest_blocks = newest_blocks(leak.device, leak.site);
+        series_[key(leak.device, leak.site)].last = leak;
+    }
+    for (Device& d : devices_) d.peak = d.allocated;
+    for (auto& [k, bytes] : fresh_) bytes = 0;
+    return found;
+}
+
+}  // namespace vramscope

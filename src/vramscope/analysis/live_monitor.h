@@ -1,0 +1,79 @@
+// Judges a run while it goes, so a leak is reported before the run ends (or OOMs). It keeps what
+// the judge needs for the recent steps only: the live blocks, and per allocation site the bytes
+// it held at each of the last kRecentSteps step ends. Memory follows live blocks and sites, never
+// the length of the run. A site's series counts the blocks at least one step old at each step end
+// (what a step leaves behind, not the batch in hand), as the offline analysis with its default
+// window of 1 does. The rule is analysis/judge.h, the one the offline analysis applies: on
+// the same step ends both reach the same shape. A site confirmed while it climbs and judged
+// bounded later (a cache that filled) is withdrawn: the monitor's last word is the final table's.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "analysis/flat_map.h"
+#include "analysis/judge.h"
+
+namespace vramscope {
+
+// A site newly confirmed as leaking (shape rising or slowing), or withdrawn (any other shape).
+struct LiveLeak {
+    uint8_t device = 0;
+    uint32_t site = 0;  // frame id, as the caller gave it
+    Shape shape = Shape::rising;
+    double bytes_per_step = 0;
+    uint64_t first_step = 0;  // first step of the climb that was judged
+    std::optional<uint64_t> projected_oom_step;
+    std::vector<std::pair<uint64_t, uint64_t>> newest_blocks;  // (address, size), newest first
+};
+
+class LiveMonitor {
+public:
+    static constexpr size_t kWarmupSteps = 3;
+    static constexpr size_t kBlocksKept = 8;  // per confirmed leak: what explain maps to tensors
+
+    void alloc(uint8_t device, uint64_t addr, uint64_t size, uint32_t site);
+    void release(uint8_t device, uint64_t addr);
+    void set_capacity(uint8_t device, uint64_t bytes);
+    // Closes a step; returns the sites confirmed as leaking at this step and those withdrawn.
+    std::vector<LiveLeak> end_step();
+    // The sites whose last word is "leak".
+    std::vector<LiveLeak> leaking() const;
+    uint64_t steps() const { return step_; }
+
+private:
+    struct Block {
+        uint64_t addr, size, serial, step;
+        uint32_t site;
+        uint8_t device;
+    };
+    struct Series {
+        std::array<double, kRecentSteps> held{};  // ring: bytes at step ends
+        size_t count = 0;                         // step ends recorded (ring holds the last kRecentSteps)
+        bool reported = false;  // confirmed as a leak, not withdrawn since
+        LiveLeak last;          // what was said when it was confirmed
+    };
+    struct Device {
+        int64_t allocated = 0, peak = 0;
+        uint64_t capacity = 0;
+        double leak_rate = 0;  // of the leaks confirmed so far: what the OOM projection uses
+    };
+    static uint64_t key(uint8_t device, uint64_t value) { return value ^ uint64_t(device) << 56; }
+    Judgement judge_recent(const Series& s) const;
+    std::vector<std::pair<uint64_t, uint64_t>> newest_blocks(uint8_t device, uint32_t site) const;
+
+    AddressMap live_{4096};                        // by device and address -> index in blocks_
+    std::vector<Block> blocks_;
+    std::vector<uint32_t> free_slots_;             // of blocks_, for reuse: no allocation per event
+    std::unordered_map<uint64_t, int64_t> held_;   // by device and site: live bytes now
+    std::unordered_map<uint64_t, int64_t> fresh_;  // of those, allocated in this step: not judged until it ends
+    std::unordered_map<uint64_t, Series> series_;  // by device and site, once a step end saw bytes
+    std::array<Device, 256> devices_{};
+    uint64_t step_ = 0;
+    uint64_t serial_ = 0;
+};
+
+}  // namespace vramscope

@@ -1,0 +1,60 @@
+#include "findings/vocabulary.h"
+
+namespace vramscope {
+
+std::string_view name(Verdict v) {
+    switch (v) {
+    case Verdict::no_leak: return "no-leak";
+    case Verdict::leak: return "leak";
+    case Verdict::cannot_judge: return "cannot-judge";
+    }
+    return "?";
+}
+
+std::string_view name(Shape s) {
+    switch (s) {
+    case Shape::level: return "level";
+    case Shape::rising: return "rising";
+    case Shape::slowing: return "slowing";
+    case Shape::bounded: return "bounded";
+    case Shape::warm_up: return "warm-up";
+    case Shape::too_short: return "too-short";
+    }
+    return "?";
+}
+
+std::string_view name(NotLeakKind k) {
+    switch (k) {
+    case NotLeakKind::warm_up: return "warm-up";
+    case NotLeakKind::bounded_cache: return "bounded-cache";
+    case NotLeakKind::fragmentation: return "fragmentation";
+    case NotLeakKind::activation_peaks: return "activation-peaks";
+    case NotLeakKind::cached_free: return "cached-free";
+    case NotLeakKind::before_trace: return "before-trace";
+    }
+    return "?";
+}
+
+std::string_view name(StepsSource s) {
+    switch (s) {
+    case StepsSource::markers: return "markers";
+    case StepsSource::optimizer_annotations: return "optimizer-annotations";
+    case StepsSource::optimizer_frames: return "optimizer-frames";
+    case StepsSource::inferred_period: return "inferred-period";
+    case StepsSource::none: return "none";
+    }
+    return "?";
+}
+
+std::string_view describe(StepsSource s) {
+    switch (s) {
+    case StepsSource::markers: return "vramscope step markers";
+    case StepsSource::optimizer_annotations: return "optimizer.step() annotations";
+    case StepsSource::optimizer_frames: return "allocations inside torch.optim (optimizer frames in the stacks)";
+    case StepsSource::inferred_period: return "the repeating allocation pattern";
+    case StepsSource::none: return "nowhere: no step markers, optimizer annotations or repeating pattern";
+    }
+    return "?";
+}
+
+}  // namespace vramscope
