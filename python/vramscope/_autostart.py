@@ -20,7 +20,7 @@ def _start(config: dict) -> None:
 
     launched_directly = os.getppid() == config.get("launcher")
     capture = Capture(config["output"], summary=False, device_memory=config.get("device_memory", 0),
-                      shared_name=launched_directly)
+                      shared_name=launched_directly, analyse_at_end=False)
     capture.start()
     atexit.register(capture.stop)
 

@@ -25,7 +25,8 @@ USAGE = """usage: vramscope run [-o OUT.vscope] [--fail-on-leak] [--device-memor
   when it ends. Each process that uses CUDA writes OUT (default vramscope.vscope); under
   torchrun each rank writes OUT with .rankN in its name; the report page goes to OUT.html
   (--html to choose).
-  --fail-on-leak   exit 1 when the run leaked (the command's own failure code wins)
+  --fail-on-leak   exit 1 when the run leaked, 2 when it could not be judged (the command's own
+                   failure code wins)
 """
 
 
@@ -119,17 +120,23 @@ def run(args: list[str]) -> int:
               f"vramscope is installed in ({sys.executable})", file=sys.stderr)
         return rc
     html = opts["html"] or str(output.with_name(output.name.removesuffix(naming.SUFFIX) + ".html"))
-    cli = ["analyze", *map(str, files), "--html", html]
+    # Each trace is analysed here, once; its process found the owners while they lived.
+    cli = ["analyze", *map(str, files), "--html", html, "--skip-empty"]
     if device_memory:
         cli += ["--device-memory", f"{device_memory}B"]
     if opts["json"]:
         cli += ["--json", opts["json"]]
     sys.stdout.flush()
-    leaked = _core.cli_main([*cli, "--fail-on-leak"]) == 1
+    judged = _core.cli_main([*cli, "--fail-on-leak"])
+    leaked = judged == 1
+    if judged not in (0, 1):
+        print("vramscope run: the traces could not be judged (above: why); that is not 'no leak'", file=sys.stderr)
     print_owners(files)
     print(f"\nvramscope: report {html}", flush=True)
     if opts["json"] and opts["json"] != "-":
         add_owners_to_json(Path(opts["json"]), files)
     if rc != 0:
         return rc
-    return 1 if leaked and opts["fail_on_leak"] else 0
+    if not opts["fail_on_leak"]:
+        return 0
+    return 1 if leaked else 2 if judged not in (0, 1) else 0

@@ -37,6 +37,28 @@ extern "C" void vramscope_allocator_event(int kind, int device, uint64_t addr, u
         r->allocator_event(EventKind(kind), uint8_t(device), addr, size, stream, node);
 }
 
+// What the live monitor said, as dicts Python reads without knowing C++ types.
+static nb::list live_findings(const std::vector<LiveFinding>& found) {
+    nb::list out;
+    for (const LiveFinding& f : found) {
+        nb::dict d;
+        d["line"] = render_live(f);
+        nb::dict site;
+        site["file"] = f.site.file;
+        site["line"] = f.site.line;
+        site["function"] = f.site.function;
+        d["site"] = site;
+        d["device"] = f.device;
+        d["shape"] = f.shape;
+        d["bytes_per_step"] = f.bytes_per_step;
+        d["since_step"] = f.since_step;
+        d["projected_oom_step"] = f.projected_oom_step ? nb::cast(*f.projected_oom_step) : nb::none();
+        d["blocks"] = f.newest_blocks;
+        out.append(d);
+    }
+    return out;
+}
+
 NB_MODULE(_core, m) {
     m.attr("__version__") = VRAMSCOPE_VERSION;
     // Retired recorders are kept to the end on purpose (a late allocator callback may reach one):
@@ -98,6 +120,35 @@ NB_MODULE(_core, m) {
         },
         nb::arg("path"), "Every distinct stack frame of a trace or snapshot: (file, line, function).");
 
+    // The vocabularies, as Python enums: values and names are the C++ ones, never copied by hand.
+    nb::enum_<EventKind>(m, "EventKind")
+        .value("alloc", EventKind::alloc).value("free_requested", EventKind::free_requested)
+        .value("free_completed", EventKind::free_completed).value("segment_alloc", EventKind::segment_alloc)
+        .value("segment_free", EventKind::segment_free).value("segment_map", EventKind::segment_map)
+        .value("segment_unmap", EventKind::segment_unmap).value("oom", EventKind::oom)
+        .value("step", EventKind::step).value("microbatch", EventKind::microbatch)
+        .value("annotation_start", EventKind::annotation_start).value("annotation_end", EventKind::annotation_end)
+        .value("snapshot", EventKind::snapshot).value("free", EventKind::free);
+    // Python compares these with the JSON's spellings: str(Verdict.leak) is not "leak", `spelling` is.
+    nb::enum_<Verdict>(m, "Verdict")
+        .value("no_leak", Verdict::no_leak).value("leak", Verdict::leak).value("cannot_judge", Verdict::cannot_judge)
+        .def_prop_ro("spelling", [](Verdict v) { return std::string(name(v)); });
+    nb::enum_<Shape>(m, "Shape")
+        .value("level", Shape::level).value("rising", Shape::rising).value("slowing", Shape::slowing)
+        .value("bounded", Shape::bounded).value("warm_up", Shape::warm_up).value("too_short", Shape::too_short)
+        .def_prop_ro("spelling", [](Shape s) { return std::string(name(s)); })
+        .def_prop_ro("is_leak", [](Shape s) { return is_leak(s); });
+    nb::enum_<NotLeakKind>(m, "NotLeakKind")
+        .value("warm_up", NotLeakKind::warm_up).value("bounded_cache", NotLeakKind::bounded_cache)
+        .value("fragmentation", NotLeakKind::fragmentation).value("activation_peaks", NotLeakKind::activation_peaks)
+        .value("cached_free", NotLeakKind::cached_free).value("before_trace", NotLeakKind::before_trace)
+        .def_prop_ro("spelling", [](NotLeakKind k) { return std::string(name(k)); });
+    nb::enum_<StepsSource>(m, "StepsSource")
+        .value("markers", StepsSource::markers).value("optimizer_annotations", StepsSource::optimizer_annotations)
+        .value("optimizer_frames", StepsSource::optimizer_frames).value("inferred_period", StepsSource::inferred_period)
+        .value("none", StepsSource::none)
+        .def_prop_ro("spelling", [](StepsSource s) { return std::string(name(s)); });
+
     using capture::Recorder;
     nb::class_<Recorder>(m, "Recorder", "One live capture into a .vscope file (capture/recorder.h).")
         .def(nb::init<const std::string&>(), nb::arg("path"))
@@ -105,8 +156,12 @@ NB_MODULE(_core, m) {
         .def("device", &Recorder::device, nb::arg("device"), nb::arg("total_memory"), nb::arg("allocated"),
              nb::arg("reserved"))
         .def("name_stream", [](Recorder& r, uint64_t handle, const std::string& label) { r.name_stream(handle, label); })
-        .def("marker", [](Recorder& r, int kind, const std::string& name) { r.marker(EventKind(kind), name); })
-        .def("end_step", &Recorder::end_step)
+        .def("marker", [](Recorder& r, EventKind kind, const std::string& name) { r.marker(kind, name); })
+        .def("end_step", [](Recorder& r) { return live_findings(r.end_step()); },
+             "Ends a step; returns what the live monitor confirmed or withdrew: [{line, site, device, shape, "
+             "bytes_per_step, since_step, projected_oom_step, blocks}].")
+        .def("leaking", [](Recorder& r) { return live_findings(r.leaking()); },
+             "The live monitor's last word: the sites it holds as leaking now (same dicts as end_step).")
         .def("set_python_stacks", &Recorder::set_python_stacks)
         .def("flush", &Recorder::flush, nb::call_guard<nb::gil_scoped_release>())
         .def("close", &Recorder::close, nb::call_guard<nb::gil_scoped_release>())
@@ -125,7 +180,7 @@ NB_MODULE(_core, m) {
           "Address of the C function the allocator hook calls.");
     m.def(
         "feed_allocator_event",
-        [](int kind, int device, uint64_t addr, uint64_t size, uint64_t stream, const std::string& node) {
+        [](EventKind kind, int device, uint64_t addr, uint64_t size, uint64_t stream, const std::string& node) {
             // What the hook does, from Python, with the GIL released as torch releases it: lets tests
             // drive the whole capture path on a machine without a GPU. Node names are interned
             // because the recorder keys them by pointer, as the hook's are stable.
@@ -137,7 +192,7 @@ NB_MODULE(_core, m) {
                 name = names.insert(node).first->c_str();
             }
             nb::gil_scoped_release release;
-            vramscope_allocator_event(kind, device, addr, size, stream, name);
+            vramscope_allocator_event(int(kind), device, addr, size, stream, name);
         },
         nb::arg("kind"), nb::arg("device"), nb::arg("addr"), nb::arg("size"), nb::arg("stream") = 0,
         nb::arg("node") = "");

@@ -14,7 +14,7 @@ from conftest import vramscope
 from vramscope import _core
 from vramscope.capture import naming
 
-ALLOC, FREE = 0, 13
+ALLOC, FREE = _core.EventKind.alloc, _core.EventKind.free
 MiB = 1 << 20
 
 
@@ -30,7 +30,7 @@ def leaky_loop(recorder, steps=30, leak=MiB):
         keep_forever(0x7000_0000 + step * leak, leak)
         _core.feed_allocator_event(ALLOC, 0, 0x1_0000_0000, 4 * MiB)
         _core.feed_allocator_event(FREE, 0, 0x1_0000_0000, 4 * MiB)
-        lines += recorder.end_step()
+        lines += [said["line"] for said in recorder.end_step()]
     return lines
 
 
@@ -77,6 +77,59 @@ def test_a_bounded_cache_is_not_reported(tmp_path):
         recorder.deactivate()
         recorder.close()
     assert lines == []
+
+
+def test_a_cache_confirmed_while_it_filled_is_withdrawn_and_the_final_table_agrees(tmp_path):
+    # Fills for 16 steps (long enough to look like a leak), then holds 16 MiB while it evicts.
+    path = tmp_path / "slow_cache.vscope"
+    recorder = _core.Recorder(str(path))
+    recorder.activate()
+    said = []
+    try:
+        for step in range(40):
+            _core.feed_allocator_event(ALLOC, 0, 0x5000_0000 + step * MiB, MiB)
+            if step >= 16:
+                _core.feed_allocator_event(FREE, 0, 0x5000_0000 + (step - 16) * MiB, MiB)
+            said += recorder.end_step()
+        last_word = recorder.leaking()
+    finally:
+        recorder.deactivate()
+        recorder.close()
+    assert [s["shape"].is_leak for s in said] == [True, False], [s["line"] for s in said]
+    assert said[1]["line"].startswith("withdrawn: ") and "not a leak" in said[1]["line"]
+    assert last_word == []
+    findings = json.loads(_core.analyze_json(str(path)))
+    assert findings["verdict"] == "no-leak"
+    assert [n["kind"] for n in findings["not_leaks"]] == ["bounded-cache"]
+
+
+def test_growth_that_slows_but_goes_on_is_a_slowing_leak_live_and_final(tmp_path):
+    path = tmp_path / "slowing.vscope"
+    recorder = _core.Recorder(str(path))
+    recorder.activate()
+    said = []
+    try:
+        addr = 0x5000_0000
+        for step in range(40):
+            for _ in range(max(1, 8 - step // 4)):  # 8 blocks a step at first, one a step from step 28
+                keep_forever(addr, MiB)
+                addr += MiB
+            said += recorder.end_step()
+    finally:
+        recorder.deactivate()
+        recorder.close()
+    assert [s["shape"].spelling for s in said] in (["rising"], ["slowing"])
+    findings = json.loads(_core.analyze_json(str(path)))
+    assert findings["verdict"] == "leak"
+    assert findings["leaks"][0]["shape"] == "slowing"
+
+
+def test_a_recorder_that_saw_no_allocation_leaves_no_file(tmp_path):
+    path = tmp_path / "idle.vscope"
+    recorder = _core.Recorder(str(path))
+    recorder.end_step()
+    recorder.close()
+    assert not path.exists()
 
 
 def test_two_threads_feeding_at_once_lose_nothing(tmp_path):
@@ -130,7 +183,7 @@ def test_a_full_disk_stops_capture_with_one_fault_and_no_exception(tmp_path):
         r.activate()
         for step in range(400):
             for i in range(200):
-                _core.feed_allocator_event(0, 0, (step * 200 + i) * 4096 + (i % 7) * 512, 512 * (1 + i % 13))
+                _core.feed_allocator_event(_core.EventKind.alloc, 0, (step * 200 + i) * 4096 + (i % 7) * 512, 512 * (1 + i % 13))
             r.end_step()
             r.flush()
         print("fault:", r.fault())
@@ -149,12 +202,12 @@ def test_a_forked_child_never_writes_to_the_parents_trace(tmp_path):
         from vramscope import _core
         r = _core.Recorder({str(path)!r}); r.activate()
         for i in range(100):
-            _core.feed_allocator_event(0, 0, 0x1000_0000 + i * 4096, 4096)
+            _core.feed_allocator_event(_core.EventKind.alloc, 0, 0x1000_0000 + i * 4096, 4096)
         pid = os.fork()
         if pid == 0:
             r.deactivate(); r.abandon()
             for i in range(100):
-                _core.feed_allocator_event(0, 0, 0x9000_0000 + i * 4096, 4096)
+                _core.feed_allocator_event(_core.EventKind.alloc, 0, 0x9000_0000 + i * 4096, 4096)
             r.end_step(); r.flush()
             os._exit(0)
         os.waitpid(pid, 0)

@@ -73,7 +73,7 @@ def test_report_of_a_live_trace_shows_who_holds_the_leak(tmp_path, browser):
     recorder = _core.Recorder(str(trace))
     recorder.activate()
     for step in range(30):
-        _core.feed_allocator_event(0, 0, 0x7000_0000 + step * (1 << 20), 1 << 20)
+        _core.feed_allocator_event(_core.EventKind.alloc, 0, 0x7000_0000 + step * (1 << 20), 1 << 20)
         recorder.end_step()
     recorder.deactivate()
     recorder.close()

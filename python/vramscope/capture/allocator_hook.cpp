@@ -18,24 +18,27 @@
 #include <typeindex>
 #include <unordered_map>
 
+#include "events/event.h"
+
 namespace {
 
 using c10::cuda::CUDACachingAllocator::TraceEntry;
 using Sink = void (*)(int kind, int device, uint64_t addr, uint64_t size, uint64_t stream, const char* node);
 std::atomic<Sink> g_sink{nullptr};
 
-// vramscope's EventKind values (src/vramscope/events/event.h); -1: not recorded.
+// torch's action as vramscope's EventKind (events/event.h, installed beside this file); -1: not recorded.
 int kind_of(TraceEntry::Action a) {
+    using vramscope::EventKind;
     switch (a) {
-    case TraceEntry::ALLOC: return 0;
-    case TraceEntry::FREE_REQUESTED: return 1;
-    case TraceEntry::FREE_COMPLETED: return 2;
-    case TraceEntry::SEGMENT_ALLOC: return 3;
-    case TraceEntry::SEGMENT_FREE: return 4;
-    case TraceEntry::SEGMENT_MAP: return 5;
-    case TraceEntry::SEGMENT_UNMAP: return 6;
-    case TraceEntry::OOM: return 7;
-    case TraceEntry::SNAPSHOT: return 12;
+    case TraceEntry::ALLOC: return int(EventKind::alloc);
+    case TraceEntry::FREE_REQUESTED: return int(EventKind::free_requested);
+    case TraceEntry::FREE_COMPLETED: return int(EventKind::free_completed);
+    case TraceEntry::SEGMENT_ALLOC: return int(EventKind::segment_alloc);
+    case TraceEntry::SEGMENT_FREE: return int(EventKind::segment_free);
+    case TraceEntry::SEGMENT_MAP: return int(EventKind::segment_map);
+    case TraceEntry::SEGMENT_UNMAP: return int(EventKind::segment_unmap);
+    case TraceEntry::OOM: return int(EventKind::oom);
+    case TraceEntry::SNAPSHOT: return int(EventKind::snapshot);
     default: return -1;
     }
 }
@@ -84,7 +87,7 @@ void on_trace_entry(const TraceEntry& e) {
     if (!sink) return;
     const int kind = kind_of(e.action_);
     if (kind < 0) return;
-    const bool freeing = kind == 1 || kind == 2;
+    const bool freeing = kind == int(vramscope::EventKind::free_requested) || kind == int(vramscope::EventKind::free_completed);
     sink(kind, int(e.device_), uint64_t(e.addr_), uint64_t(e.size_),
          uint64_t(reinterpret_cast<uintptr_t>(e.stream_)), freeing ? nullptr : node_name());
 }

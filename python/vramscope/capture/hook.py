@@ -6,11 +6,15 @@ later runs load it in a fraction of a second.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import sys
 from pathlib import Path
 
 SOURCE = Path(__file__).with_name("allocator_hook.cpp")
+# events/event.h, the event vocabulary the hook speaks: installed with the package, or the source tree's.
+_INCLUDE = next((p for p in (Path(__file__).parents[1] / "include", Path(__file__).parents[3] / "src" / "vramscope")
+                 if (p / "events" / "event.h").exists()), None)
 
 
 class HookUnavailable(RuntimeError):
@@ -23,14 +27,18 @@ def load_allocator_hook():
 
     if cpp_extension.CUDA_HOME is None:
         raise HookUnavailable("the CUDA toolkit headers were not found (set CUDA_HOME to the CUDA install)")
-    # One build per torch version: a hook built against another torch would not load, or worse.
-    name = "vramscope_allocator_hook_" + re.sub(r"\W", "_", torch.__version__)
+    if _INCLUDE is None:
+        raise HookUnavailable("vramscope's events/event.h is missing from the installation (reinstall vramscope)")
+    # One build per torch version and per hook source: a hook built against another torch would not
+    # load, or worse; one built from other sources would speak another vocabulary.
+    sources = hashlib.sha1(SOURCE.read_bytes() + (_INCLUDE / "events" / "event.h").read_bytes()).hexdigest()[:10]
+    name = "vramscope_allocator_hook_" + re.sub(r"\W", "_", torch.__version__) + "_" + sources
     first_use = not _cached(cpp_extension, name)
     if first_use:
         print(f"vramscope: building the allocator hook for torch {torch.__version__} (first use only)...",
               file=sys.stderr, flush=True)
     try:
-        return cpp_extension.load(name=name, sources=[str(SOURCE)], with_cuda=True,
+        return cpp_extension.load(name=name, sources=[str(SOURCE)], with_cuda=True, extra_include_paths=[str(_INCLUDE)],
                                   extra_cflags=["-O2"], verbose=False)
     except Exception as e:  # compiler missing, ninja missing, headers of another torch
         text = str(e).strip().splitlines()

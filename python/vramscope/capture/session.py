@@ -19,11 +19,18 @@ import weakref
 from .. import _core
 from . import naming, torch_hooks
 
-MICROBATCH, ANNOTATION_START = 9, 10
 _active: "Capture | None" = None
 _last: "Capture | None" = None  # the latest capture started, for explain() after it ended
 _retired: list = []  # recorders outlive their capture: a late allocator callback may still reach one
 _warned: set = set()
+
+
+def _budget_from_env() -> float:
+    """Seconds one owner search may take (VRAMSCOPE_EXPLAIN_BUDGET, default 5)."""
+    try:
+        return max(0.1, float(os.environ.get("VRAMSCOPE_EXPLAIN_BUDGET", "5")))
+    except ValueError:
+        return 5.0
 
 
 class LeakError(AssertionError):
@@ -46,7 +53,8 @@ class Capture:
     """Records every CUDA caching-allocator event of this process to a .vscope trace."""
 
     def __init__(self, path="vramscope.vscope", *, fail_on_leak=False, summary=True, live_warnings=True,
-                 device_memory: int = 0, shared_name=True, explain=True):
+                 device_memory: int = 0, shared_name=True, explain=True, explain_budget: float | None = None,
+                 analyse_at_end=True):
         self.requested_path = os.fspath(path)
         self.path: str | None = None  # the file actually written (rank in its name)
         self.fail_on_leak = fail_on_leak
@@ -54,7 +62,12 @@ class Capture:
         self.live_warnings = live_warnings
         self.device_memory = device_memory
         self.shared_name = shared_name
-        self.explain = explain  # at the end, find who holds each leak (while the run's objects live)
+        self.analyse_at_end = analyse_at_end  # off under `vramscope run`: its launcher analyses each trace once
+        # Who holds each leak: searched on the training thread at the step a leak is confirmed, while
+        # the loop's frames and locals live, and again at the end if its tensors are still there.
+        self.explain = explain
+        self.explain_budget = explain_budget if explain_budget is not None else _budget_from_env()
+        self.live_owners: list[dict] = []  # ownership.leaks.explained(), one per site confirmed live
         self.findings: dict | None = None
         self.owners: list[dict] = []
         self.leaked: bool | None = None
@@ -175,17 +188,20 @@ class Capture:
         if recorder is None:
             return
         self._retire(recorder)
-        fault = ""
+        fault, leaking = "", []
         try:
             self.allocations = recorder.allocations
             fault = recorder.fault()
+            leaking = recorder.leaking()
             recorder.close()
         except Exception as e:
             fault = fault or f"could not finish the trace: {e}"
+        if self.allocations == 0 and not fault:
+            self.path = None  # never allocated (a compile or data worker): no trace, nothing to say
+            return
         if fault:
             warn(f"{fault}; the trace {self.path} holds what came before")
-        if self.summary or self.explain or self.fail_on_leak:
-            self._report(print_it=self.summary)
+        self._report(print_it=self.summary, analyse=self.analyse_at_end, leaking=leaking)
         if raise_on_leak and self.fail_on_leak and self.leaked:
             raise LeakError(f"vramscope: the run leaked GPU memory (trace: {self.path})")
 
@@ -235,21 +251,31 @@ class Capture:
         if self._recorder is not None:
             self._recorder.flush()
 
-    def _report(self, print_it: bool) -> None:
-        """Analyses the trace; while the run's objects still live, finds who holds each leak
-        (also written beside the trace as OUT.owners.json, for `vramscope run`)."""
-        try:
-            text, findings = _core.summary(self.path, self.device_memory, False)
-            self.findings = json.loads(findings)
-            self.leaked = self.findings["verdict"] == "leak"
-        except Exception as e:
-            return warn(f"could not analyse {self.path}: {e}")
-        if self.leaked and self.explain:
+    def _report(self, print_it: bool, analyse: bool = True, leaking: list | None = None) -> None:
+        """Finds who holds each leak while the run's objects still live (written beside the trace as
+        OUT.owners.json) and, with `analyse`, analyses the trace: the only analysis of this trace in
+        this process. Without it (under `vramscope run`, whose launcher analyses each trace once) the
+        leaks are the live monitor's last word, which the judge makes the same as the final table."""
+        text = ""
+        if analyse:
             try:
-                from ..ownership.leaks import merge_owners, owners_of_leaks
+                text, findings = _core.summary(self.path, self.device_memory, False)
+                self.findings = json.loads(findings)
+                self.leaked = self.findings["verdict"] == _core.Verdict.leak.spelling
+            except Exception as e:
+                return warn(f"could not analyse {self.path}, so the verdict is unknown (not 'no leak'): {e}")
+            leaks = self.findings["leaks"]
+        else:
+            text = "".join(f"vramscope: {f['line']}\n" for f in leaking or [])
+            leaks = [{"site": f["site"], "device": f["device"], "bytes_per_step": f["bytes_per_step"],
+                      "live_blocks": [list(b) for b in reversed(f["blocks"])]} for f in leaking or []]
+        if leaks and self.explain:
+            try:
+                self.owners = self._owners_now_or_then(leaks)
+                if self.findings is not None:
+                    from ..ownership.leaks import merge_owners
 
-                self.owners = owners_of_leaks(self.findings)
-                merge_owners(self.findings, self.owners)
+                    merge_owners(self.findings, self.owners)
                 with open(self.path + ".owners.json", "w") as f:
                     json.dump(self.owners, f, indent=1)
             except Exception as e:
@@ -261,21 +287,55 @@ class Capture:
             print(f"vramscope: trace written to {self.path}  (vramscope analyze {self.path})",
                   file=sys.stderr, flush=True)
 
+    def _owners_now_or_then(self, leaks: list[dict], max_leaks: int = 3) -> list[dict]:
+        """Each leak's owners as they are now; where none is found now (main() has returned), the
+        answer found live, at the step the leak was confirmed."""
+        from ..ownership.leaks import explained, owners_of_blocks, same_site
+
+        out = []
+        for leak in leaks[:max_leaks]:
+            blocks = [tuple(b) for b in leak.get("live_blocks", [])][::-1]  # newest first
+            owners, note = owners_of_blocks(leak["device"], blocks, budget=self.explain_budget)
+            now = explained(leak["site"], leak["device"], leak["bytes_per_step"], owners, note)
+            then = next((e for e in self.live_owners if same_site(e, now) and e["owners"]), None)
+            out.append(now if owners or then is None else {**then, "bytes_per_step": leak["bytes_per_step"]})
+        return out
+
     # -- events ------------------------------------------------------------------------------
     def end_step(self) -> None:
         recorder = self._recorder
         if recorder is None:
             return
         try:
-            for line in recorder.end_step():
-                self.live_leaks.append(line)
+            said = recorder.end_step()
+            for live in said:
+                self.live_leaks.append(live["line"])
                 if self.live_warnings:
-                    print(f"vramscope: {line}", file=sys.stderr, flush=True)
+                    print(f"vramscope: {live['line']}", file=sys.stderr, flush=True)
             fault = recorder.fault()
         except Exception as e:
-            fault = f"capture stopped ({type(e).__name__}: {e})"
+            said, fault = [], f"capture stopped ({type(e).__name__}: {e})"
         if fault:
-            self._step_aside(fault)
+            return self._step_aside(fault)
+        confirmed = [live for live in said if live["shape"].is_leak]
+        if confirmed and self.explain:
+            self._explain_live(confirmed, recorder.steps)
+
+    def _explain_live(self, confirmed: list[dict], step: int) -> None:
+        """On the training thread, at the step a leak is confirmed: one search per new site, within
+        the budget; the answer is kept for the end (when main()'s locals may be gone)."""
+        from ..ownership.leaks import explained, owners_of_blocks, same_site
+
+        for live in confirmed:
+            try:
+                owners, note = owners_of_blocks(live["device"], live["blocks"], budget=self.explain_budget)
+            except Exception as e:  # never the run's problem
+                owners, note = [], f"the owner search failed ({type(e).__name__}: {e})"
+            answer = explained(live["site"], live["device"], live["bytes_per_step"], owners, note, step)
+            self.live_owners = [e for e in self.live_owners if not same_site(e, answer)] + [answer]
+            if self.live_warnings:
+                held = answer["owner_lines"][0] if owners else note
+                print(f"vramscope:   held by {held}", file=sys.stderr, flush=True)
 
     def _on_optimizer_step(self, optimizer) -> None:
         if self._step_source is None:
@@ -287,7 +347,7 @@ class Capture:
     def _on_backward(self) -> None:
         recorder = self._recorder
         if recorder is not None:
-            recorder.marker(MICROBATCH, "backward")
+            recorder.marker(_core.EventKind.microbatch, "backward")
 
     def _on_stream(self, handle: int, label: str) -> None:
         recorder = self._recorder
@@ -303,7 +363,7 @@ class Capture:
         print(f"vramscope: CUDA out of memory on cuda:{device} at step {recorder.steps:,} (asked "
               f"{_core.format_bytes(asked)}, {_core.format_bytes(free)} free); the trace so far:",
               file=sys.stderr, flush=True)
-        self._report(print_it=True)
+        self._report(print_it=True, analyse=self.analyse_at_end, leaking=recorder.leaking())
 
     def explicit_step(self) -> None:
         self._step_source = "explicit"
@@ -312,17 +372,18 @@ class Capture:
     def mark(self, name: str) -> None:
         recorder = self._recorder
         if recorder is not None:
-            recorder.marker(ANNOTATION_START, name)
+            recorder.marker(_core.EventKind.annotation_start, name)
 
 
 def track(path="vramscope.vscope", *, fail_on_leak=False, summary=True, live_warnings=True,
-          device_memory: int = 0, explain=True) -> Capture:
+          device_memory: int = 0, explain=True, explain_budget: float | None = None) -> Capture:
     """Capture GPU memory events of the code in the `with` block to `path` (rank in the name under
-    torchrun). Steps come from torch.optim; warns as soon as a leak is confirmed; prints the analysis
-    at the end with who holds each leak (explain=True). Never breaks the run: without CUDA, or on
-    any fault, it warns once and steps aside."""
+    torchrun). Steps come from torch.optim; warns as soon as a leak is confirmed and, with explain,
+    finds who holds it right then (one search per new leak, at most explain_budget seconds, default
+    VRAMSCOPE_EXPLAIN_BUDGET or 5); prints the analysis at the end. Never breaks the run: without
+    CUDA, or on any fault, it warns once and steps aside."""
     return Capture(path, fail_on_leak=fail_on_leak, summary=summary, live_warnings=live_warnings,
-                   device_memory=device_memory, explain=explain)
+                   device_memory=device_memory, explain=explain, explain_budget=explain_budget)
 
 
 def step() -> None:

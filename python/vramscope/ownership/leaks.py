@@ -1,79 +1,110 @@
-"""From a leak finding to who holds it: the finding's live blocks (from the trace, so blocks freed
-and reused since are not among them) → the tensors whose storage lies in them now → who_holds()."""
+"""From a leak to who holds it: the leak's newest live blocks (from the trace or the live monitor, so
+blocks freed and reused since are not among them) → the tensors whose storage lies in them now →
+one search of the object graph for all of them (paths.holders_of), within a time budget."""
 
 from __future__ import annotations
 
+import bisect
 import gc
+import sys
 import time
 import warnings
 
 from .._core import format_bytes
-from .paths import OwnerPath, who_holds
+from .paths import OwnerPath, holders_of
 
 BLOCKS_TRIED = 8  # the newest live blocks of a leak: the ones its latest steps left
 
 
 def live_tensors_by_block(device: int, blocks) -> dict:
-    """(addr, size) of each block -> a tensor whose storage starts inside it."""
+    """(addr, end) of each block -> a tensor whose storage starts inside it."""
     import torch
 
-    starts = sorted((addr, addr + size) for addr, size in blocks)
+    spans = sorted((addr, addr + size) for addr, size in blocks)
     found = {}
-    if not starts:
+    if not spans:
         return found
-    import bisect
-
-    firsts = [s for s, _ in starts]
+    firsts = [s for s, _ in spans]
     for obj in gc.get_objects():
-        if isinstance(obj, torch.Tensor) and obj.is_cuda and obj.device.index == device:
+        # type(), not isinstance(): a dead weakref proxy raises ReferenceError on __class__.
+        if not issubclass(type(obj), torch.Tensor):
+            continue
+        try:
+            if not obj.is_cuda or obj.device.index != device:
+                continue
             ptr = obj.untyped_storage().data_ptr()
-            i = bisect.bisect_right(firsts, ptr) - 1
-            if i >= 0 and ptr < starts[i][1] and starts[i] not in found:
-                found[starts[i]] = obj
+        except Exception:  # a tensor subclass or fake tensor without storage
+            continue
+        i = bisect.bisect_right(firsts, ptr) - 1
+        if i >= 0 and ptr < spans[i][1] and spans[i] not in found:
+            found[spans[i]] = obj
     return found
 
 
+def owners_of_blocks(device: int, blocks, *, max_paths: int = 3, budget: float = 5.0,
+                     skip_frames: set | None = None) -> tuple[list[OwnerPath], str]:
+    """Who holds the tensors in these (address, size) blocks: one walk for all of them. Returns
+    the paths and a note ("" when the search ran its course)."""
+    deadline = time.monotonic() + budget
+    with warnings.catch_warnings():  # a scan of every object touches deprecated ones
+        warnings.simplefilter("ignore")
+        tensors = list(live_tensors_by_block(device, list(blocks)[:BLOCKS_TRIED]).values())
+        if not tensors:
+            return [], "no live tensor of this leak was found from Python (freed since, or held by C++ state)"
+        skip = {id(sys._getframe())} | (skip_frames or set())
+        try:
+            found = holders_of(tensors, skip, max_paths, deadline)
+        except Exception as e:  # objects that die or misbehave mid-walk: no owner, never a crash
+            return [], f"the owner search failed ({type(e).__name__}: {e})"
+        finally:
+            del tensors
+    if not found and time.monotonic() >= deadline:
+        return [], f"the owner search stopped at its {budget:.1f} s budget (VRAMSCOPE_EXPLAIN_BUDGET)"
+    return found, ""
+
+
 def owners_of_leaks(findings: dict, *, max_leaks: int = 3, max_paths: int = 3, timeout: float = 5.0) -> list[dict]:
-    """For the largest leaks of a findings dict (one run): [{"site", "bytes_per_step", "owners"}]."""
+    """For the largest leaks of a findings dict (one run): [{"site", "bytes_per_step", "device", "owners",
+    "owner_lines", "note"}]."""
     out = []
     for leak in findings.get("leaks", [])[:max_leaks]:
-        blocks = [tuple(b) for b in leak.get("live_blocks", [])][-BLOCKS_TRIED:]
-        with warnings.catch_warnings():  # a scan of every object touches deprecated ones
-            warnings.simplefilter("ignore")
-            tensors = live_tensors_by_block(leak["device"], blocks)
-        owners: list[OwnerPath] = []
-        deadline = time.monotonic() + timeout
-        for block in reversed(blocks):  # newest first
-            tensor = tensors.get((block[0], block[0] + block[1]))
-            if tensor is None or time.monotonic() > deadline:
-                continue
-            for p in who_holds(tensor, max_paths=max_paths, timeout=max(0.1, deadline - time.monotonic())):
-                if p.path not in {o.path for o in owners}:
-                    owners.append(p)
-            del tensor
-            if len(owners) >= max_paths:
-                break
-        out.append({"site": leak["site"], "bytes_per_step": leak["bytes_per_step"], "device": leak["device"],
-                     "owners": [o.to_json() for o in owners[:max_paths]],
-                     "owner_lines": [str(o) for o in owners[:max_paths]]})
+        blocks = [tuple(b) for b in leak.get("live_blocks", [])][-BLOCKS_TRIED:][::-1]  # newest first
+        owners, note = owners_of_blocks(leak["device"], blocks, max_paths=max_paths, budget=timeout)
+        out.append(explained(leak["site"], leak["device"], leak["bytes_per_step"], owners, note))
     return out
 
 
-def merge_owners(findings: dict, explained: list[dict]) -> None:
+def explained(site: dict, device: int, bytes_per_step: float, owners: list[OwnerPath], note: str,
+              step: int | None = None) -> dict:
+    """One leak's answer, as findings and the owners sidecar keep it; `step`: found during the run."""
+    return {"site": site, "bytes_per_step": bytes_per_step, "device": device,
+            "owners": [o.to_json() for o in owners], "owner_lines": [str(o) for o in owners],
+            "note": note, "found_at_step": step}
+
+
+def same_site(a: dict, b: dict) -> bool:
+    return (a["site"]["file"], a["site"]["line"], a["site"]["function"], a["device"]) == (
+        b["site"]["file"], b["site"]["line"], b["site"]["function"], b["device"])
+
+
+def merge_owners(findings: dict, explained_leaks: list[dict]) -> None:
     """Puts each leak's owners into the findings as leaks[].owners (docs/findings.md)."""
     for leak in findings.get("leaks", []):
-        for e in explained:
-            if e["site"] == leak["site"] and e["device"] == leak["device"]:
+        for e in explained_leaks:
+            if same_site(e, leak):
                 leak["owners"] = e["owners"]
+                if e.get("found_at_step") is not None:
+                    leak["owners_found_at_step"] = e["found_at_step"]
 
 
-def render_owners(explained: list[dict]) -> str:
+def render_owners(explained_leaks: list[dict]) -> str:
     lines = []
-    for leak in explained:
+    for leak in explained_leaks:
         site = leak["site"]
         where = f"{site['file'].rsplit('/', 1)[-1]}:{site['line']} {site['function']}"
-        lines.append(f"  {where}  (+{format_bytes(leak['bytes_per_step'])}/step)")
+        when = f", found at step {leak['found_at_step']:,}" if leak.get("found_at_step") is not None else ""
+        lines.append(f"  {where}  (+{format_bytes(leak['bytes_per_step'])}/step{when})")
         if not leak["owner_lines"]:
-            lines.append("    no live tensor of this leak was found from Python (freed since, or held by C++ state)")
+            lines.append("    " + (leak.get("note") or "no live tensor of this leak was found from Python"))
         lines += [f"    {line}" for line in leak["owner_lines"]]
     return "Who holds it\n" + "\n".join(lines) + "\n" if lines else ""

@@ -71,7 +71,9 @@ def tensors_holding(target):
             device = torch.device("cuda", torch.cuda.current_device())
     found = []
     for obj in gc.get_objects():
-        if isinstance(obj, torch.Tensor) and obj.device == device:
+        # type(), not isinstance(): isinstance asks a weakref proxy for its __class__, and a dead
+        # one raises ReferenceError (torch.compile leaves such proxies around).
+        if issubclass(type(obj), torch.Tensor) and obj.device == device:
             s = obj.untyped_storage()
             start = s.data_ptr()
             if start == address or (not isinstance(target, torch.Tensor) and start <= address < start + s.nbytes()):
@@ -84,10 +86,12 @@ def _roots(skip_frames, user_only: bool):
     modules = [("__main__", main)] if main else []
     modules += [(n, m) for n, m in list(sys.modules.items()) if n != "__main__" and m is not None]
     for name, module in modules:
-        user = name == "__main__" or _is_user_file(getattr(module, "__file__", None))
-        if user_only != user:
+        try:  # sys.modules may hold proxies and lazy objects whose attributes raise
+            user = name == "__main__" or _is_user_file(getattr(module, "__file__", None))
+            names = list(vars(module).items()) if user_only == user else []
+        except Exception:
             continue
-        for key, value in list(vars(module).items()):
+        for key, value in names:
             if not key.startswith("__"):
                 yield f"{name}.{key}", value
     if not user_only:
@@ -98,7 +102,11 @@ def _roots(skip_frames, user_only: bool):
             # frames are tested first: reading a frame's f_locals makes a dict that holds it.
             if (id(frame) not in skip_frames and not frame.f_code.co_filename.startswith(_PACKAGE_DIR)
                     and frame.f_locals is not frame.f_globals):
-                for key, value in list(frame.f_locals.items()):
+                try:
+                    local_items = list(frame.f_locals.items())
+                except Exception:  # a frame finishing on another thread
+                    local_items = []
+                for key, value in local_items:
                     yield f"{frame.f_code.co_name}() local '{key}'", value
             frame = frame.f_back
 
@@ -117,20 +125,25 @@ def who_holds(target, *, max_paths: int = 3, timeout: float = 5.0) -> list[Owner
         warnings.simplefilter("ignore")
         targets = tensors_holding(target)
         del target
-        if not targets:
-            return []
-        found = _in_gc_cycle(targets, max_paths)
-        if found:
-            return found
         # What holds a target: the caller's frame and ours are not owners.
         skip_frames = {id(caller), id(sys._getframe())}  # ids: a set of frames would hold ours in a cycle
         del caller
-        target_ids = {id(t): t for t in targets}
-        found = _breadth_first(_roots(skip_frames, True), target_ids, max_paths, deadline)
-        if not found and time.monotonic() < deadline:
-            found = _breadth_first(_roots(skip_frames, False), target_ids, max_paths, deadline)
-        if not found:
-            found = _autograd_cycle(targets, deadline)
+        return holders_of(targets, skip_frames, max_paths, deadline)
+
+
+def holders_of(targets: list, skip_frames: set, max_paths: int, deadline: float) -> list[OwnerPath]:
+    """One search for all targets: paths to whichever of them the roots reach first."""
+    if not targets:
+        return []
+    found = _in_gc_cycle(targets, max_paths)
+    if found:
+        return found
+    target_ids = {id(t): t for t in targets}
+    found = _breadth_first(_roots(skip_frames, True), target_ids, max_paths, deadline)
+    if not found and time.monotonic() < deadline:
+        found = _breadth_first(_roots(skip_frames, False), target_ids, max_paths, deadline)
+    if not found:
+        found = _autograd_cycle(targets, deadline)
     return found[:max_paths]
 
 

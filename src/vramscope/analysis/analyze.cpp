@@ -150,7 +150,7 @@ Replay replay(const Trace& t, const Steps& steps) {
 }
 
 SourceLine source_line(const StackTable& table, uint32_t frame) {
-    if (frame == 0) return SourceLine{"<no Python frame: autograd engine or C++ thread>", 0, ""};
+    if (frame == 0) return SourceLine{kNoPythonFrame, 0, ""};
     const Frame& f = table.frame(frame);
     return SourceLine{std::string(table.string(f.file)), f.line, std::string(table.string(f.function))};
 }

@@ -38,8 +38,6 @@ struct Judgement {
 
 Judgement judge(std::span<const double> held);
 
-inline bool is_leak(Shape s) { return s == Shape::rising || s == Shape::slowing; }
-
 // The step at which `capacity` is reached from `peak` bytes at `step` when `rate` bytes/step
 // accumulate; none without a rate or a capacity.
 std::optional<uint64_t> projected_oom_step(uint64_t step, uint64_t capacity, uint64_t peak, double rate);

@@ -60,7 +60,10 @@ std::vector<std::pair<uint64_t, uint64_t>> LiveMonitor::newest_blocks(uint8_t de
 std::vector<LiveLeak> LiveMonitor::leaking() const {
     std::vector<LiveLeak> out;
     for (const auto& [k, s] : series_)
-        if (s.reported) out.push_back(s.last);
+        if (s.reported) {
+            out.push_back(s.last);
+            out.back().newest_blocks = newest_blocks(s.last.device, s.last.site);
+        }
     return out;
 }
 

@@ -40,7 +40,7 @@ public:
     void set_capacity(uint8_t device, uint64_t bytes);
     // Closes a step; returns the sites confirmed as leaking at this step and those withdrawn.
     std::vector<LiveLeak> end_step();
-    // The sites whose last word is "leak".
+    // The sites whose last word is "leak", with their newest blocks as they are now.
     std::vector<LiveLeak> leaking() const;
     uint64_t steps() const { return step_; }
 

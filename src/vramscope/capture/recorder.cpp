@@ -1,5 +1,7 @@
 #include "capture/recorder.h"
 
+#include <unistd.h>
+
 #include <chrono>
 
 #include "analysis/sites.h"
@@ -101,9 +103,7 @@ uint32_t Recorder::frame_of(const RawFrame& f, bool& internal) {
     if (inserted) {
         const uint32_t line = line_of(f.code, f.offset);
         it->second = writer_->intern_frame(code->second.file, line, code->second.function);
-        if (!internal)
-            site_labels_.try_emplace(it->second, base_name(code->second.file) + ":" + std::to_string(line) + " " +
-                                                     code->second.function);
+        if (!internal) site_lines_.try_emplace(it->second, SourceLine{code->second.file, line, code->second.function});
     }
     return it->second;
 }
@@ -124,7 +124,7 @@ uint32_t Recorder::intern(const RawFrame* frames, size_t n, const char* node, ui
         auto [it, inserted] = node_frames_.try_emplace(node, 0);
         if (inserted) {
             it->second = writer_->intern_frame(kAutogradFile, 0, node);
-            site_labels_.try_emplace(it->second, std::string(node) + " (backward)");
+            site_lines_.try_emplace(it->second, SourceLine{kAutogradFile, 0, node});
         }
         ids.push_back(it->second);
         if (!pick.site) pick.see(it->second, false);
@@ -227,9 +227,9 @@ void Recorder::marker(EventKind kind, std::string_view name) {
     }
 }
 
-std::vector<std::string> Recorder::end_step() {
-    std::vector<std::string> lines;
-    if (stopped_.load(std::memory_order_relaxed)) return lines;
+std::vector<LiveFinding> Recorder::end_step() {
+    std::vector<LiveFinding> out;
+    if (stopped_.load(std::memory_order_relaxed)) return out;
     try {
         std::vector<LiveLeak> leaks;
         {
@@ -242,20 +242,34 @@ std::vector<std::string> Recorder::end_step() {
             writer_->event(e);
             leaks = monitor_.end_step();
         }
-        std::lock_guard lock(intern_mutex_);
-        for (const LiveLeak& leak : leaks) {
-            auto label = site_labels_.find(leak.site);
-            std::string line = "leak: +" + format_bytes(leak.bytes_per_step) + "/step at " +
-                               (label != site_labels_.end() ? label->second : std::string("<no Python frame>")) +
-                               " (cuda:" + std::to_string(leak.device) + ", growing since step " +
-                               format_count(leak.first_step) + ")";
-            if (leak.projected_oom_step) line += "; OOM projected at step " + format_count(*leak.projected_oom_step);
-            lines.push_back(std::move(line));
-        }
+        out = described(std::move(leaks));
     } catch (const std::exception& ex) {
         fail(std::string("capture stopped: ") + ex.what());
     }
-    return lines;
+    return out;
+}
+
+std::vector<LiveFinding> Recorder::leaking() {
+    std::vector<LiveLeak> leaks;
+    {
+        std::lock_guard lock(mutex_);
+        if (!stopped_.load(std::memory_order_relaxed)) drain_locked();
+        leaks = monitor_.leaking();
+    }
+    return described(std::move(leaks));
+}
+
+// The monitor's frame ids as source lines.
+std::vector<LiveFinding> Recorder::described(std::vector<LiveLeak> leaks) {
+    std::vector<LiveFinding> out;
+    std::lock_guard lock(intern_mutex_);
+    for (LiveLeak& leak : leaks) {
+        auto site = site_lines_.find(leak.site);
+        out.push_back(LiveFinding{site != site_lines_.end() ? site->second : SourceLine{kNoPythonFrame, 0, ""},
+                                  leak.device, leak.shape, leak.bytes_per_step, leak.first_step,
+                                  leak.projected_oom_step, std::move(leak.newest_blocks)});
+    }
+    return out;
 }
 
 uint64_t Recorder::steps() const {
@@ -291,6 +305,7 @@ void Recorder::close() {
         w = std::move(writer_);
     }
     w->close();  // may throw (disk full): the caller reports it
+    if (allocations_.load(std::memory_order_relaxed) == 0) ::unlink(path_.c_str());
 }
 
 void Recorder::abandon() noexcept {

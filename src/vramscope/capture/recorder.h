@@ -20,9 +20,10 @@
 #include <vector>
 
 #include "capture/clock.h"
-#include "capture/live_monitor.h"
+#include "analysis/live_monitor.h"
 #include "capture/python_frames.h"
 #include "events/event.h"
+#include "findings/findings.h"
 #include "trace/writer.h"
 
 namespace vramscope::capture {
@@ -47,10 +48,13 @@ public:
     void allocator_event(EventKind kind, uint8_t device, uint64_t addr, uint64_t size, uint64_t stream,
                          const char* autograd_node) noexcept;
     void marker(EventKind kind, std::string_view name);
-    // Writes the step marker; returns one line per leak the live monitor confirmed at this step.
-    std::vector<std::string> end_step();
+    // Writes the step marker; returns the leaks the live monitor confirmed or withdrew at this step.
+    std::vector<LiveFinding> end_step();
+    // The live monitor's last word: the sites it holds as leaking now.
+    std::vector<LiveFinding> leaking();
 
     void flush();
+    // Closes the file; a process that never allocated leaves none (compile workers, helpers).
     void close();
     // After fork(), in the child: let go of the file without writing to it (it is the parent's).
     void abandon() noexcept;
@@ -84,6 +88,7 @@ private:
     uint32_t intern(const RawFrame* frames, size_t n, const char* node, uint32_t& site);
     uint32_t frame_of(const RawFrame& f, bool& internal);
     uint16_t stream_index(uint64_t handle);
+    std::vector<LiveFinding> described(std::vector<LiveLeak> leaks);
     void drain_locked();
     void fail(const std::string& why) noexcept;
     void worker();
@@ -106,7 +111,7 @@ private:
     std::unordered_map<RawFrame, uint32_t, RawFrameHash> frame_ids_;
     std::unordered_map<const void*, CodeText> code_text_;
     std::unordered_map<const char*, uint32_t> node_frames_;
-    std::unordered_map<uint32_t, std::string> site_labels_;  // frame id -> "file.py:12 function"
+    std::unordered_map<uint32_t, SourceLine> site_lines_;  // frame id -> where, for the sites of live findings
     std::vector<std::pair<uint64_t, uint16_t>> streams_;
     uint32_t step_name_ = 0;
     mutable std::mutex fault_mutex_;

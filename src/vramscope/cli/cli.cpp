@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -79,7 +80,7 @@ int analyze_command(const std::vector<std::string>& args, bool report_only) {
     std::vector<std::string> files;
     std::string json_out, html_out;
     AnalysisOptions opt;
-    bool fail_on_leak = false;
+    bool fail_on_leak = false, skip_empty = false;
     for (size_t i = 0; i < args.size(); ++i) {
         const std::string& a = args[i];
         auto value = [&]() -> const std::string& {
@@ -104,20 +105,34 @@ int analyze_command(const std::vector<std::string>& args, bool report_only) {
             if (!parse_bytes(value(), opt.device_memory) || opt.device_memory == 0)
                 throw UsageError("--device-memory takes a size such as 80GiB or 81559MiB");
         } else if (a == "--fail-on-leak") fail_on_leak = true;
+        else if (a == "--skip-empty") skip_empty = true;
         else if (a.starts_with("--")) throw UsageError("unknown option " + a);
         else files.push_back(a);
     }
     if (files.empty()) throw UsageError(std::string(report_only ? "report" : "analyze") + " needs at least one FILE");
     if (report_only && html_out.empty()) throw UsageError("report needs -o OUT.html");
     std::vector<Findings> runs;
+    std::vector<std::string> kept;
+    size_t skipped = 0;
     for (const auto& path : files) {
         const auto started = std::chrono::steady_clock::now();
         Progress progress("reading " + path, file_size(path));
         Trace trace = load_any(path);
         const double import_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+        if (skip_empty && std::none_of(trace.events.begin(), trace.events.end(),
+                                       [](const Event& e) { return is_block_event(e.kind); })) {
+            ++skipped;
+            continue;
+        }
+        kept.push_back(path);
         runs.push_back(analyze(trace, opt));
         runs.back().import_seconds = import_seconds;
     }
+    files = std::move(kept);
+    if (skipped)
+        std::cerr << "vramscope: " << skipped << (skipped == 1 ? " process" : " processes")
+                  << " never allocated CUDA memory (compile or data workers): not counted as runs\n";
+    if (runs.empty()) throw std::runtime_error("no trace holds any memory event");
     const RankComparison ranks = compare_ranks(runs);
     if (!html_out.empty()) write_report(html_out, files, runs, ranks);
     if (report_only) {

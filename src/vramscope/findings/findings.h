@@ -12,6 +12,9 @@ namespace vramscope {
 
 inline constexpr int kSchemaVersion = 1;
 
+// The site of allocations made where no Python frame ran (autograd engine threads, C++ code).
+inline constexpr const char* kNoPythonFrame = "<no Python frame: autograd engine or C++ thread>";
+
 struct SourceLine {
     std::string file;
     uint32_t line = 0;
@@ -96,6 +99,18 @@ struct Findings {
     std::vector<std::pair<std::string, std::string>> meta;
     double analysis_seconds = 0;
     double import_seconds = 0;      // reading the input into events (set by whoever read it)
+};
+
+// What the live monitor said at a step end about one site: a leak confirmed (shape rising or
+// slowing) or withdrawn (any other shape: it levelled off).
+struct LiveFinding {
+    SourceLine site;
+    uint16_t device = 0;
+    Shape shape = Shape::rising;
+    double bytes_per_step = 0;
+    uint64_t since_step = 0;  // the climb's first step; for a withdrawal, its last rise
+    std::optional<uint64_t> projected_oom_step;
+    std::vector<std::pair<uint64_t, uint64_t>> newest_blocks;  // (address, size): what explain maps to tensors
 };
 
 // The ranks of one distributed run side by side (analysis/ranks.h fills it).

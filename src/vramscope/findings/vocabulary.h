@@ -40,6 +40,8 @@ inline Verdict worse(Verdict a, Verdict b) {
     return a == Verdict::cannot_judge || b == Verdict::cannot_judge ? Verdict::cannot_judge : Verdict::no_leak;
 }
 
+inline bool is_leak(Shape s) { return s == Shape::rising || s == Shape::slowing; }
+
 std::string_view name(Verdict v);
 std::string_view name(Shape s);
 std::string_view name(NotLeakKind k);

@@ -157,6 +157,17 @@ std::string render_summary(const Findings& f, bool color, size_t max_leaks) {
     return o;
 }
 
+std::string render_live(const LiveFinding& live) {
+    const std::string at = where(live.site) + " (cuda:" + std::to_string(live.device);
+    if (!is_leak(live.shape))
+        return "withdrawn: " + at + " made no new high since step " + format_count(live.since_step) +
+               "; it was a cache that filled, not a leak (" + std::string(name(live.shape)) + ")";
+    std::string line = "leak: " + per_step(live.bytes_per_step) + " at " + at + ", growing since step " +
+                       format_count(live.since_step) + (live.shape == Shape::slowing ? ", slowing" : "") + ")";
+    if (live.projected_oom_step) line += "; OOM projected at step " + format_count(*live.projected_oom_step);
+    return line;
+}
+
 std::string render_ranks(const RankComparison& ranks, bool color) {
     if (ranks.rows.empty()) return "";
     const char* bold = color ? "\033[1m" : "";

@@ -9,5 +9,7 @@ namespace vramscope {
 std::string render_summary(const Findings& f, bool color, size_t max_leaks = 5);
 // The ranks side by side, and what differs between them.
 std::string render_ranks(const RankComparison& ranks, bool color);
+// One line while the run goes on: a leak the live monitor confirmed, or one it withdrew.
+std::string render_live(const LiveFinding& live);
 
 }  // namespace vramscope
