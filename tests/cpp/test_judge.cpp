@@ -105,7 +105,11 @@ TEST(Judge, LiveMonitorAndOfflineAnalysisAgreeOnEveryFixture) {
         SiteResolver sites(t.stacks);
         LiveMonitor monitor;
         std::map<std::pair<uint8_t, uint32_t>, double> live;  // (device, site frame) -> rate
+        // A live capture sees no step that ended before its first memory event.
+        size_t first_memory_event = 0;
+        while (!is_block_event(t.events[first_memory_event].kind)) ++first_memory_event;
         size_t next_end = 0;
+        while (next_end < steps.ends.size() && steps.ends[next_end] < first_memory_event) ++next_end;
         for (size_t i = 0; i < t.events.size(); ++i) {
             const Event& ev = t.events[i];
             if (ev.kind == EventKind::alloc) monitor.alloc(ev.device, ev.addr, ev.size, sites.site(ev.stack));

@@ -42,7 +42,25 @@ SCENARIOS = [
     "clean_adamw_accum",
     "clean_varlen",
     "bounded_lru_cache",
+    # The shapes of real runs (issue 9): where the holder lives, compiled code, eval, side streams
+    # whose growth slows, partial recordings, the allocator's other mode, C++ stacks.
+    "leak_main_local",
+    "leak_trainer_attr",
+    "leak_compiled_outputs",
+    "leak_eval_no_grad",
+    "leak_offload_slowing",
+    "leak_ring_wrap",
+    "leak_expandable_segments",
+    "leak_stacks_all",
 ]
+
+# Recorder settings other than the default (stacks="python", max_entries=1_000_000), per scenario.
+RECORDING = {
+    "leak_ring_wrap": {"max_entries": 2_000},  # keeps about the last 20 of 60 steps
+    "leak_stacks_all": {"stacks": "all"},
+}
+# Environment set before torch starts, per scenario.
+ENVIRONMENT = {"leak_expandable_segments": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}}
 
 STEPS = 30
 SCRIPT_FILE = os.path.basename(__file__)
@@ -75,7 +93,8 @@ def site(function: str, marker: str) -> dict:
 class Run:
     """Device, recording and per-step truth for one scenario."""
 
-    def __init__(self, name: str, out_dir: str | None, dry_cpu: bool, live: str | None = None):
+    def __init__(self, name: str, out_dir: str | None, dry_cpu: bool, live: str | None = None,
+                 plain: str | None = None):
         import torch
 
         self.torch = torch
@@ -83,6 +102,9 @@ class Run:
         self.out_dir = out_dir
         self.dry = dry_cpu
         self.live = live  # capture with vramscope.track() into this .vscope instead of torch's recorder
+        self.plain = plain  # record nothing (`vramscope run` captures): only the truth, to this path
+        self.recording = {"enabled": "all", "context": "all", "stacks": "python", "max_entries": 1_000_000,
+                          **RECORDING.get(name, {})}
         self.device = torch.device("cpu" if dry_cpu else "cuda")
         self.steps: list[dict] = []
         torch.manual_seed(1234)
@@ -92,16 +114,14 @@ class Run:
             assert torch.cuda.memory_allocated() == 0, "GPU not empty at start"
 
     def start(self):
-        if self.dry:
+        if self.dry or self.plain:
             return
         if self.live:
             import vramscope
 
             self.capture = vramscope.track(self.live, summary=False).start()
             return
-        self.torch.cuda.memory._record_memory_history(
-            enabled="all", context="all", stacks="python", max_entries=1_000_000
-        )
+        self.torch.cuda.memory._record_memory_history(**self.recording)
 
     def record_step(self, i: int, **extra):
         torch = self.torch
@@ -135,8 +155,7 @@ class Run:
             "device_name": None if self.dry else torch.cuda.get_device_name(0),
             "device_total_memory": None if self.dry
             else torch.cuda.get_device_properties(0).total_memory,
-            "recorder": {"enabled": "all", "context": "all", "stacks": "python",
-                         "max_entries": 1_000_000},
+            "recorder": self.recording,
         }
         if extra:
             truth.update(extra)
@@ -146,9 +165,10 @@ class Run:
         if self.dry:
             print("DRY expected:", json.dumps({k: v for k, v in truth.items() if k != "steps"})[:3000])
             return truth
-        if self.live:
-            self.capture.stop()
-            with open(self.live + ".steps.json", "w") as f:
+        if self.live or self.plain:
+            if self.live:
+                self.capture.stop()
+            with open(self.plain or self.live + ".steps.json", "w") as f:
                 json.dump(truth, f, indent=1)
             return truth
         os.makedirs(self.out_dir, exist_ok=True)
@@ -452,6 +472,245 @@ def scenario_bounded_lru_cache(run: Run):
     run.finish(desc, expected, {"row_keys": keys, "shapes": shapes})
 
 
+# --- the shapes of real runs ------------------------------------------------
+
+
+def mlp_and_optimizer(run: Run, d: int = 1024, h: int = 1024):
+    nn = run.torch.nn
+    model = nn.Sequential(nn.Linear(d, h), nn.ReLU(), nn.Linear(h, d)).to(run.device)
+    return model, run.torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+
+def train_step(model, opt, x):
+    out = model(x)
+    out.pow(2).mean().backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return out
+
+
+def leak_expected(function: str, marker: str, per_step: int, owner: tuple[str, str], **more) -> dict:
+    """A leak's truth: its site, bytes a step, and who holds it (the owner path's start and a hop
+    it passes through)."""
+    return {"verdict": "leak", "leak_bytes_per_step": per_step, "leak_site": site(function, marker),
+            "leak_stream": "default", "owner": {"starts": owner[0], "through": owner[1]}, **more}
+
+
+def scenario_leak_main_local(run: Run):
+    """The usual script: the list that keeps each step's output is a local of the training function."""
+    B, D = 256, 1024
+    run.start()
+    model, opt = mlp_and_optimizer(run, D)
+    history = []
+    for i in range(STEPS):
+        out = train_step(model, opt, run.torch.randn(B, D, device=run.device))
+        history.append(out.detach().clone())  # MARK: leak_main_local
+        del out
+        run.record_step(i)
+    expected = leak_expected("scenario_leak_main_local", "leak_main_local", B * D * 4,
+                             ("scenario_leak_main_local() local 'history'[", ""))
+    run.finish("MLP 1024-1024-1024, AdamW, batch 256, 30 steps; each step's output (1 MiB) is appended to a "
+               "list that is a local of the training function, never cleared.", expected)
+
+
+def scenario_leak_trainer_attr(run: Run):
+    """Lightning's training_step_outputs pattern: a trainer object, itself a local, keeps each step's logits."""
+    B, D = 256, 1024
+
+    class Trainer:
+        def __init__(self, model, opt):
+            self.model, self.opt = model, opt
+            self.step_outputs = []
+
+        def training_step(self, x):
+            logits = self.model(x)  # MARK: leak_trainer_attr
+            logits.pow(2).mean().backward()
+            self.opt.step()
+            self.opt.zero_grad(set_to_none=True)
+            self.step_outputs.append(logits)  # kept for an epoch-end hook that never comes
+
+    run.start()
+    trainer = Trainer(*mlp_and_optimizer(run, D))
+    for i in range(STEPS):
+        trainer.training_step(run.torch.randn(B, D, device=run.device))
+        run.record_step(i)
+    expected = leak_expected("training_step", "leak_trainer_attr", B * D * 4,
+                             ("scenario_leak_trainer_attr() local 'trainer'", ".step_outputs["))
+    run.finish("MLP 1024-1024-1024, AdamW, batch 256, 30 steps, driven by a Trainer object (a local) whose "
+               "training_step appends its logits (1 MiB, with their grad_fn) to self.step_outputs.", expected)
+
+
+def scenario_leak_compiled_outputs(run: Run):
+    """A torch.compile'd model whose outputs are kept: the allocation happens in inductor's generated code."""
+    B, D = 256, 1024
+    run.start()
+    model, opt = mlp_and_optimizer(run, D)
+    compiled = run.torch.compile(model)
+    kept = []
+    for i in range(STEPS):
+        x = run.torch.randn(B, D, device=run.device)
+        out = compiled(x)  # MARK: leak_compiled_outputs
+        out.pow(2).mean().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        kept.append(out)
+        del x, out
+        run.record_step(i)
+    expected = leak_expected("scenario_leak_compiled_outputs", "leak_compiled_outputs", B * D * 4,
+                             ("scenario_leak_compiled_outputs() local 'kept'[", ""))
+    run.finish("torch.compile(MLP 1024-1024-1024), AdamW, batch 256, 30 steps; each step's compiled output "
+               "(1 MiB, allocated by inductor's generated code) is kept in a list.", expected)
+
+
+def scenario_leak_eval_no_grad(run: Run):
+    """Eval without torch.no_grad(): summing the eval loss as a tensor keeps every eval's graph."""
+    B, D = 256, 1024
+    run.start()
+    model, opt = mlp_and_optimizer(run, D)
+    eval_total = 0.0
+    for i in range(STEPS):
+        train_step(model, opt, run.torch.randn(B, D, device=run.device))
+        x_eval = run.torch.randn(B, D, device=run.device)
+        eval_total = eval_total + model(x_eval).pow(2).mean()  # MARK: leak_eval_no_grad
+        del x_eval
+        run.record_step(i)
+    expected = leak_expected("scenario_leak_eval_no_grad", "leak_eval_no_grad", 0,
+                             ("scenario_leak_eval_no_grad() local 'eval_total'", ".grad_fn"),
+                             notes="bytes per step: the slope of memory_allocated() (the saved activations of "
+                                   "each eval forward and its input)")
+    run.finish("MLP 1024-1024-1024, AdamW, batch 256, 30 steps; after each step an eval batch runs without "
+               "torch.no_grad() and its loss is added, as a tensor, to a running total: every eval's graph "
+               "and saved activations stay alive.", expected)
+
+
+def scenario_leak_offload_slowing(run: Run):
+    """The seeds' TRL shape: an activation offloader on a side stream whose stash is not fully released;
+    what it forgets shrinks from step to step (6 copies, then 5, ... then 1 a step) but never stops."""
+    torch = run.torch
+    B, D, H = 256, 512, 1024
+    dev = run.device
+
+    class Offloader:
+        def __init__(self):
+            self.stream = run.new_stream()
+            self.tracker: dict[int, tuple] = {}
+            self.step_keys: list[int] = []
+            self.counter = 0
+            self.params: set[int] = set()
+
+        def pack(self, t):
+            if t.device.type != dev.type or t.data_ptr() in self.params or t.numel() * t.element_size() < 1024:
+                return ("raw", t)
+            if self.stream is not None:
+                self.stream.wait_stream(torch.cuda.current_stream())
+            with run.stream(self.stream):
+                copy = t.detach().clone()  # MARK: leak_offload_slowing
+            self.counter += 1
+            self.tracker[self.counter] = (copy, tuple(t.shape))
+            self.step_keys.append(self.counter)
+            return ("key", self.counter)
+
+        def unpack(self, packed):
+            kind, value = packed
+            if kind == "raw":
+                return value
+            if self.stream is not None:
+                torch.cuda.current_stream().wait_stream(self.stream)
+                self.tracker[value][0].record_stream(torch.cuda.current_stream())
+            return self.tracker[value][0]
+
+        def end_step(self, step):
+            keep = max(1, 6 - step // 6)  # BUG: the first `keep` copies of the step are never released
+            for key in self.step_keys[keep:]:
+                del self.tracker[key]
+            self.step_keys.clear()
+
+    steps = 40
+    run.start()
+    nn = torch.nn
+    model = nn.Sequential(nn.Linear(D, H), nn.ReLU(), nn.Linear(H, H), nn.ReLU(), nn.Linear(H, D)).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    offload = Offloader()
+    offload.params.update(p.data_ptr() for p in model.parameters())
+    for i in range(steps):
+        x = torch.randn(B, D, device=dev)
+        with torch.autograd.graph.saved_tensors_hooks(offload.pack, offload.unpack):
+            loss = model(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        offload.end_step(i)
+        del x, loss
+        run.record_step(i, tracker_entries=len(offload.tracker))
+    expected = leak_expected("pack", "leak_offload_slowing", 0,
+                             ("scenario_leak_offload_slowing() local 'offload'", ".tracker["),
+                             leak_stream="side", shape="slowing",
+                             notes="bytes per step: the slope of memory_allocated() over the judged steps; "
+                                   "the growth slows (6 stashed copies a step, then 5, ... then 1) but never stops")
+    run.finish("MLP 512-1024-1024-512, AdamW, batch 256, 40 steps, with saved_tensors_hooks that clone each "
+               "activation on a side stream into an Offloader's tracker; end_step releases all but the first "
+               "max(1, 6 - step // 6) copies of the step, so the leak slows but never stops.", expected)
+
+
+def scenario_leak_ring_wrap(run: Run):
+    """A long run recorded with a small ring buffer (torch keeps the last max_entries entries), or
+    captured live from step 20 on: the trace covers only the end of the run."""
+    B, D = 256, 1024
+    steps, live_from = 60, 20
+    if not run.live:
+        run.start()
+    model, opt = mlp_and_optimizer(run, D)
+    keep = []
+    for i in range(steps):
+        if run.live and i == live_from:
+            run.start()
+        out = train_step(model, opt, run.torch.randn(B, D, device=run.device))
+        keep.append(out.detach() + 1)  # MARK: leak_ring_wrap
+        del out
+        run.record_step(i)
+    expected = leak_expected("scenario_leak_ring_wrap", "leak_ring_wrap", B * D * 4,
+                             ("scenario_leak_ring_wrap() local 'keep'[", ""),
+                             live_capture_from_step=live_from)
+    run.finish("MLP 1024-1024-1024, AdamW, batch 256, 60 steps, 1 MiB kept per step; recorded with "
+               "max_entries=2000 (the ring buffer wraps: the snapshot holds about the last 20 steps), or "
+               "captured live from step 20.", expected)
+
+
+def scenario_leak_expandable_segments(run: Run):
+    """PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: segments grow by mapping pages."""
+    B, D = 256, 1024
+    run.start()
+    model, opt = mlp_and_optimizer(run, D)
+    cache = {}
+    for i in range(STEPS):
+        out = train_step(model, opt, run.torch.randn(B, D, device=run.device))
+        cache[i] = out.detach() * 2  # MARK: leak_expandable_segments
+        del out
+        run.record_step(i)
+    expected = leak_expected("scenario_leak_expandable_segments", "leak_expandable_segments", B * D * 4,
+                             ("scenario_leak_expandable_segments() local 'cache'[", ""),
+                             allocator_conf=os.environ.get("PYTORCH_CUDA_ALLOC_CONF"))
+    run.finish("MLP 1024-1024-1024, AdamW, batch 256, 30 steps, expandable segments; 1 MiB a step kept in a "
+               "dict keyed by step.", expected)
+
+
+def scenario_leak_stacks_all(run: Run):
+    """Recorded with stacks="all": every stack starts with torch's unwinder and allocator frames."""
+    B, D = 256, 1024
+    run.start()
+    model, opt = mlp_and_optimizer(run, D)
+    saved = []
+    for i in range(STEPS):
+        out = train_step(model, opt, run.torch.randn(B, D, device=run.device))
+        saved.append(out.detach().clone())  # MARK: leak_stacks_all
+        del out
+        run.record_step(i)
+    expected = leak_expected("scenario_leak_stacks_all", "leak_stacks_all", B * D * 4,
+                             ("scenario_leak_stacks_all() local 'saved'[", ""))
+    run.finish("MLP 1024-1024-1024, AdamW, batch 256, 30 steps, 1 MiB kept per step; recorded with "
+               "stacks='all' (C++ frames first in every stack).", expected)
+
+
 # --------------------------------------------------------------------------
 # Snapshot schema description (plain pickle data, no torch needed)
 # --------------------------------------------------------------------------
@@ -571,15 +830,15 @@ def load_gz(path: str) -> dict:
 # --------------------------------------------------------------------------
 
 
-def run_scenario(name: str, out_dir: str | None, dry: bool, live: str | None = None):
-    run = Run(name, out_dir, dry, live)
+def run_scenario(name: str, out_dir: str | None, dry: bool, live: str | None = None, plain: str | None = None):
+    run = Run(name, out_dir, dry, live, plain)
     globals()["scenario_" + name](run)
 
 
 def drive_all(out_dir: str, dry: bool, tar_path: str | None):
     failures = []
     for name in SCENARIOS:
-        cmd = [sys.executable, os.path.abspath(__file__), "--scenario", name]
+        cmd = [sys.executable, os.path.abspath(__file__), "--scenario", name]  # its ENVIRONMENT is set there
         cmd += ["--dry-cpu"] if dry else ["--out", out_dir]
         print(f"=== {name}: {' '.join(cmd)}", flush=True)
         t0 = time.time()
@@ -634,13 +893,16 @@ def main():
     ap.add_argument("--tar", default=None)
     ap.add_argument("--dry-cpu", action="store_true")
     ap.add_argument("--live", metavar="OUT_VSCOPE", help="capture with vramscope.track() instead of torch's recorder")
+    ap.add_argument("--plain", metavar="TRUTH_JSON", help="record nothing (run under `vramscope run`); truth to this file")
     a = ap.parse_args()
+    if a.scenario:
+        os.environ.update(ENVIRONMENT.get(a.scenario, {}))
     if a.describe:
         print("\n".join(describe_snapshot(load_gz(a.describe))))
         return 0
     if a.all:
         return drive_all(a.out, a.dry_cpu, a.tar)
-    run_scenario(a.scenario, a.out, a.dry_cpu, a.live)
+    run_scenario(a.scenario, a.out, a.dry_cpu, a.live, a.plain)
     return 0
 
 

@@ -161,15 +161,12 @@ std::vector<SourceLine> stack_lines(const StackTable& table, uint32_t stack) {
     return out;
 }
 
-// Leading frames to skip when a stack is shown: up to the last frame of the unwinder or the
-// allocator among the C++ frames that come before any Python frame.
+// Leading frames to skip when a stack is shown: the C++ frames (unwinder, allocator, dispatcher)
+// that torch's stacks="all" puts before the first Python frame. A stack of C++ alone shows whole.
 size_t machinery_frames(const std::vector<SourceLine>& stack) {
-    size_t shown_from = 0;
-    for (size_t i = 0; i < stack.size() && (stack[i].file.empty() || is_internal_frame(stack[i].file)) &&
-                       !stack[i].file.ends_with(".py");
-         ++i)
-        if (is_capture_machinery(stack[i].file, stack[i].function)) shown_from = i + 1;
-    return shown_from;
+    size_t first_python = 0;
+    while (first_python < stack.size() && is_cpp_file(stack[first_python].file)) ++first_python;
+    return first_python < stack.size() ? first_python : 0;
 }
 
 // One allocation site on one device, with the series analysis judges.
@@ -184,14 +181,9 @@ struct SiteSeries {
     std::vector<std::pair<uint64_t, uint64_t>> live_blocks;
 };
 
-size_t auto_warmup(size_t steps) {
-    if (steps < 4) return 0;
-    return std::clamp<size_t>(steps / 10, 1, 5);
-}
-
 std::string mib(double bytes) { return format_bytes(bytes); }
 
-// Live blocks grouped by site: the total, the largest site, and the top five as text lines.
+// Live blocks grouped by site: the total, the largest site, and the top five as text.
 struct Holders {
     uint64_t bytes = 0;
     uint32_t top_site = 0;
@@ -211,7 +203,8 @@ Holders largest_holders(const std::vector<LiveBlock>& blocks, SiteResolver& reso
     if (!top.empty()) h.top_site = top.front().second;
     for (size_t i = 0; i < top.size() && i < 5; ++i) {
         const SourceLine s = source_line(table, top[i].second);
-        h.text += "\n  " + mib(double(top[i].first)) + "  " + s.file + ":" + std::to_string(s.line) + " " + s.function;
+        h.text += (i ? ", " : " ") + mib(double(top[i].first)) + " at " +
+                  (s.line ? base_name(s.file) + ":" + std::to_string(s.line) + " " + s.function : s.file);
     }
     return h;
 }
@@ -249,7 +242,7 @@ Findings analyze(const Trace& t, const AnalysisOptions& opt) {
     f.event_count = r.entries;
     const size_t S = r.full_steps;
     f.step_count = S;
-    size_t s0 = opt.warmup_steps >= 0 ? std::min<size_t>(size_t(opt.warmup_steps), S) : auto_warmup(S);
+    size_t s0 = opt.warmup_steps >= 0 ? std::min<size_t>(size_t(opt.warmup_steps), S) : warmup_steps(S);
     // The first step of a trace that starts mid-run is cut short: never judged.
     const bool starts_mid_run =
         f.steps_before_trace > 0 ||

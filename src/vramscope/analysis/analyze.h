@@ -10,7 +10,7 @@ namespace vramscope {
 struct AnalysisOptions {
     uint32_t window = 1;          // an allocation of step k "survives" if still live at the end of k+window
     uint64_t device_memory = 0;   // capacity override for the OOM projection (bytes); 0: from the trace
-    int warmup_steps = -1;        // steps not judged at the start; -1: a tenth of the run, 1 to 5
+    int warmup_steps = -1;        // steps not judged at the start; -1: kWarmupSteps (analysis/judge.h)
 };
 
 Findings analyze(const Trace& trace, const AnalysisOptions& options = {});

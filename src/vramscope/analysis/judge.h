@@ -21,8 +21,11 @@
 namespace vramscope {
 
 inline constexpr size_t kMinSteps = 8;        // step ends after warm-up needed to call a shape
+inline constexpr size_t kWarmupSteps = 3;     // steps never judged at the start (optimizer state, caches)
 inline constexpr double kMinLeakRate = 512;   // bytes/step below which nothing is called a leak
 inline constexpr size_t kRecentSteps = 64;    // the recent rate's span; also what the live monitor keeps
+// Warm-up for a run of `steps` steps: kWarmupSteps, fewer only for runs too short to judge anyway.
+inline size_t warmup_steps(size_t steps) { return steps / 4 < kWarmupSteps ? steps / 4 : kWarmupSteps; }
 // Step ends at the end of a series that must show no new high for it to count as bounded.
 inline size_t flat_tail(size_t n) { return n / 4 > 4 ? n / 4 : 4; }
 

@@ -92,15 +92,18 @@ std::vector<LiveLeak> LiveMonitor::end_step() {
                 s.reported = true;
                 s.last = LiveLeak{device, uint32_t(k), j.shape, j.bytes_per_step, step_ - n + j.first_rise, std::nullopt, {}};
                 found.push_back(s.last);
-            } else if (!is_leak(j.shape) && s.reported) {
+            } else if (is_leak(j.shape)) {  // still leaking: its rate and shape as they are now
+                s.last.shape = j.shape;
+                s.last.bytes_per_step = j.bytes_per_step;
+            } else if (s.reported) {
                 s.reported = false;
-                devices_[device].leak_rate -= s.last.bytes_per_step;
                 found.push_back(LiveLeak{device, uint32_t(k), j.shape, j.bytes_per_step, step_ - n + j.last_rise, std::nullopt, {}});
             }
         }
     }
-    for (const LiveLeak& leak : found)
-        if (is_leak(leak.shape)) devices_[leak.device].leak_rate += leak.bytes_per_step;
+    for (Device& d : devices_) d.leak_rate = 0;
+    for (const auto& [k, s] : series_)
+        if (s.reported) devices_[s.last.device].leak_rate += s.last.bytes_per_step;
     for (LiveLeak& leak : found) {
         if (!is_leak(leak.shape)) continue;
         const Device& d = devices_[leak.device];

@@ -32,7 +32,6 @@ struct LiveLeak {
 
 class LiveMonitor {
 public:
-    static constexpr size_t kWarmupSteps = 3;
     static constexpr size_t kBlocksKept = 8;  // per confirmed leak: what explain maps to tensors
 
     void alloc(uint8_t device, uint64_t addr, uint64_t size, uint32_t site);

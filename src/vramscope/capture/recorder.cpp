@@ -118,7 +118,7 @@ uint32_t Recorder::intern(const RawFrame* frames, size_t n, const char* node, ui
         bool internal = false;
         const uint32_t id = frame_of(frames[i], internal);
         ids.push_back(id);
-        if (!pick.site) pick.see(id, internal);
+        pick.see(id, internal ? FrameRank::library : FrameRank::user);
     }
     if (node) {
         auto [it, inserted] = node_frames_.try_emplace(node, 0);
@@ -127,9 +127,9 @@ uint32_t Recorder::intern(const RawFrame* frames, size_t n, const char* node, ui
             site_lines_.try_emplace(it->second, SourceLine{kAutogradFile, 0, node});
         }
         ids.push_back(it->second);
-        if (!pick.site) pick.see(it->second, false);
+        pick.see(it->second, FrameRank::user);  // outermost: any user frame above it came first
     }
-    site = pick.result();
+    site = pick.site;
     return writer_->intern_stack(ids.data(), ids.size());
 }
 

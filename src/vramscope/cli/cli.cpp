@@ -33,7 +33,7 @@ constexpr const char* kUsage = R"(usage: vramscope COMMAND ...
         --json OUT        also write the findings as JSON (- for stdout, no summary)
         --html OUT        also write the report page (what `report` writes)
         --window W        an allocation survives if still live W steps later (default 1)
-        --warmup N        steps not judged at the start (default: a tenth, 1 to 5)
+        --warmup N        steps not judged at the start (default 3, as the live monitor)
         --device-memory   GPU capacity for the OOM projection, e.g. 80GiB (default: from trace)
         --fail-on-leak    exit 1 when a leak is found, 2 when the input cannot be judged (for CI)
   run [-o OUT] [--fail-on-leak] -- COMMAND...

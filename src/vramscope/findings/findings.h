@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "findings/vocabulary.h"
@@ -20,6 +21,14 @@ struct SourceLine {
     uint32_t line = 0;
     std::string function;
 };
+
+// A frame of C++ (torch's stacks="all" records them), or one with no file at all.
+inline bool is_cpp_file(std::string_view file) {
+    if (file.empty() || file == "??") return true;
+    for (std::string_view ext : {".cpp", ".cc", ".h", ".hpp", ".cu"})
+        if (file.ends_with(ext)) return true;
+    return false;
+}
 
 struct StepPoint {
     uint64_t allocated = 0;       // at the step's end

@@ -233,7 +233,8 @@ private:
                 lb.stream = stream;
                 Ref frames;
                 if (doc_->get(b, "frames", &frames)) lb.stack = stack_of(frames);
-                allocated_[device] += size;
+                // Trace entries carry the size asked for; so must the final state they are subtracted from.
+                allocated_[device] += uint64_t(integer(b, "requested_size", int64_t(size)));
                 t_.final_blocks.push_back(lb);
             });
         });

@@ -1,5 +1,6 @@
 #include "render/terminal.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "common/format.h"
@@ -27,6 +28,13 @@ std::string per_step(double bytes) { return (bytes >= 0 ? "+" : "") + format_byt
 std::string fit(std::string s, size_t width) {
     if (s.size() >= width) return s.substr(0, width - 2) + "~ ";  // a cut column still ends in a space
     return s + std::string(width - s.size(), ' ');
+}
+
+// head + tail in at most `width` columns: the tail (a path) loses its start first, then the head its end.
+std::string fit_left(const std::string& head, const std::string& tail, size_t width) {
+    if (head.size() + tail.size() <= width) return head + tail;
+    if (head.size() + 12 < width) return head + "..." + tail.substr(tail.size() - (width - head.size() - 3));
+    return head.substr(0, width - 12) + "... " + tail.substr(tail.size() - 8);
 }
 
 // Installed packages' paths lose their prefix: "…/site-packages/torch/nn/functional.py".
@@ -113,9 +121,15 @@ std::string render_summary(const Findings& f, bool color, size_t max_leaks) {
                                         per_step(l.bytes_per_step) + " over the run; growth that slows is still a leak "
                                         "until it stops",
                                     7, 100) + "\n";
-            for (size_t i = l.stack_shown_from; i < l.stack.size() && i < l.stack_shown_from + 4; ++i)
-                o += st.dim("       at " + l.stack[i].function + "  " + short_path(l.stack[i].file) + ":" +
-                            std::to_string(l.stack[i].line)) + "\n";
+            // Between Python frames, the interpreter's own C++ frames say nothing: shown in JSON only.
+            const bool python = std::any_of(l.stack.begin(), l.stack.end(), [](const SourceLine& s) { return !is_cpp_file(s.file); });
+            size_t shown = 0;
+            for (size_t i = l.stack_shown_from; i < l.stack.size() && shown < 4; ++i) {
+                if (python && is_cpp_file(l.stack[i].file)) continue;
+                ++shown;
+                o += st.dim(fit_left("       at " + l.stack[i].function + "  ", short_path(l.stack[i].file) + ":" +
+                                                                                 std::to_string(l.stack[i].line), 100)) + "\n";
+            }
         }
         for (const DeviceSummary& d : f.devices)
             for (const StreamUsage& s : d.streams)
@@ -153,7 +167,7 @@ std::string render_summary(const Findings& f, bool color, size_t max_leaks) {
     }
     // A verdict that cannot be given has said its first note as the reason already.
     const size_t first_note = f.verdict == Verdict::cannot_judge && !f.notes.empty() ? 1 : 0;
-    for (size_t i = first_note; i < f.notes.size(); ++i) o += "\n" + st.bold("note: ") + f.notes[i] + "\n";
+    for (size_t i = first_note; i < f.notes.size(); ++i) o += "\n" + st.bold("note: ") + wrap(f.notes[i], 6, 100) + "\n";
     return o;
 }
 
