@@ -95,7 +95,8 @@ TEST(Analysis, LeakOnASideStreamIsFoundWithItsSiteRateAndBlocks) {
     EXPECT_EQ(l.first_step, 0u);
     EXPECT_GT(l.confidence, 0.9);
     EXPECT_EQ(l.live_bytes, 30 * 2 * MiB);
-    ASSERT_EQ(l.live_blocks.size(), 30u);
+    // The last step's block is still in the loop's hands: only blocks a window old are listed.
+    ASSERT_EQ(l.live_blocks.size(), 29u);
     // Each leaked block is reported at the address it reused, with its own size.
     EXPECT_EQ(l.live_blocks[5], std::make_pair(uint64_t(0x2000000000 + 5 * 0x10000000ull), 2 * MiB));
     ASSERT_EQ(l.stack.size(), 2u);

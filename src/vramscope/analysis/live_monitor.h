@@ -27,7 +27,7 @@ struct LiveLeak {
     double bytes_per_step = 0;
     uint64_t first_step = 0;  // first step of the climb that was judged
     std::optional<uint64_t> projected_oom_step;
-    std::vector<std::pair<uint64_t, uint64_t>> newest_blocks;  // (address, size), newest first
+    std::vector<std::pair<uint64_t, uint64_t>> newest_blocks;  // (address, size), newest first, a step old or more
 };
 
 class LiveMonitor {
