@@ -489,11 +489,12 @@ def train_step(model, opt, x):
     return out
 
 
-def leak_expected(function: str, marker: str, per_step: int, owner: tuple[str, str], **more) -> dict:
-    """A leak's truth: its site, bytes a step, and who holds it (the owner path's start and a hop
-    it passes through)."""
+def leak_expected(function: str, marker: str, per_step: int, owner: tuple, **more) -> dict:
+    """A leak's truth: its site, bytes a step, and who holds it: (the owner path's possible starts,
+    a hop it passes through)."""
+    starts = [owner[0]] if isinstance(owner[0], str) else list(owner[0])
     return {"verdict": "leak", "leak_bytes_per_step": per_step, "leak_site": site(function, marker),
-            "leak_stream": "default", "owner": {"starts": owner[0], "through": owner[1]}, **more}
+            "leak_stream": "default", "owner": {"starts": starts, "through": owner[1]}, **more}
 
 
 def scenario_leak_main_local(run: Run):
@@ -535,7 +536,9 @@ def scenario_leak_trainer_attr(run: Run):
         trainer.training_step(run.torch.randn(B, D, device=run.device))
         run.record_step(i)
     expected = leak_expected("training_step", "leak_trainer_attr", B * D * 4,
-                             ("scenario_leak_trainer_attr() local 'trainer'", ".step_outputs["))
+                             # found at a step, inside training_step: `self` there, `trainer` outside
+                             (("scenario_leak_trainer_attr() local 'trainer'", "training_step() local 'self'"),
+                              ".step_outputs["))
     run.finish("MLP 1024-1024-1024, AdamW, batch 256, 30 steps, driven by a Trainer object (a local) whose "
                "training_step appends its logits (1 MiB, with their grad_fn) to self.step_outputs.", expected)
 
