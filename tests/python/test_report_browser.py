@@ -53,6 +53,8 @@ def test_report_renders_offline_with_verdict_chart_and_leaks(fixture, tmp_path, 
         rows.first.click()
         assert page.locator("table.leaks tr.stack.open").count() == 1, "a row expands to its stack"
         assert "OOM projected at step" in banner
+        if expected.get("shape") == "slowing":
+            assert "slowing" in rows.first.inner_text()
     page.hover(".chart svg", position={"x": 500, "y": 150})
     assert page.locator(".tip").is_visible(), "hovering shows the values"
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -108,3 +110,22 @@ def test_report_of_a_findings_json(tmp_path, browser):
     assert page.locator("table.leaks tr.leakrow").count() >= 1
     assert errors == []
     page.close()
+
+
+def test_a_run_too_short_to_judge_says_so_in_the_page(tmp_path, browser):
+    short = tmp_path / "short.vscope"
+    from vramscope import _core
+
+    recorder = _core.Recorder(str(short))
+    recorder.activate()
+    for step in range(5):  # five steps: fewer than warm-up plus the judge's minimum
+        _core.feed_allocator_event(_core.EventKind.alloc, 0, 0x7000_0000 + step * (1 << 20), 1 << 20)
+        recorder.end_step()
+    recorder.deactivate()
+    recorder.close()
+    page_file = tmp_path / "short.html"
+    vramscope("report", str(short), "-o", str(page_file))
+    page = browser.new_page()
+    page.goto(page_file.as_uri())
+    banner = page.inner_text(".banner")
+    assert banner.startswith("CANNOT JUDGE") and "full steps" in banner, banner
