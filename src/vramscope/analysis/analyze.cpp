@@ -394,9 +394,9 @@ Findings analyze(const Trace& t, const AnalysisOptions& opt) {
             n.site = sf.site;
             n.device = sf.device;
             n.why = "allocations here outlive their step in " + std::to_string(recurring) + " of " +
-                    std::to_string(judged) + " steps; what it holds rose until step " +
-                    std::to_string(s0 + j.last_rise) + ", then made no new high in the last " +
-                    std::to_string(S - 1 - s0 - j.last_rise) + " steps (at most " + mib(double(sf.peak_bytes)) +
+                    std::to_string(judged) + " steps; what it holds rose to a high at step " +
+                    std::to_string(s0 + j.last_high) + ", then made no new high in the last " +
+                    std::to_string(S - 1 - s0 - j.last_high) + " steps (at most " + mib(double(sf.peak_bytes)) +
                     ", now " + mib(double(sf.live_bytes)) + "): a cache with a bound, not a leak";
             f.not_leaks.push_back(std::move(n));
         }

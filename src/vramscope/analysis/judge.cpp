@@ -11,8 +11,11 @@ Judgement judge(std::span<const double> held) {
     Judgement j;
     const size_t n = held.size();
     if (n == 0) return j;
-    for (size_t i = 1; i < n; ++i)
+    double high = held[0];
+    for (size_t i = 1; i < n; ++i) {
         if (held[i] > held[i - 1]) ++j.rises, j.last_rise = i;
+        if (held[i] > high) high = held[i], j.last_high = i;
+    }
     for (size_t i = n - 1; i > 0 && held[i] > held[i - 1]; --i) j.first_rise = i - 1;
     if (j.rises == 0) {
         j.shape = held.front() > 0 ? Shape::warm_up : Shape::level;

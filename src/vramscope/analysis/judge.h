@@ -36,6 +36,7 @@ struct Judgement {
     double r2 = 0;
     size_t rises = 0;                  // step ends that held more than the one before
     size_t last_rise = 0;              // index of the last of them
+    size_t last_high = 0;              // index of the last step end that held more than all before it
     size_t first_rise = 0;             // index of the first step end of the final unbroken climb
 };
 

@@ -99,7 +99,7 @@ std::vector<LiveLeak> LiveMonitor::end_step() {
                 s.last.bytes_per_step = j.bytes_per_step;
             } else if (s.reported) {
                 s.reported = false;
-                found.push_back(LiveLeak{device, uint32_t(k), j.shape, j.bytes_per_step, step_ - n + j.last_rise, std::nullopt, {}});
+                found.push_back(LiveLeak{device, uint32_t(k), j.shape, j.bytes_per_step, step_ - n + j.last_high, std::nullopt, {}});
             }
         }
     }

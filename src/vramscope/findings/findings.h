@@ -117,7 +117,7 @@ struct LiveFinding {
     uint16_t device = 0;
     Shape shape = Shape::rising;
     double bytes_per_step = 0;
-    uint64_t since_step = 0;  // the climb's first step; for a withdrawal, its last rise
+    uint64_t since_step = 0;  // the climb's first step; for a withdrawal, its last new high
     std::optional<uint64_t> projected_oom_step;
     std::vector<std::pair<uint64_t, uint64_t>> newest_blocks;  // (address, size): what explain maps to tensors
 };

@@ -51,11 +51,11 @@ std::string hex(uint64_t v) {
 
 std::string stream_label(uint64_t stream) { return stream == 0 ? "default" : "side " + hex(stream); }
 
-// " (created at train.py:40)" when capture named the stream, else nothing.
+// " (created at train.py:40 main)" when capture named the stream, else nothing.
 std::string stream_origin(const Findings& f, uint64_t stream) {
     const std::string key = "stream." + std::to_string(stream);
     for (const auto& [k, v] : f.meta)
-        if (k == key) return " (created at " + v + ")";
+        if (k == key) return " (" + v + ")";
     return "";
 }
 
@@ -174,7 +174,7 @@ std::string render_summary(const Findings& f, bool color, size_t max_leaks) {
 std::string render_live(const LiveFinding& live) {
     const std::string at = where(live.site) + " (cuda:" + std::to_string(live.device);
     if (!is_leak(live.shape))
-        return "withdrawn: " + at + " made no new high since step " + format_count(live.since_step) +
+        return "withdrawn: " + at + ") made no new high since step " + format_count(live.since_step) +
                "; it was a cache that filled, not a leak (" + std::string(name(live.shape)) + ")";
     std::string line = "leak: " + per_step(live.bytes_per_step) + " at " + at + ", growing since step " +
                        format_count(live.since_step) + (live.shape == Shape::slowing ? ", slowing" : "") + ")";
