@@ -445,6 +445,9 @@ Findings analyze(const Trace& t, const AnalysisOptions& opt) {
         if (l.confidence >= 0.5) total_rate += l.bytes_per_step;
     f.leak_bytes_per_step = total_rate;
     f.verdict = total_rate > 0 ? "leak" : "no-leak";
+    // Input that cannot be trusted gets no verdict (importers/validate.h says why).
+    f.input_faults = t.faults;
+    if (!f.input_faults.empty()) f.verdict = "cannot-judge";
     f.devices = std::move(r.devices);
     f.analysis_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     return f;

@@ -16,14 +16,27 @@ uint64_t file_size(const std::string& path) {
     return ::stat(path.c_str(), &st) == 0 ? uint64_t(st.st_size) : 0;
 }
 
-Bytes read_file(const std::string& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+Bytes read_file(const std::string& path, uint64_t max_bytes) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) throw std::runtime_error(path + ": cannot open: " + std::strerror(errno));
     struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        const bool dir = S_ISDIR(st.st_mode);
+        ::close(fd);
+        throw std::runtime_error(path + (dir ? ": is a directory" : ": not a regular file (a pipe, device or socket may never end; save it to a file first)"));
+    }
+    if (uint64_t(st.st_size) > max_bytes) {
+        ::close(fd);
+        throw std::runtime_error(path + ": " + std::to_string(st.st_size) + " bytes; the limit is " +
+                                 std::to_string(max_bytes) + " (--max-decoded raises it)");
+    }
     Bytes out;
-    if (::fstat(fd, &st) == 0 && st.st_size > 0) out.reserve(size_t(st.st_size));
+    out.reserve(size_t(st.st_size));
     size_t used = 0;
     while (true) {
+        if (used > max_bytes)  // the file grew while read
+            throw std::runtime_error(path + ": offset " + std::to_string(max_bytes) + ": more bytes than the limit of " +
+                                     std::to_string(max_bytes) + " (--max-decoded raises it)");
         if (out.size() < used + (1 << 16)) out.resize(std::max(out.capacity(), used + (1 << 16)));
         const ssize_t k = ::read(fd, out.data() + used, out.size() - used);
         if (k < 0 && errno == EINTR) continue;

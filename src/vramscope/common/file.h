@@ -31,7 +31,10 @@ inline std::string_view view(const Bytes& b) { return {b.data(), b.size()}; }
 // Size in bytes; 0 when it cannot be told (the read that follows says why).
 uint64_t file_size(const std::string& path);
 
-Bytes read_file(const std::string& path);
+// A regular file only: a FIFO, a device or a socket may never end, so it is refused (opened
+// without blocking, so a FIFO with no writer cannot hang the open either). More than
+// `max_bytes` is refused too.
+Bytes read_file(const std::string& path, uint64_t max_bytes = UINT64_MAX);
 
 bool is_gzip(std::string_view bytes);
 

@@ -54,4 +54,21 @@ bool parse_bytes(const std::string& text, uint64_t& out) {
     return true;
 }
 
+std::string terminal_safe(std::string_view text, bool keep_newlines) {
+    std::string out;
+    out.reserve(text.size());
+    for (size_t i = 0; i < text.size(); ++i) {
+        const auto c = uint8_t(text[i]);
+        const bool c1 = c == 0xC2 && i + 1 < text.size() && uint8_t(text[i + 1]) >= 0x80 && uint8_t(text[i + 1]) <= 0x9F;
+        if ((c < 0x20 && !(keep_newlines && c == '\n')) || c == 0x7F || c1) {
+            char esc[8];
+            std::snprintf(esc, sizeof esc, c1 ? "\\u%04x" : "\\x%02x", c1 ? unsigned(uint8_t(text[++i])) : unsigned(c));
+            out += esc;
+        } else {
+            out.push_back(char(c));
+        }
+    }
+    return out;
+}
+
 }  // namespace vramscope

@@ -200,6 +200,10 @@ void findings_object(Json& j, const Findings& f, bool report = false) {
     j.open('[');
     for (const auto& n : f.warnings) j.value(n);
     j.close(']');
+    j.key("input_faults");
+    j.open('[');
+    for (const auto& n : f.input_faults) j.value(n);
+    j.close(']');
     j.key("meta");
     j.open('{');
     for (const auto& [k, v] : f.meta) j.field(k.c_str(), v);
@@ -250,9 +254,9 @@ std::string to_json(const std::vector<Findings>& runs, const RankComparison& ran
     j.open('{');
     j.field("schema", "vramscope.findings");
     j.field("schema_version", uint64_t(kSchemaVersion));
-    bool leak = false;
-    for (const Findings& f : runs) leak = leak || f.verdict == "leak";
-    j.field("verdict", leak ? "leak" : "no-leak");
+    bool leak = false, untrusted = false;
+    for (const Findings& f : runs) leak = leak || f.verdict == "leak", untrusted = untrusted || !f.input_faults.empty();
+    j.field("verdict", leak ? "leak" : untrusted ? "cannot-judge" : "no-leak");
     j.key("runs");
     j.open('[');
     for (const Findings& f : runs) findings_object(j, f);

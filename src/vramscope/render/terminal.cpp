@@ -18,8 +18,8 @@ struct Style {
 };
 
 std::string where(const SourceLine& s) {
-    if (s.line == 0 && s.function.empty()) return s.file;
-    return base_name(s.file) + ":" + std::to_string(s.line) + " " + s.function;
+    if (s.line == 0 && s.function.empty()) return terminal_safe(s.file);
+    return terminal_safe(base_name(s.file) + ":" + std::to_string(s.line) + " " + s.function);
 }
 
 std::string per_step(double bytes) { return (bytes >= 0 ? "+" : "") + format_bytes(bytes) + "/step"; }
@@ -78,14 +78,17 @@ const char* steps_source_words(const std::string& source) {
 std::string render_summary(const Findings& f, bool color, size_t max_leaks) {
     const Style st{color};
     std::string o;
-    o += st.bold("vramscope") + "  " + base_name(f.source) + st.dim("  (" + f.format + ", " + format_count(f.event_count) + " events)") + "\n";
+    o += st.bold("vramscope") + "  " + terminal_safe(base_name(f.source)) + st.dim("  (" + f.format + ", " + format_count(f.event_count) + " events)") + "\n";
     o += st.dim(wrap("steps: " + format_count(f.step_count) + " from " + steps_source_words(f.steps_source) +
-                         (f.steps_detail.empty() ? "" : " [" + f.steps_detail + "]") + "; first " +
+                         (f.steps_detail.empty() ? "" : " [" + terminal_safe(f.steps_detail) + "]") + "; first " +
                          std::to_string(f.warmup_steps) + " treated as warm-up; window " + std::to_string(f.window),
                      7, 100)) + "\n";
-    for (const auto& w : f.warnings) o += st.red("warning: ") + w + "\n";
+    for (const auto& w : f.warnings) o += st.red("warning: ") + terminal_safe(w) + "\n";
     o += "\n";
-    if (f.verdict == "leak") {
+    if (!f.input_faults.empty()) {
+        o += st.red("CANNOT JUDGE") + "  the input cannot be trusted, so no verdict:\n";
+        for (const auto& why : f.input_faults) o += "  " + wrap(terminal_safe(why), 2, 100) + "\n";
+    } else if (f.verdict == "leak") {
         const SiteFinding& top = f.leaks.front();
         std::string head = "LEAK  " + per_step(f.leak_bytes_per_step) + " since step " + std::to_string(top.first_step);
         o += st.red(head);
@@ -107,7 +110,7 @@ std::string render_summary(const Findings& f, bool color, size_t max_leaks) {
             size_t frames = 0;
             for (const SourceLine& s : l.stack) {
                 if (frames++ == 4) break;
-                o += st.dim("       at " + s.function + "  " + short_path(s.file) + ":" + std::to_string(s.line)) + "\n";
+                o += st.dim(terminal_safe("       at " + s.function + "  " + short_path(s.file) + ":" + std::to_string(s.line))) + "\n";
             }
         }
         for (const DeviceSummary& d : f.devices)
@@ -132,10 +135,10 @@ std::string render_summary(const Findings& f, bool color, size_t max_leaks) {
         for (const NotLeak& n : f.not_leaks) {
             // Warm-up names its sites in its text already.
             const std::string at = n.site && n.kind != "warm-up" ? " [" + where(*n.site) + "]" : "";
-            o += "  " + fit(n.kind, 17) + fit(format_bytes(double(n.bytes)), 11) + wrap(n.why + at, 30, 100) + "\n";
+            o += "  " + fit(n.kind, 17) + fit(format_bytes(double(n.bytes)), 11) + wrap(terminal_safe(n.why) + at, 30, 100) + "\n";
         }
     }
-    for (const auto& n : f.notes) o += "\n" + st.bold("note: ") + n + "\n";
+    for (const auto& n : f.notes) o += "\n" + st.bold("note: ") + terminal_safe(n, true) + "\n";
     return o;
 }
 
@@ -152,7 +155,7 @@ std::string render_ranks(const RankComparison& ranks, bool color) {
                       format_bytes(double(r.allocated)).c_str(), format_bytes(double(r.peak_allocated)).c_str());
         out += line;
     }
-    for (const std::string& s : ranks.skew) out += std::string("  ") + red + "RANK SKEW" + reset + "  " + s + "\n";
+    for (const std::string& s : ranks.skew) out += std::string("  ") + red + "RANK SKEW" + reset + "  " + terminal_safe(s) + "\n";
     if (ranks.skew.empty()) out += "  the ranks agree\n";
     return out;
 }
