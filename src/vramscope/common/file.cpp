@@ -53,6 +53,40 @@ Bytes read_file(const std::string& path, uint64_t max_bytes) {
     return out;
 }
 
+namespace {
+// false with errno set when a write fails.
+bool write_fd(int fd, std::string_view data) {
+    while (!data.empty()) {
+        const ssize_t k = ::write(fd, data.data(), data.size());
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return false;
+        data.remove_prefix(size_t(k));
+    }
+    return true;
+}
+}  // namespace
+
+void write_file(const std::string& path, std::string_view data, const char* what) {
+    auto fail = [&](int err) { throw std::runtime_error(path + ": cannot write the " + what + ": " + std::strerror(err)); };
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) fail(errno);
+    if (!write_fd(fd, data)) {
+        const int err = errno;
+        ::close(fd);
+        fail(err);
+    }
+    if (::close(fd) != 0) fail(errno);
+}
+
+void write_stdout(std::string_view data) {
+    if (!write_fd(STDOUT_FILENO, data)) throw std::runtime_error(std::string("stdout: ") + std::strerror(errno));
+}
+
+bool same_file(const std::string& a, const std::string& b) {
+    struct stat sa, sb;
+    return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
 bool is_gzip(std::string_view b) { return b.size() >= 2 && uint8_t(b[0]) == 0x1f && uint8_t(b[1]) == 0x8b; }
 
 std::string gunzip_prefix(std::string_view gz, size_t n) {

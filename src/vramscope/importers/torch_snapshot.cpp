@@ -508,12 +508,15 @@ Trace import_torch_snapshot(std::string_view bytes, const std::string& name, con
                        [&](pickle::Sink* sink) { return pickle::parse(bytes, name, sink, limits); });
 }
 
-Trace load_any(const std::string& path, const ReadLimits& limits) {
-    const Bytes file = read_file(path, limits.max_decoded_bytes);
-    const std::string_view bytes = view(file);
-    Trace t = is_gzip(bytes) ? load_gzip(bytes, path, limits) : load_plain(bytes, path, limits);
+Trace load_bytes(std::string_view bytes, const std::string& name, const ReadLimits& limits) {
+    Trace t = is_gzip(bytes) ? load_gzip(bytes, name, limits) : load_plain(bytes, name, limits);
     validate_events(t);
     return t;
+}
+
+Trace load_any(const std::string& path, const ReadLimits& limits) {
+    const Bytes file = read_file(path, limits.max_decoded_bytes);
+    return load_bytes(view(file), path, limits);
 }
 
 }  // namespace vramscope

@@ -17,5 +17,7 @@ Trace import_torch_snapshot(std::string_view pickle_bytes, const std::string& na
 // Reads any supported input by its content: .vscope, pickle, gzip'd pickle (or .vscope); then
 // validate_events() says whether its content can be judged (Trace::faults).
 Trace load_any(const std::string& path, const ReadLimits& limits = {});
+// The same for bytes already in memory (`name` is for messages).
+Trace load_bytes(std::string_view bytes, const std::string& name, const ReadLimits& limits = {});
 
 }  // namespace vramscope
