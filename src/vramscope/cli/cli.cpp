@@ -22,6 +22,7 @@
 #include "render/export.h"
 #include "render/html.h"
 #include "render/terminal.h"
+#include "trace/format.h"
 #include "trace/writer.h"
 
 namespace vramscope {
@@ -47,7 +48,9 @@ constexpr const char* kUsage = R"(usage: vramscope COMMAND ...
   export FILE [--memory-viz OUT.pickle] [--perfetto OUT.json]
         For your other tools: a torch snapshot pickle for https://pytorch.org/memory_viz, and a
         trace-event JSON for https://ui.perfetto.dev (memory counters, steps, leak starts).
-  convert IN OUT.vscope   Convert a torch snapshot to the compact .vscope trace format.
+  convert IN OUT.vscope [--chunk-size SIZE]
+        Convert a torch snapshot to the compact .vscope trace format; chunks of SIZE (default
+        64KiB, at most 16MiB) are what a cut file loses at most.
   demo                    Analyse a bundled real trace of a leaking training run.
 
 Limits on reading one input (analyze, report, export, convert), each error naming the limit:
@@ -249,8 +252,14 @@ int export_command(const std::vector<std::string>& args) {
 int convert_command(const std::vector<std::string>& args) {
     std::vector<std::string> paths;
     ReadLimits limits;
+    uint64_t chunk_bytes = 64 << 10;
     for (size_t i = 0; i < args.size(); ++i) {
         if (limit_option(args, i, limits)) continue;
+        if (args[i] == "--chunk-size" && i + 1 < args.size()) {
+            if (!parse_bytes(args[++i], chunk_bytes) || chunk_bytes == 0 || chunk_bytes > format::kMaxChunkPayload / 2)
+                throw UsageError("--chunk-size takes a size from 1 to 8MiB");
+            continue;
+        }
         if (args[i].starts_with("--")) throw UsageError("convert: unknown option " + args[i]);
         paths.push_back(args[i]);
     }
@@ -259,7 +268,7 @@ int convert_command(const std::vector<std::string>& args) {
     const Trace t = load(paths[0], limits);
     require_trusted(t);
     for (const auto& w : t.warnings) std::cerr << "warning: " << terminal_safe(w) << "\n";
-    write_trace(t, paths[1]);
+    write_trace(t, paths[1], size_t(chunk_bytes));
     write_stdout("wrote " + paths[1] + ": " + format_count(t.entry_count()) + " events\n");
     return 0;
 }
