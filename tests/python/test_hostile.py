@@ -57,8 +57,6 @@ def check_clean(rc: int, out: str, rss: int, args: tuple) -> None:
     assert rc >= 0, f"killed by signal {-rc}: vramscope {' '.join(args)}\n{out}"
     assert "Traceback" not in out, out
     assert rss < PEAK_RSS, f"peak RSS {rss >> 20} MiB: vramscope {' '.join(args)}"
-    if rc == 2:
-        assert "vramscope" in out and ("error" in out or "usage" in out), out
 
 
 @pytest.mark.parametrize("name", TRACES)
@@ -71,7 +69,7 @@ def test_hostile_trace(name, tmp_path):
     check_clean(rc, out, rss, args)
     assert rc == (2 if outcome == "error" else 0), f"{name}: {EXPECT[name]['why']}\n{out}"
     if outcome == "error":
-        assert name in out, "the error names the file"
+        assert f"vramscope: error: {path}" in out, "the error names the file"
     else:
         verdict = json.loads(out)["verdict"]
         assert (verdict == "cannot-judge") == (outcome == "cannot-judge"), f"{name}: {verdict}\n{out}"

@@ -187,6 +187,14 @@ Findings analyze(const Trace& t, const AnalysisOptions& opt) {
     f.warnings = t.warnings;
     f.window = std::max<uint32_t>(1, opt.window);
     for (const auto& kv : t.meta) f.meta.push_back(kv);
+    // Input that cannot be trusted gets no verdict and no analysis (importers/validate.h says
+    // why): numbers from it would only mislead.
+    if (!t.faults.empty()) {
+        f.verdict = "cannot-judge";
+        f.input_faults = t.faults;
+        f.event_count = t.entry_count();
+        return f;
+    }
 
     const Steps steps = find_steps(t);
     f.steps_source = steps.source;
@@ -445,9 +453,6 @@ Findings analyze(const Trace& t, const AnalysisOptions& opt) {
         if (l.confidence >= 0.5) total_rate += l.bytes_per_step;
     f.leak_bytes_per_step = total_rate;
     f.verdict = total_rate > 0 ? "leak" : "no-leak";
-    // Input that cannot be trusted gets no verdict (importers/validate.h says why).
-    f.input_faults = t.faults;
-    if (!f.input_faults.empty()) f.verdict = "cannot-judge";
     f.devices = std::move(r.devices);
     f.analysis_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     return f;

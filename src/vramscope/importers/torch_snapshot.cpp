@@ -398,22 +398,23 @@ private:
     // The trace may start after the program did (or the ring buffer wrapped): what was allocated
     // before its first event is the final state minus what the trace added.
     void compute_baselines() {
-        std::unordered_map<uint16_t, int64_t> alloc_delta, reserved_delta;
+        // Unsigned, so hostile sizes wrap instead of overflowing; validate_events() faults them.
+        std::unordered_map<uint16_t, uint64_t> alloc_delta, reserved_delta;
         for (const Event& e : t_.events) {
             switch (e.kind) {
-            case EventKind::alloc: alloc_delta[e.device] += int64_t(e.size); break;
+            case EventKind::alloc: alloc_delta[e.device] += e.size; break;
             case EventKind::free_completed:
-            case EventKind::free: alloc_delta[e.device] -= int64_t(e.size); break;
+            case EventKind::free: alloc_delta[e.device] -= e.size; break;
             case EventKind::segment_alloc:
-            case EventKind::segment_map: reserved_delta[e.device] += int64_t(e.size); break;
+            case EventKind::segment_map: reserved_delta[e.device] += e.size; break;
             case EventKind::segment_free:
-            case EventKind::segment_unmap: reserved_delta[e.device] -= int64_t(e.size); break;
+            case EventKind::segment_unmap: reserved_delta[e.device] -= e.size; break;
             default: break;
             }
         }
         for (DeviceInfo& d : t_.devices) {
-            d.baseline_allocated = uint64_t(std::max<int64_t>(0, int64_t(allocated_[d.device]) - alloc_delta[d.device]));
-            d.baseline_reserved = uint64_t(std::max<int64_t>(0, int64_t(reserved_[d.device]) - reserved_delta[d.device]));
+            d.baseline_allocated = uint64_t(std::max<int64_t>(0, int64_t(allocated_[d.device] - alloc_delta[d.device])));
+            d.baseline_reserved = uint64_t(std::max<int64_t>(0, int64_t(reserved_[d.device] - reserved_delta[d.device])));
         }
     }
 

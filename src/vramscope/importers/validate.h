@@ -24,11 +24,14 @@ private:
 };
 
 // Sizes at or above this are no allocation a GPU can make: a negative number read as unsigned,
-// or a corrupt field.
+// or a corrupt field. Live bytes on a device stay under it too, and times (µs since the epoch)
+// under kLatestTime: so analysis of a trusted trace cannot overflow.
 inline constexpr uint64_t kImpossibleSize = uint64_t(1) << 50;  // 1 PiB
+inline constexpr int64_t kLatestTime = int64_t(1) << 56;        // the year 4253
 
-// No memory events at all, an alloc at an address already live on its device, impossible sizes.
-// Memory: a set of the live blocks, what analysis keeps anyway.
+// No memory events at all, an alloc at an address already live on its device, impossible sizes,
+// more than kImpossibleSize live at once, times out of range. Memory: the live blocks, what
+// analysis keeps anyway.
 void validate_events(Trace& t);
 
 }  // namespace vramscope

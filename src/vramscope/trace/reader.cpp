@@ -19,6 +19,9 @@ using namespace format;
 
 namespace {
 
+// Deltas from a hostile file may overflow: they wrap (and validate_events() faults the result).
+int64_t wrapping_add(int64_t a, int64_t b) { return int64_t(uint64_t(a) + uint64_t(b)); }
+
 uint32_t get_u32(const uint8_t* p) { return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24; }
 
 struct ChunkError {
@@ -127,7 +130,7 @@ private:
         e.kind = pair ? EventKind::free_requested : EventKind(type);
         e.device = device;
         e.stream = stream;
-        if (!(tag & kSameTime)) time += unzigzag(num(p, end, at));
+        if (!(tag & kSameTime)) time = wrapping_add(time, unzigzag(num(p, end, at)));
         e.time_us = time;
         if (!carries_address(e.kind)) {
             e.name = ref(strings_, num(p, end, at), at);
@@ -144,7 +147,7 @@ private:
                 if (j >= format::Predictors::kRecent) throw ChunkError{size_t(at - base_), "recent-allocation index out of range"};
                 e.addr = guess_.recent(j);
             } else {
-                e.addr = uint64_t(int64_t(*last_addr >> shift) + unzigzag(num(p, end, at))) << shift;
+                e.addr = uint64_t(wrapping_add(int64_t(*last_addr >> shift), unzigzag(num(p, end, at)))) << shift;
             }
             *last_addr = e.addr;
         };
@@ -158,7 +161,7 @@ private:
         if (is_alloc) get_addr();
         guess_.update(e.kind, e.addr, e.size, file_stack);
         if (pair) {
-            time += int64_t(num(p, end, at));
+            time = wrapping_add(time, int64_t(num(p, end, at)));
             Event completed = e;  // a copy: the next emplace may move e
             completed.kind = EventKind::free_completed;
             completed.time_us = time;
