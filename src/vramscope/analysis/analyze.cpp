@@ -453,6 +453,11 @@ Findings analyze(const Trace& t, const AnalysisOptions& opt) {
         if (l.confidence >= 0.5) total_rate += l.bytes_per_step;
     f.leak_bytes_per_step = total_rate;
     f.verdict = total_rate > 0 ? "leak" : "no-leak";
+    // Nothing to judge is no "no leak" either: the notes above say what is missing.
+    if (!has_memory_events) {
+        f.verdict = "cannot-judge";
+        f.input_faults.push_back(t.source + ": no memory events: nothing to judge");
+    }
     f.devices = std::move(r.devices);
     f.analysis_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     return f;

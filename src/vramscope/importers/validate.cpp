@@ -12,12 +12,10 @@ void validate_events(Trace& t) {
     FaultTally tally;
     std::unordered_map<uint64_t, uint64_t> live;  // (device << 56) ^ address -> size, of each live block
     std::unordered_map<uint16_t, uint64_t> live_bytes;
-    size_t memory_events = 0;
     uint64_t size_total = 0;
     for (const Event& e : t.events) {
         if (e.time_us < 0 || e.time_us >= kLatestTime) tally.add("events with a time before 1970 or after 4253");
         if (!carries_address(e.kind)) continue;
-        ++memory_events;
         if (e.size >= kImpossibleSize) {
             tally.add("events with a size of 1 PiB or more (negative or corrupt)");
             continue;
@@ -40,9 +38,6 @@ void validate_events(Trace& t) {
         default: break;
         }
     }
-    if (memory_events == 0 && t.faults.empty())
-        t.faults.push_back(t.source + ": no memory events: nothing to judge (a torch snapshot needs "
-                                      "torch.cuda.memory._record_memory_history() before the steps)");
     tally.into(t.faults, t.source);
 }
 

@@ -91,6 +91,7 @@ void TraceWriter::write_all(const char* data, size_t n) {
         ssize_t k = ::write(fd_, data, n);
         if (k < 0) {
             if (errno == EINTR) continue;
+            write_failed_ = true;
             throw std::runtime_error(path_ + ": write failed: " + std::strerror(errno));
         }
         data += k;
@@ -275,10 +276,12 @@ void TraceWriter::flush() {
 void TraceWriter::close() {
     std::lock_guard lock(mutex_);
     if (fd_ < 0) return;
-    flush_locked();
-    buf_.push_back(char(tag_end));  // in a chunk of its own: a file cut at a chunk boundary lacks it
-    put_varint(buf_, events_written_);
-    flush_locked();
+    if (!write_failed_) {
+        flush_locked();
+        buf_.push_back(char(tag_end));  // in a chunk of its own: a file cut at a chunk boundary lacks it
+        put_varint(buf_, events_written_);
+        flush_locked();
+    }
     const int fd = fd_;
     fd_ = -1;
     if (::close(fd) != 0) throw std::runtime_error(path_ + ": write failed: " + std::strerror(errno));

@@ -54,6 +54,7 @@ private:
     std::string path_;
     size_t chunk_bytes_;
     std::string buf_;
+    bool write_failed_ = false;  // the file is cut where it failed: no end record pretends otherwise
     uint64_t chunks_written_ = 0;
     uint64_t events_written_ = 0;  // as a reader will count them (a same-instant free pair is one)
     StackTable table_;
