@@ -159,10 +159,11 @@ def schema_damage() -> None:
 
     def rename(s):
         s.update(base())
-        names = list(evil)
-        for k, e in enumerate(s["device_traces"][0]):
+        names, seen = list(evil), set()
+        for e in s["device_traces"][0]:
             for f in e.get("frames", []):
-                if "record_fixtures.py" in f["filename"]:
+                if "record_fixtures.py" in f["filename"] and id(f) not in seen:  # frames are shared dicts
+                    seen.add(id(f))
                     f["name"] = names[f["line"] % len(names)] + f["name"]
         s["device_traces"][0][0]["frames"].insert(0, {"name": "<!--<script>", "filename": "\x1b[31mred.py", "line": 1})
     variant("hostile_names.pickle.gz", "judged", "function names with <!--<script>, </script>, U+2028, ESC, CR/LF, NUL", rename)
