@@ -16,16 +16,20 @@ def main(argv: list[str] | None = None) -> int:
         from .launch import run
 
         return run(args[1:])
-    if args[:1] == ["demo"]:
-        print(
-            "vramscope demo: a real torch memory snapshot, recorded on an 80 GB H100, of a training loop\n"
-            "whose saved-tensors hook stashes activations on a side stream and never clears them (the\n"
-            "TRL OffloadActivations leak). Your own: vramscope analyze snapshot.pickle\n",
-            flush=True,
-        )
-        # The snapshot does not say how large the GPU was; the recording run did (81,559 MiB).
-        args = ["analyze", str(DEMO_TRACE), "--device-memory", "81559MiB", *args[1:]]
-    sys.stdout.flush()
+    try:
+        if args[:1] == ["demo"]:
+            print(
+                "vramscope demo: a real torch memory snapshot, recorded on an 80 GB H100, of a training loop\n"
+                "whose saved-tensors hook stashes activations on a side stream and never clears them (the\n"
+                "TRL OffloadActivations leak). Your own: vramscope analyze snapshot.pickle\n",
+                flush=True,
+            )
+            # The snapshot does not say how large the GPU was; the recording run did (81,559 MiB).
+            args = ["analyze", str(DEMO_TRACE), "--device-memory", "81559MiB", *args[1:]]
+        sys.stdout.flush()
+    except OSError as e:  # stdout full or closed: as the C++ core says it, exit 2
+        print(f"vramscope: error: stdout: {e.strerror}", file=sys.stderr)
+        return 2
     return cli_main(args)
 
 

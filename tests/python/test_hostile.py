@@ -157,6 +157,16 @@ def test_stdout_write_failure_is_exit_2():
     assert proc.returncode == 2 and "stdout" in proc.stderr and "No space left" in proc.stderr, proc.stderr
 
 
+def test_running_out_of_memory_names_the_file():
+    """Limits set above what the machine gives (here an address-space limit): the allocation that
+    fails is reported with the file, not as a bare std::bad_alloc."""
+    path = str(HOSTILE / "pickle_dict_bomb.pickle.gz")
+    proc = subprocess.run([sys.executable, "-m", "vramscope", "analyze", path, "--max-memory", "64GiB"],
+                          capture_output=True, text=True, timeout=TIMEOUT,
+                          preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (600 << 20, 600 << 20)))
+    assert proc.returncode == 2 and f"{path}: out of memory while reading it" in proc.stderr, proc.stderr
+
+
 def test_arguments_are_checked(tmp_path):
     fixture = HOSTILE / "leak_ctx_losses.pickle.gz"
     rc, out, _, _ = run("analyze", str(fixture), "--warmup", "4294967296")
