@@ -196,3 +196,19 @@ TEST(HostileTerminal, ControlCharactersBecomeVisibleEscapes) {
     EXPECT_EQ(terminal_safe("x\ny", true), "x\ny");
     EXPECT_EQ(terminal_safe("caf\xc3\xa9 \xe2\x80\xa8"), "caf\xc3\xa9 \xe2\x80\xa8");  // other UTF-8 as it is
 }
+
+TEST(HostileVscope, AStackDeeperThanAnyWriterKeepsIsAFault) {
+    vramscope::testing::TraceBuilder b;
+    uint32_t node = 0;
+    for (uint32_t k = 0; k < 20; ++k)
+        node = b.t.stacks.intern_stack(node, b.t.stacks.intern_frame(Frame{b.t.stacks.intern_string("deep.py"), 0, k}));
+    b.alloc(0x100000, 512, node);
+    const std::string path = ::testing::TempDir() + "/deep.vscope";
+    write_trace(b.t, path);
+    ReadLimits limits;
+    limits.max_stack_frames = 10;
+    const Trace t = read_trace(path, limits);
+    std::remove(path.c_str());
+    ASSERT_EQ(t.faults.size(), 1u);
+    EXPECT_NE(t.faults[0].find("a stack deeper than 10 frames"), std::string::npos) << t.faults[0];
+}

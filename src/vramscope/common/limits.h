@@ -12,7 +12,8 @@ struct ReadLimits {
     uint64_t max_held_bytes = uint64_t(2) << 30;      // each of: pickle values not yet consumed; events kept
     uint64_t max_string_bytes = uint64_t(16) << 20;   // one pickle string or bytes value
     uint32_t max_depth = 256;                         // containers open at once (pickle MARKs)
-    uint32_t max_stack_frames = 4096;                 // frames kept per stack (the innermost)
+    uint32_t max_stack_frames = 4096;                 // frames kept per stack (snapshots: the innermost;
+                                                      // a deeper .vscope stack is damage)
 };
 
 }  // namespace vramscope

@@ -26,14 +26,15 @@ uint32_t get_u32(const uint8_t* p) { return uint32_t(p[0]) | uint32_t(p[1]) << 8
 
 struct ChunkError {
     size_t offset;
-    const char* why;
+    std::string why;
 };
 
 // Decodes one chunk's records into the trace. File ids map to table ids through the remap
 // vectors, so a hostile file with duplicate definitions cannot point outside the tables.
 class ChunkDecoder {
 public:
-    explicit ChunkDecoder(Trace& t) : t_(t), strings_(1, 0), frames_(1, 0), stacks_(1, 0) {}
+    ChunkDecoder(Trace& t, uint32_t max_stack_frames)
+        : t_(t), max_stack_frames_(max_stack_frames), strings_(1, 0), frames_(1, 0), stacks_(1, 0), depth_(1, 0) {}
 
     // The event count of the end record, once one was read.
     std::optional<uint64_t> end_events;
@@ -83,9 +84,15 @@ public:
                 break;
             }
             case tag_stack: {
-                uint32_t parent = ref(stacks_, num(p, end, at), at);
-                uint32_t frame = ref(frames_, num(p, end, at), at);
+                // No writer keeps more frames than the limit (live capture: 256): deeper is damage,
+                // and would make every walk of a stack as long as the file.
+                const uint64_t file_parent = num(p, end, at);
+                const uint32_t parent = ref(stacks_, file_parent, at);
+                const uint32_t frame = ref(frames_, num(p, end, at), at);
+                if (depth_[file_parent] >= max_stack_frames_)
+                    throw ChunkError{size_t(at - base_), "a stack deeper than " + std::to_string(max_stack_frames_) + " frames"};
                 stacks_.push_back(t_.stacks.intern_stack(parent, frame));
+                depth_.push_back(depth_[file_parent] + 1);
                 break;
             }
             case tag_context: {
@@ -189,8 +196,10 @@ private:
     }
 
     Trace& t_;
+    const uint32_t max_stack_frames_;
     const uint8_t* base_ = nullptr;
     std::vector<uint32_t> strings_, frames_, stacks_;
+    std::vector<uint32_t> depth_;  // frames in each file stack id's stack
     std::vector<std::pair<uint8_t, uint16_t>> contexts_;  // (device, stream index)
     std::vector<uint64_t> last_addr_;                     // per context
     format::Predictors guess_;  // the writer's, replayed
@@ -218,7 +227,7 @@ Trace parse_trace(std::string_view bytes, const std::string& name, const ReadLim
     if (!numbered)
         trace.warnings.push_back(name + ": trace format version 1: its chunks carry no numbers and it has no end "
                                         "record, so a chunk repeated, dropped or cut off at a chunk boundary cannot be told");
-    ChunkDecoder decoder(trace);
+    ChunkDecoder decoder(trace, limits.max_stack_frames);
     // >= 2 bytes an event in practice; unused pages are never touched, but they count as address space.
     trace.events.reserve(std::min<size_t>(bytes.size() / 2, limits.max_held_bytes / sizeof(Event)));
     size_t off = kHeaderBytes, chunks = 0;
@@ -280,7 +289,7 @@ Trace parse_trace(std::string_view bytes, const std::string& name, const ReadLim
             decoder.decode(records, payload + len);
         } catch (const ChunkError& e) {
             trace.events.resize(events_before);
-            stop(off, std::string(e.why) + " (byte " + std::to_string(e.offset) + " of the chunk's records)", trace.faults);
+            stop(off, e.why + " (byte " + std::to_string(e.offset) + " of the chunk's records)", trace.faults);
             break;
         }
         if (trace.events.size() * sizeof(Event) > limits.max_held_bytes)
