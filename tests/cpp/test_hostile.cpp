@@ -10,6 +10,7 @@
 #include "common/format.h"
 #include "common/gzip_stream.h"
 #include "findings/json_reader.h"
+#include "findings/json_writer.h"
 #include "importers/pickle.h"
 #include "importers/torch_snapshot.h"
 #include "trace/reader.h"
@@ -195,6 +196,13 @@ TEST(HostileTerminal, ControlCharactersBecomeVisibleEscapes) {
     EXPECT_EQ(terminal_safe(std::string("a\x1b[2Jb\r\nc\0d\x7f" "\xc2\x9b" "e", 15)), "a\\x1b[2Jb\\x0d\\x0ac\\x00d\\x7f\\u009be");
     EXPECT_EQ(terminal_safe("x\ny", true), "x\ny");
     EXPECT_EQ(terminal_safe("caf\xc3\xa9 \xe2\x80\xa8"), "caf\xc3\xa9 \xe2\x80\xa8");  // other UTF-8 as it is
+    EXPECT_EQ(terminal_safe("a\xff\xed\xb3\xbf\xe2\x80"), "a\\xff\\xed\\xb3\\xbf\\xe2\\x80");  // not UTF-8: a surrogate, a cut
+}
+
+TEST(HostileJson, WrittenJsonIsValidUtf8WhateverTheNames) {
+    Json j;
+    j.value("ok \xc3\xa9 \xff lone \xed\xb3\xbf \xf4\x90\x80\x80 \x01");
+    EXPECT_EQ(j.out, "\"ok \xc3\xa9 \\ufffd lone \\ufffd\\ufffd\\ufffd \\ufffd\\ufffd\\ufffd\\ufffd \\u0001\"");
 }
 
 TEST(HostileVscope, AStackDeeperThanAnyWriterKeepsIsAFault) {

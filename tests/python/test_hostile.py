@@ -50,7 +50,7 @@ def run(*args: str) -> tuple[int, str, int, float]:
     proc.returncode = os.waitstatus_to_exitcode(status)
     seconds = time.monotonic() - started
     assert seconds < TIMEOUT, f"vramscope {' '.join(args)} ran past {TIMEOUT} s"
-    return proc.returncode, out.decode(errors="replace"), usage.ru_maxrss * 1024, seconds
+    return proc.returncode, out.decode(), usage.ru_maxrss * 1024, seconds  # strict: every output is UTF-8
 
 
 def check_clean(rc: int, out: str, rss: int, args: tuple) -> None:

@@ -155,16 +155,17 @@ def schema_damage() -> None:
 
     # Hostile strings: names that would change a terminal or the report page.
     evil = {"<!--<script>": "page", "</script><script>alert(1)</script>": "page", "a\u2028b\u2029c": "page",
-            "\x1b[2J\x1b]0;owned\x07": "terminal", "forged\r\nLEAK  +9 TiB/step": "terminal", "nul\x00byte": "terminal"}
+            "\x1b[2J\x1b]0;owned\x07": "terminal", "forged\r\nLEAK  +9 TiB/step": "terminal", "nul\x00byte": "terminal",
+            "lone\udcffsurrogate": "not UTF-8 (pickled with surrogatepass)"}
 
     def rename(s):
         s.update(base())
-        names, seen = list(evil), set()
+        every, seen = "".join(evil), set()
         for e in s["device_traces"][0]:
             for f in e.get("frames", []):
                 if "record_fixtures.py" in f["filename"] and id(f) not in seen:  # frames are shared dicts
                     seen.add(id(f))
-                    f["name"] = names[f["line"] % len(names)] + f["name"]
+                    f["name"] = every + f["name"]
         s["device_traces"][0][0]["frames"].insert(0, {"name": "<!--<script>", "filename": "\x1b[31mred.py", "line": 1})
     variant("hostile_names.pickle.gz", "judged", "function names with <!--<script>, </script>, U+2028, ESC, CR/LF, NUL", rename)
 
