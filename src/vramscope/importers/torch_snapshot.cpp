@@ -158,15 +158,16 @@ private:
         return doc_->get(dict, key, &r) ? text(r) : std::string_view();
     }
 
+    // A float counts when it fits 64 bits (NaN and infinities do not: converting them is undefined).
     bool is_number(Ref v) const {
-        const Type t = (*doc_)[v].type;
-        return t == Type::integer || t == Type::boolean || t == Type::floating;
+        const pickle::Value& x = (*doc_)[v];
+        if (x.type == Type::floating) return x.f >= -0x1p63 && x.f < 0x1p63;
+        return x.type == Type::integer || x.type == Type::boolean;
     }
     int64_t number(Ref v) const {
         const pickle::Value& x = (*doc_)[v];
-        if (x.type == Type::integer || x.type == Type::boolean) return x.i;
-        if (x.type == Type::floating) return int64_t(x.f);
-        return 0;
+        if (!is_number(v)) return 0;
+        return x.type == Type::floating ? int64_t(x.f) : x.i;
     }
     std::string_view text(Ref v) const { return (*doc_)[v].type == Type::string ? doc_->str(v) : std::string_view(); }
 

@@ -130,6 +130,11 @@ def schema_damage() -> None:
     variant("sizes_negative.pickle.gz", "cannot-judge", "negative sizes",
             each(lambda k, e: e.__setitem__("size", -e["size"]) if e["action"] == "alloc" else None))
     variant("size_a_string.pickle.gz", "cannot-judge", "size is a string", each(lambda k, e: e.__setitem__("size", "big")))
+    variant("size_nan.pickle.gz", "cannot-judge", "size NaN", each(lambda k, e: e.__setitem__("size", float("nan"))))
+    variant("time_inf.pickle.gz", "cannot-judge", "time_us infinite", each(lambda k, e: e.__setitem__("time_us", float("inf"))))
+    variant("addr_2_80.pickle.gz", "cannot-judge", "an address of 2^80 (a LONG1 of 11 bytes)",
+            each(lambda k, e: e.__setitem__("addr", 1 << 80)))
+    variant("time_negative.pickle.gz", "cannot-judge", "times before 1970", each(lambda k, e: e.__setitem__("time_us", -e["time_us"] - 10**18 + k)))
     variant("addr_missing.pickle.gz", "cannot-judge", "no addr", each(lambda k, e: e.pop("addr")))
     variant("action_an_int.pickle.gz", "nothing", "action 5: entries without an action, then none left",
             each(lambda k, e: e.__setitem__("action", 5)))
