@@ -131,8 +131,9 @@ def test_inputs_that_never_end_are_refused(tmp_path):
         assert path in out and ("not a regular file" in out or "directory" in out), out
 
 
-def test_default_limits_stop_bombs_quickly():
-    """Without options: a 64 MiB string and 40 M dicts end at the default limits, naming them."""
+def test_limits_stop_bombs_naming_offset_and_option():
+    """A 64 MiB string ends at the default string limit, 16 M dicts at --max-memory: each error names
+    the offset and the option that raises the limit."""
     rc, out, _, _ = run("analyze", str(HOSTILE / "string_64mib_fanout.pickle.gz"))
     assert rc == 2 and "--max-string" in out and "offset" in out, out
     rc, out, _, _ = run("analyze", str(HOSTILE / "pickle_dict_bomb.pickle.gz"), "--max-memory", "64MiB")
