@@ -2,6 +2,9 @@
 // never ends) can take the machine: every reader checks these and fails naming the file, the
 // offset and the limit. The CLI sets them (--max-decoded, --max-memory, --max-string,
 // --max-depth); the defaults are far above any real snapshot (a 1 M-event one decodes to 91 MB).
+// Reading then holds at most about 2 x max_held_bytes (pickle values in flight, events kept),
+// vectors' growth and a few MiB of buffers aside; tests/python/test_hostile.py checks a whole run
+// stays under 4 x max_held_bytes + 200 MiB.
 #pragma once
 #include <cstdint>
 
