@@ -184,3 +184,20 @@ def test_corpus_is_current():
     files = {p.name for p in HOSTILE.iterdir()} - {"make_corpus.py", "expectations.json", "README.md"}
     assert files == set(EXPECT), files ^ set(EXPECT)
     assert all(stat.S_ISREG((HOSTILE / n).stat().st_mode) for n in EXPECT)
+
+
+@pytest.mark.parametrize("owners, embedded", [("[" * 1000, False), ('[{"owner_lines": ["</script><!--<script>"]}]', True),
+                                              ("1, alert(1)", False)])
+def test_owners_file_beside_a_trace_is_checked_before_it_is_embedded(owners, embedded, tmp_path):
+    trace = tmp_path / "run.vscope"
+    trace.write_bytes((HOSTILE / "good.vscope").read_bytes())
+    (tmp_path / "run.vscope.owners.json").write_text(owners)
+    page = tmp_path / "r.html"
+    rc, out, _, _ = run("report", str(trace), "-o", str(page))
+    assert rc == 0, out
+    assert ("owners out" in out) != embedded, out
+    html = page.read_text()
+    data = html[html.index('<script id="data"'):]
+    data = data[data.index(">") + 1: data.index("</script>")]
+    assert not set(data) & set("<>&") and "alert" not in data
+    assert json.loads(data)["owners"] == ([[{"owner_lines": ["</script><!--<script>"]}]] if embedded else [None])
