@@ -1,35 +1,56 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer harnesses with clang and runs them for SECONDS each (default 600), seeded
-# with the recorded fixtures:  fuzz/run.sh [SECONDS] [pickle|trace ...]
-# Needs Debian's clang and its runtime: apt-get install clang libclang-rt-dev (or -14 variants).
+# Builds the libFuzzer harnesses with clang (ASan + UBSan) and runs each for SECONDS (default
+# 600), one after another on one core, seeded with the recorded fixtures and the hostile corpus
+# (tests/data/hostile):  fuzz/run.sh [SECONDS] [snapshot|findings_json|pickle|trace ...]
+# Logs go to $FUZZ_LOGS (default build/fuzz); crashes to $FUZZ_LOGS/crashes-TARGET/.
+# Needs Debian's clang and its runtime: apt-get install clang libclang-rt-dev (or -14 variants),
+# and the package installed (the seeds are made with `vramscope`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-600}
 shift || true
-targets=${*:-pickle trace}
+targets=${*:-snapshot findings_json pickle trace}
+logs=${FUZZ_LOGS:-build/fuzz}
 cc=$(command -v clang++ || command -v clang++-14)
 cmake -S . -B build/fuzz -G Ninja -DVRAMSCOPE_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER="$cc" >/dev/null
-cmake --build build/fuzz --target fuzz_pickle fuzz_trace
-cmake -S . -B build/dev -G Ninja >/dev/null && cmake --build build/dev --target vramscope-core
-mkdir -p build/fuzz/corpus/pickle build/fuzz/corpus/trace
+seeds=build/fuzz/corpus
+mkdir -p "$seeds"/{pickle,trace,snapshot,findings_json} "$logs"
 for f in tests/data/*.pickle.gz; do
   name=$(basename "$f" .pickle.gz)
-  { printf '\000'; gunzip -c "$f"; } > "build/fuzz/corpus/pickle/$name.pickle"
-  build/dev/vramscope-core convert "$f" "build/fuzz/seed.vscope" >/dev/null
-  { printf '\001'; cat build/fuzz/seed.vscope; } > "build/fuzz/corpus/trace/$name.vscope"
+  cp "$f" "$seeds/snapshot/$name.pickle.gz"
+  { printf '\000'; gunzip -c "$f"; } > "$seeds/pickle/$name.pickle"
+  python3 -m vramscope convert "$f" "$seeds/snapshot/$name.vscope" >/dev/null
+  { printf '\001'; cat "$seeds/snapshot/$name.vscope"; } > "$seeds/trace/$name.vscope"
+  python3 -m vramscope analyze "$f" --json "$seeds/findings_json/$name.json" >/dev/null
+done
+for f in tests/data/hostile/*; do
+  case "$f" in
+    *.json) [ "$(basename "$f")" = expectations.json ] || cp "$f" "$seeds/findings_json/" ;;
+    *.vscope) cp "$f" "$seeds/snapshot/"; { printf '\000'; cat "$f"; } > "$seeds/trace/$(basename "$f")" ;;
+    *.pickle) cp "$f" "$seeds/snapshot/"; { printf '\000'; cat "$f"; } > "$seeds/pickle/$(basename "$f")" ;;
+    *.gz) cp "$f" "$seeds/snapshot/" ;;
+  esac
 done
 # Small, whole snapshots too: the fuzzer mutates structure best from inputs under max_len.
-python3 - <<'PY'
-import glob, gzip, pickle
+python3 - "$seeds" <<'PY'
+import glob, gzip, pickle, sys
+seeds = sys.argv[1]
 for f in sorted(glob.glob("tests/data/*.pickle.gz")):
     snap = pickle.load(gzip.open(f))
     snap["device_traces"] = [t[:60] for t in snap["device_traces"]]
     snap["segments"] = snap["segments"][:2]
     name = f.split("/")[-1].replace(".pickle.gz", "")
+    small = pickle.dumps(snap)
+    open(f"{seeds}/snapshot/small_{name}.pickle", "wb").write(small)
     for cut in (0, 7, 64):  # first byte: chunk size for the harness (0: whole)
-        open(f"build/fuzz/corpus/pickle/small_{cut}_{name}.pickle", "wb").write(bytes([cut]) + pickle.dumps(snap))
+        open(f"{seeds}/pickle/small_{cut}_{name}.pickle", "wb").write(bytes([cut]) + small)
 PY
 for target in $targets; do
+  cmake --build build/fuzz --target "fuzz_$target" >/dev/null
+  mkdir -p "$logs/crashes-$target"
+  start=$(date -u +%FT%TZ)
   build/fuzz/fuzz_$target -max_total_time="$seconds" -max_len=${MAX_LEN:-65536} -timeout=10 -rss_limit_mb=4096 \
-    -print_final_stats=1 build/fuzz/corpus/$target 2>&1 | tail -n 15 | tee "build/fuzz/$target.log"
+    -artifact_prefix="$logs/crashes-$target/" -print_final_stats=1 "$seeds/$target" > "$logs/$target.log" 2>&1 || true
+  echo "$start $target ${seconds}s: $(grep -E '^stat::number_of_executed_units' "$logs/$target.log" | awk '{print $2}') runs," \
+       "$(ls "$logs/crashes-$target" | wc -l) crashes" | tee -a "$logs/summary.txt"
 done

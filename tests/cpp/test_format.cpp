@@ -135,13 +135,17 @@ TEST(TraceFormat, CutAtEveryByteReadsBackWholeChunksWithAWarning) {
             ASSERT_EQ(back.events[i].addr, t.events[i].addr);
             ASSERT_EQ(back.events[i].kind, t.events[i].kind);
         }
-        ASSERT_EQ(back.warnings.size(), chunk_ends.count(n) ? 0u : 1u) << n;
-        if (!back.warnings.empty()) EXPECT_NE(back.warnings[0].find("cut.vscope: offset "), std::string::npos);
+        // A cut is a warning, never a fault: the chunks before it are trustworthy. At a chunk
+        // boundary only the missing end record tells.
+        ASSERT_TRUE(back.faults.empty()) << n;
+        ASSERT_EQ(back.warnings.size(), n == whole.size() ? 0u : 1u) << n;
+        if (!back.warnings.empty())
+            EXPECT_NE(back.warnings[0].find(chunk_ends.count(n) ? "no end record" : "cut.vscope: offset "), std::string::npos) << n;
     }
     EXPECT_EQ(previous, t.events.size());
 }
 
-TEST(TraceFormat, CorruptChunkStopsWithAWarningNamingTheOffset) {
+TEST(TraceFormat, CorruptChunkStopsWithAFaultNamingTheOffset) {
     Trace t = sample_trace(100);
     const std::string path = temp_path("corrupt");
     write_trace(t, path);
@@ -150,8 +154,10 @@ TEST(TraceFormat, CorruptChunkStopsWithAWarningNamingTheOffset) {
     std::remove(path.c_str());
     bytes[bytes.size() / 2] ^= 0x5a;
     Trace back = parse_trace(bytes, "corrupt.vscope");
-    ASSERT_EQ(back.warnings.size(), 1u);
-    EXPECT_NE(back.warnings[0].find("checksum"), std::string::npos);
+    EXPECT_TRUE(back.warnings.empty());
+    ASSERT_EQ(back.faults.size(), 1u);
+    EXPECT_NE(back.faults[0].find("checksum"), std::string::npos);
+    EXPECT_NE(back.faults[0].find("corrupt.vscope: offset "), std::string::npos);
     EXPECT_LT(back.events.size(), t.events.size());
 }
 

@@ -194,7 +194,7 @@ namespace {
 // A sink that takes every batch of dicts and forgets them: what the snapshot importer does.
 struct TakeDicts : pickle::Sink {
     size_t taken = 0, reclaims = 0;
-    bool take(const pickle::Document& doc, pickle::Ref, const pickle::Ref* items, size_t n,
+    bool take(const pickle::Document& doc, pickle::Ref, const pickle::Ref* items, size_t n, size_t,
               std::vector<pickle::Ref>& forget) override {
         if (doc[items[0]].type != pickle::Type::dict) return false;
         forget.insert(forget.end(), items, items + n);

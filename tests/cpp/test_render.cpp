@@ -77,9 +77,17 @@ TEST(Export, PerfettoTimesAreWholeMicroseconds) {
     EXPECT_NE(json.find("\"name\":\"step 2\""), std::string::npos);
 }
 
-TEST(Report, DataCannotCloseItsScriptElement) {
-    const std::string page = report_page(R"({"runs":[{"source":"</script><script>alert(1)</script>"}]})");
-    EXPECT_EQ(page.find("</script><script>alert"), std::string::npos);
-    EXPECT_NE(page.find("<\\/script><script>alert(1)<\\/script>"), std::string::npos);
+TEST(Report, NoStringCanChangeThePage) {
+    const std::string page = report_page(
+        "{\"runs\":[{\"source\":\"</script><script>alert(1)</script><!--<script>a&b>\xE2\x80\xA8\xE2\x80\xA9\"}]}");
+    const size_t data = page.find("<script id=\"data\"");
+    const size_t data_end = page.find("</script>", data);
+    const std::string embedded = page.substr(data, data_end - data);
+    // Inside the data element: not one <, > (past its own tag) or & of the strings, and no raw U+2028/9.
+    const std::string body = embedded.substr(embedded.find('>') + 1);
+    EXPECT_EQ(body.find_first_of("<>&"), std::string::npos) << body;
+    EXPECT_EQ(body.find("\xE2\x80\xA8"), std::string::npos);
+    EXPECT_NE(body.find("\\u003c/script\\u003e\\u003cscript\\u003ealert(1)\\u003c/script\\u003e\\u003c!--\\u003cscript\\u003ea\\u0026b\\u003e\\u2028\\u2029"),
+              std::string::npos) << body;
     EXPECT_EQ(page.find("/*VRAMSCOPE_DATA*/"), std::string::npos);
 }

@@ -129,3 +129,28 @@ def test_a_run_too_short_to_judge_says_so_in_the_page(tmp_path, browser):
     page.goto(page_file.as_uri())
     banner = page.inner_text(".banner")
     assert banner.startswith("CANNOT JUDGE") and "full steps" in banner, banner
+
+
+HOSTILE = Path(__file__).resolve().parents[1] / "data" / "hostile"
+
+
+@pytest.mark.parametrize("source", ["hostile_names.pickle.gz", "findings_hostile_strings.json"])
+def test_report_of_hostile_strings_is_drawn_and_shows_them_as_text(source, tmp_path, browser):
+    """Names with <!--<script>, </script>, U+2028 and control characters (tests/data/hostile): the
+    page still draws itself, shows them as text, and runs nothing of theirs."""
+    page_file = tmp_path / "hostile.html"
+    vramscope("report", str(HOSTILE / source), "-o", str(page_file))
+    page = browser.new_page()
+    errors, dialogs = [], []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    page.goto(page_file.as_uri())
+    page.wait_for_selector(".banner")
+    assert page.inner_text(".banner").startswith("LEAK"), "the page is drawn, not blank"
+    assert page.locator("table.leaks tr.leakrow").count() >= 1
+    text = page.text_content("#app")  # the stacks too, folded away or not
+    assert "<!--<script>" in text and "</script><script>" in text, "hostile names appear as text"
+    assert errors == [] and dialogs == []
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"report-hostile-{source.split('.')[0]}.png"), full_page=True)
+    page.close()

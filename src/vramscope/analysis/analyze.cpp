@@ -219,6 +219,14 @@ Findings analyze(const Trace& t, const AnalysisOptions& opt) {
     f.warnings = t.warnings;
     f.window = std::max<uint32_t>(1, opt.window);
     for (const auto& kv : t.meta) f.meta.push_back(kv);
+    // Input that cannot be trusted gets no verdict and no analysis (importers/validate.h says
+    // why): numbers from it would only mislead.
+    if (!t.faults.empty()) {
+        f.verdict = Verdict::cannot_judge;
+        f.input_faults = t.faults;
+        f.event_count = t.entry_count();
+        return f;
+    }
 
     Steps steps = find_steps(t);
     f.steps_source = steps.source;
@@ -252,7 +260,7 @@ Findings analyze(const Trace& t, const AnalysisOptions& opt) {
     const size_t w = f.window;
     // Steps whose survivors can be judged: kMinSteps step ends after warm-up, and the window
     // must have elapsed inside the trace.
-    const bool judgeable = S >= s0 + std::max<size_t>(kMinSteps, w + 3);
+    const bool judgeable = has_memory_events && S >= s0 + std::max<size_t>(kMinSteps, w + 3);
     const size_t last_judged = judgeable ? S - 1 - w : 0;
     if (!has_memory_events) {
         if (!t.final_blocks.empty())
@@ -514,6 +522,8 @@ Findings analyze(const Trace& t, const AnalysisOptions& opt) {
         if (l.confidence >= 0.5) total_rate += l.bytes_per_step;
     f.leak_bytes_per_step = total_rate;
     f.verdict = total_rate > 0 ? Verdict::leak : judgeable ? Verdict::no_leak : Verdict::cannot_judge;
+    // Nothing to judge is no "no leak" either: the notes above say what is missing.
+    if (!has_memory_events) f.input_faults.push_back(t.source + ": no memory events: nothing to judge");
     f.devices = std::move(r.devices);
     f.analysis_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     return f;

@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -16,10 +18,12 @@
 #include "common/format.h"
 #include "common/progress.h"
 #include "findings/json.h"
+#include "findings/json_reader.h"
 #include "importers/torch_snapshot.h"
 #include "render/export.h"
 #include "render/html.h"
 #include "render/terminal.h"
+#include "trace/format.h"
 #include "trace/writer.h"
 
 namespace vramscope {
@@ -41,11 +45,20 @@ constexpr const char* kUsage = R"(usage: vramscope COMMAND ...
   report FILE... -o OUT.html [--window W] [--warmup N] [--device-memory SIZE]
         One self-contained HTML page (opens offline): verdict, memory per step with the leaked
         part by site, the leak table with stacks and owners, what is not a leak, streams, ranks.
+        FILE may also be findings JSON (analyze --json), all of them then.
   export FILE [--memory-viz OUT.pickle] [--perfetto OUT.json]
         For your other tools: a torch snapshot pickle for https://pytorch.org/memory_viz, and a
         trace-event JSON for https://ui.perfetto.dev (memory counters, steps, leak starts).
-  convert IN OUT.vscope   Convert a torch snapshot to the compact .vscope trace format.
+  convert IN OUT.vscope [--chunk-size SIZE]
+        Convert a torch snapshot to the compact .vscope trace format; chunks of SIZE (default
+        64KiB, at most 16MiB) are what a cut file loses at most.
   demo                    Analyse a bundled real trace of a leaking training run.
+
+Limits on reading one input (analyze, report, export, convert), each error naming the limit:
+        --max-decoded SIZE  bytes read or inflated from gzip (default 16GiB)
+        --max-memory SIZE   pickle values held at once, and events kept, each (default 2GiB)
+        --max-string SIZE   one string in a pickle (default 16MiB)
+        --max-depth N       containers open at once in a pickle (default 256)
   version                 Print the version.
 )";
 
@@ -55,31 +68,99 @@ struct UsageError : std::runtime_error {
 
 bool color_wanted() { return isatty(STDOUT_FILENO) && !std::getenv("NO_COLOR"); }
 
-// Who held each leak, written beside a live trace by the process that captured it.
+// A whole number from min to max, or a usage error naming the option: never wrapped or cut.
+uint64_t whole_number(const std::string& text, uint64_t min, uint64_t max, const std::string& option) {
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+    if (text.empty() || !std::isdigit(uint8_t(text[0])) || *end || errno || v < min || v > max)
+        throw UsageError(option + " takes a whole number from " + std::to_string(min) + " to " + std::to_string(max));
+    return v;
+}
+
+// The limit options; true when args[i] was one (i then at its value).
+bool limit_option(const std::vector<std::string>& args, size_t& i, ReadLimits& limits) {
+    const std::string& a = args[i];
+    uint64_t* size = a == "--max-decoded" ? &limits.max_decoded_bytes
+                   : a == "--max-memory"  ? &limits.max_held_bytes
+                   : a == "--max-string"  ? &limits.max_string_bytes
+                                          : nullptr;
+    if (!size && a != "--max-depth") return false;
+    if (i + 1 >= args.size()) throw UsageError(a + " needs a value");
+    const std::string& v = args[++i];
+    if (!size) limits.max_depth = uint32_t(whole_number(v, 1, 1u << 20, a));
+    else if (!parse_bytes(v, *size) || *size == 0) throw UsageError(a + " takes a size such as 4GiB or 512MiB");
+    return true;
+}
+
+// Reading and analysing one input; running out of memory names the file.
+Trace load(const std::string& path, const ReadLimits& limits) {
+    try {
+        return load_any(path, limits);
+    } catch (const std::bad_alloc&) {
+        throw std::runtime_error(path + ": out of memory while reading it (--max-memory bounds what reading holds)");
+    }
+}
+// A conversion or export would drop the faults and pass the content on as if it were sound.
+void require_trusted(const Trace& t) {
+    if (t.faults.empty()) return;
+    std::string why = t.source + ": cannot be trusted, so it is not passed on:";
+    for (const auto& f : t.faults) why += "\n  " + f;
+    throw std::runtime_error(why);
+}
+Findings analyze_input(const Trace& trace, const AnalysisOptions& opt) {
+    try {
+        return analyze(trace, opt);
+    } catch (const std::bad_alloc&) {
+        throw std::runtime_error(trace.source + ": out of memory while analysing it");
+    }
+}
+
+void refuse_overwriting(const std::vector<std::string>& inputs, const std::string& out) {
+    for (const std::string& in : inputs)
+        if (!out.empty() && out != "-" && same_file(in, out)) throw UsageError(out + " is an input: writing it would destroy it");
+}
+
+// Who held each leak, written beside a live trace by the process that captured it; checked as
+// JSON, as it goes into the report's data as written.
 std::string owners_beside(const std::string& trace) {
     const std::string path = trace + ".owners.json";
     if (access(path.c_str(), R_OK) != 0) return "";
-    const Bytes text = read_file(path);
-    return std::string(text.data(), text.size());
-}
-
-void write_text(const std::string& path, const std::string& text, const char* what) {
-    std::ofstream out(path, std::ios::binary);
-    out << text;
-    if (!out) throw std::runtime_error(path + ": cannot write the " + what);
+    const Bytes text = read_file(path, 256 << 20);
+    std::string owners(text.data(), text.size());
+    try {
+        parse_json(owners, path, 0);
+    } catch (const std::runtime_error& e) {
+        std::cerr << "vramscope: warning: " << terminal_safe(e.what()) << " (the report leaves owners out)\n";
+        return "";
+    }
+    return owners;
 }
 
 void write_report(const std::string& path, const std::vector<std::string>& files, const std::vector<Findings>& runs,
                   const RankComparison& ranks) {
     std::vector<std::string> owners;
     for (const std::string& f : files) owners.push_back(owners_beside(f));
-    write_text(path, render_html(runs, ranks, owners), "report");
+    write_file(path, render_html(runs, ranks, owners), "report");
+}
+
+// `report FINDINGS.json... -o OUT.html`: the page around findings already made.
+int report_from_findings(const std::vector<std::string>& files, const std::string& out, const ReadLimits& limits) {
+    std::vector<std::string> texts;
+    for (const std::string& f : files) {
+        const Bytes b = read_file(f, std::min<uint64_t>(limits.max_decoded_bytes, 256 << 20));
+        texts.emplace_back(b.data(), b.size());
+    }
+    write_file(out, report_page(report_data_from_findings(texts, files)), "report");
+    write_stdout("wrote " + out + "\n");
+    return 0;
 }
 
 int analyze_command(const std::vector<std::string>& args, bool report_only) {
     std::vector<std::string> files;
     std::string json_out, html_out;
     AnalysisOptions opt;
+    ReadLimits limits;
     bool fail_on_leak = false, skip_empty = false;
     for (size_t i = 0; i < args.size(); ++i) {
         const std::string& a = args[i];
@@ -87,21 +168,12 @@ int analyze_command(const std::vector<std::string>& args, bool report_only) {
             if (i + 1 >= args.size()) throw UsageError(a + " needs a value");
             return args[++i];
         };
+        if (limit_option(args, i, limits)) continue;
         if (a == "--json" && !report_only) json_out = value();
         else if (a == "--html" || (report_only && (a == "-o" || a == "--output"))) html_out = value();
-        else if (a == "--window") {
-            const std::string& v = value();
-            char* end = nullptr;
-            long w = std::strtol(v.c_str(), &end, 10);
-            if (*end || w < 1 || w > 1000) throw UsageError("--window takes a whole number of steps from 1 to 1000");
-            opt.window = uint32_t(w);
-        } else if (a == "--warmup") {
-            const std::string& v = value();
-            char* end = nullptr;
-            long n = std::strtol(v.c_str(), &end, 10);
-            if (*end || n < 0) throw UsageError("--warmup takes a whole number of steps");
-            opt.warmup_steps = int(n);
-        } else if (a == "--device-memory") {
+        else if (a == "--window") opt.window = uint32_t(whole_number(value(), 1, 1000, a));
+        else if (a == "--warmup") opt.warmup_steps = int(whole_number(value(), 0, 1000000, a));
+        else if (a == "--device-memory") {
             if (!parse_bytes(value(), opt.device_memory) || opt.device_memory == 0)
                 throw UsageError("--device-memory takes a size such as 80GiB or 81559MiB");
         } else if (a == "--fail-on-leak") fail_on_leak = true;
@@ -111,13 +183,19 @@ int analyze_command(const std::vector<std::string>& args, bool report_only) {
     }
     if (files.empty()) throw UsageError(std::string(report_only ? "report" : "analyze") + " needs at least one FILE");
     if (report_only && html_out.empty()) throw UsageError("report needs -o OUT.html");
+    refuse_overwriting(files, json_out);
+    refuse_overwriting(files, html_out);
+    size_t json_inputs = 0;
+    for (const auto& f : files) json_inputs += f.ends_with(".json");
+    if (report_only && json_inputs == files.size()) return report_from_findings(files, html_out, limits);
+    if (json_inputs) throw UsageError("findings JSON goes to `report` alone, not mixed with traces");
     std::vector<Findings> runs;
     std::vector<std::string> kept;
     size_t skipped = 0;
     for (const auto& path : files) {
         const auto started = std::chrono::steady_clock::now();
         Progress progress("reading " + path, file_size(path));
-        Trace trace = load_any(path);
+        Trace trace = load(path, limits);
         const double import_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
         if (skip_empty && std::none_of(trace.events.begin(), trace.events.end(),
                                        [](const Event& e) { return is_block_event(e.kind); })) {
@@ -125,7 +203,7 @@ int analyze_command(const std::vector<std::string>& args, bool report_only) {
             continue;
         }
         kept.push_back(path);
-        runs.push_back(analyze(trace, opt));
+        runs.push_back(analyze_input(trace, opt));
         runs.back().import_seconds = import_seconds;
     }
     files = std::move(kept);
@@ -136,33 +214,31 @@ int analyze_command(const std::vector<std::string>& args, bool report_only) {
     const RankComparison ranks = compare_ranks(runs);
     if (!html_out.empty()) write_report(html_out, files, runs, ranks);
     if (report_only) {
-        std::cout << "wrote " << html_out << "\n";
+        write_stdout("wrote " + html_out + "\n");
         return 0;
     }
+    std::string out;
     if (json_out != "-") {
-        bool first = true;
-        for (const Findings& f : runs) {
-            if (!first) std::cout << "\n";
-            first = false;
-            std::cout << render_summary(f, color_wanted());
-        }
+        for (const Findings& f : runs) out += (out.empty() ? "" : "\n") + render_summary(f, color_wanted());
+        out += render_ranks(ranks, color_wanted());
     }
-    if (json_out != "-") std::cout << render_ranks(ranks, color_wanted());
     if (!json_out.empty()) {
         const std::string json = to_json(runs, ranks);
-        if (json_out == "-") std::cout << json;
-        else write_text(json_out, json, "findings JSON");
+        if (json_out == "-") out += json;
+        else write_file(json_out, json, "findings JSON");
     }
-    std::cout.flush();
+    write_stdout(out);
     Verdict verdict = Verdict::no_leak;
     for (const Findings& f : runs) verdict = worse(verdict, f.verdict);
     if (!fail_on_leak || verdict == Verdict::no_leak) return 0;
-    return verdict == Verdict::leak ? 1 : 2;  // 2: the input could not be judged
+    return verdict == Verdict::leak ? 1 : 2;  // 2: an input could not be judged
 }
 
 int export_command(const std::vector<std::string>& args) {
     std::string in, memory_viz, perfetto;
+    ReadLimits limits;
     for (size_t i = 0; i < args.size(); ++i) {
+        if (limit_option(args, i, limits)) continue;
         if ((args[i] == "--memory-viz" || args[i] == "--perfetto") && i + 1 < args.size()) {
             std::string& out = args[i] == "--memory-viz" ? memory_viz : perfetto;
             out = args[++i];
@@ -173,24 +249,42 @@ int export_command(const std::vector<std::string>& args) {
     }
     if (in.empty() || (memory_viz.empty() && perfetto.empty()))
         throw UsageError("export needs a FILE and --memory-viz OUT.pickle and/or --perfetto OUT.json");
-    const Trace t = load_any(in);
+    refuse_overwriting({in}, memory_viz);
+    refuse_overwriting({in}, perfetto);
+    const Trace t = load(in, limits);
+    require_trusted(t);
     if (!memory_viz.empty()) {
-        write_text(memory_viz, to_memory_viz_pickle(t), "memory_viz pickle");
-        std::cout << "wrote " << memory_viz << " (open it at https://pytorch.org/memory_viz)\n";
+        write_file(memory_viz, to_memory_viz_pickle(t), "memory_viz pickle");
+        write_stdout("wrote " + memory_viz + " (open it at https://pytorch.org/memory_viz)\n");
     }
     if (!perfetto.empty()) {
-        write_text(perfetto, to_perfetto_json(t, analyze(t)), "Perfetto trace");
-        std::cout << "wrote " << perfetto << " (open it at https://ui.perfetto.dev)\n";
+        write_file(perfetto, to_perfetto_json(t, analyze_input(t, {})), "Perfetto trace");
+        write_stdout("wrote " + perfetto + " (open it at https://ui.perfetto.dev)\n");
     }
     return 0;
 }
 
 int convert_command(const std::vector<std::string>& args) {
-    if (args.size() != 2) throw UsageError("convert takes IN and OUT.vscope");
-    Trace t = load_any(args[0]);
-    for (const auto& w : t.warnings) std::cerr << "warning: " << w << "\n";
-    write_trace(t, args[1]);
-    std::cout << "wrote " << args[1] << ": " << format_count(t.entry_count()) << " events\n";
+    std::vector<std::string> paths;
+    ReadLimits limits;
+    uint64_t chunk_bytes = 64 << 10;
+    for (size_t i = 0; i < args.size(); ++i) {
+        if (limit_option(args, i, limits)) continue;
+        if (args[i] == "--chunk-size" && i + 1 < args.size()) {
+            if (!parse_bytes(args[++i], chunk_bytes) || chunk_bytes == 0 || chunk_bytes > format::kMaxChunkPayload / 2)
+                throw UsageError("--chunk-size takes a size from 1 to 8MiB");
+            continue;
+        }
+        if (args[i].starts_with("--")) throw UsageError("convert: unknown option " + args[i]);
+        paths.push_back(args[i]);
+    }
+    if (paths.size() != 2) throw UsageError("convert takes IN and OUT.vscope");
+    refuse_overwriting({paths[0]}, paths[1]);
+    const Trace t = load(paths[0], limits);
+    require_trusted(t);
+    for (const auto& w : t.warnings) std::cerr << "warning: " << terminal_safe(w) << "\n";
+    write_trace(t, paths[1], size_t(chunk_bytes));
+    write_stdout("wrote " + paths[1] + ": " + format_count(t.entry_count()) + " events\n");
     return 0;
 }
 
@@ -216,9 +310,12 @@ int run_cli(const std::vector<std::string>& args) {
         std::cout.flush();
         std::cerr << "vramscope: " << e.what() << "\n\n" << kUsage;
         return 2;
+    } catch (const std::bad_alloc&) {
+        std::cerr << "vramscope: error: out of memory\n";
+        return 2;
     } catch (const std::exception& e) {
         std::cout.flush();
-        std::cerr << "vramscope: error: " << e.what() << "\n";
+        std::cerr << "vramscope: error: " << terminal_safe(e.what(), true) << "\n";
         return 2;
     }
 }

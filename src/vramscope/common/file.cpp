@@ -16,14 +16,27 @@ uint64_t file_size(const std::string& path) {
     return ::stat(path.c_str(), &st) == 0 ? uint64_t(st.st_size) : 0;
 }
 
-Bytes read_file(const std::string& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+Bytes read_file(const std::string& path, uint64_t max_bytes) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) throw std::runtime_error(path + ": cannot open: " + std::strerror(errno));
     struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        const bool dir = S_ISDIR(st.st_mode);
+        ::close(fd);
+        throw std::runtime_error(path + (dir ? ": is a directory" : ": not a regular file (a pipe, device or socket may never end; save it to a file first)"));
+    }
+    if (uint64_t(st.st_size) > max_bytes) {
+        ::close(fd);
+        throw std::runtime_error(path + ": " + std::to_string(st.st_size) + " bytes; the limit is " +
+                                 std::to_string(max_bytes) + " (--max-decoded raises it)");
+    }
     Bytes out;
-    if (::fstat(fd, &st) == 0 && st.st_size > 0) out.reserve(size_t(st.st_size));
+    out.reserve(size_t(st.st_size));
     size_t used = 0;
     while (true) {
+        if (used > max_bytes)  // the file grew while read
+            throw std::runtime_error(path + ": offset " + std::to_string(max_bytes) + ": more bytes than the limit of " +
+                                     std::to_string(max_bytes) + " (--max-decoded raises it)");
         if (out.size() < used + (1 << 16)) out.resize(std::max(out.capacity(), used + (1 << 16)));
         const ssize_t k = ::read(fd, out.data() + used, out.size() - used);
         if (k < 0 && errno == EINTR) continue;
@@ -38,6 +51,40 @@ Bytes read_file(const std::string& path) {
     ::close(fd);
     out.resize(used);
     return out;
+}
+
+namespace {
+// false with errno set when a write fails.
+bool write_fd(int fd, std::string_view data) {
+    while (!data.empty()) {
+        const ssize_t k = ::write(fd, data.data(), data.size());
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return false;
+        data.remove_prefix(size_t(k));
+    }
+    return true;
+}
+}  // namespace
+
+void write_file(const std::string& path, std::string_view data, const char* what) {
+    auto fail = [&](int err) { throw std::runtime_error(path + ": cannot write the " + what + ": " + std::strerror(err)); };
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) fail(errno);
+    if (!write_fd(fd, data)) {
+        const int err = errno;
+        ::close(fd);
+        fail(err);
+    }
+    if (::close(fd) != 0) fail(errno);
+}
+
+void write_stdout(std::string_view data) {
+    if (!write_fd(STDOUT_FILENO, data)) throw std::runtime_error(std::string("stdout: ") + std::strerror(errno));
+}
+
+bool same_file(const std::string& a, const std::string& b) {
+    struct stat sa, sb;
+    return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
 bool is_gzip(std::string_view b) { return b.size() >= 2 && uint8_t(b[0]) == 0x1f && uint8_t(b[1]) == 0x8b; }

@@ -31,7 +31,18 @@ inline std::string_view view(const Bytes& b) { return {b.data(), b.size()}; }
 // Size in bytes; 0 when it cannot be told (the read that follows says why).
 uint64_t file_size(const std::string& path);
 
-Bytes read_file(const std::string& path);
+// A regular file only: a FIFO, a device or a socket may never end, so it is refused (opened
+// without blocking, so a FIFO with no writer cannot hang the open either). More than
+// `max_bytes` is refused too.
+Bytes read_file(const std::string& path, uint64_t max_bytes = UINT64_MAX);
+
+// Creates or truncates path and writes data; throws "PATH: cannot write the WHAT: REASON" (the
+// errno text), a failed close included: a full disk often only says so there.
+void write_file(const std::string& path, std::string_view data, const char* what);
+// All of data to stdout (fd 1), unbuffered; throws "stdout: REASON" when it cannot.
+void write_stdout(std::string_view data);
+// Whether two paths name one file (an output that would overwrite an input).
+bool same_file(const std::string& a, const std::string& b);
 
 bool is_gzip(std::string_view bytes);
 

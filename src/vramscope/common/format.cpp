@@ -54,4 +54,41 @@ bool parse_bytes(const std::string& text, uint64_t& out) {
     return true;
 }
 
+size_t utf8_length(std::string_view text, size_t i) {
+    const auto byte = [&](size_t k) { return i + k < text.size() ? uint8_t(text[i + k]) : uint8_t(0); };
+    const uint8_t c = byte(0);
+    if (c < 0x80) return 1;
+    const size_t n = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    for (size_t k = 1; k < n; ++k)
+        if ((byte(k) & 0xC0) != 0x80) return 0;
+    // The second byte's range rules out overlong forms, surrogates and code points past U+10FFFF.
+    if ((c == 0xE0 && byte(1) < 0xA0) || (c == 0xED && byte(1) > 0x9F) || (c == 0xF0 && byte(1) < 0x90) ||
+        (c == 0xF4 && byte(1) > 0x8F))
+        return 0;
+    return n;
+}
+
+std::string terminal_safe(std::string_view text, bool keep_newlines) {
+    std::string out;
+    out.reserve(text.size());
+    for (size_t i = 0; i < text.size();) {
+        const auto c = uint8_t(text[i]);
+        const size_t n = utf8_length(text, i);
+        const bool c1 = n == 2 && c == 0xC2 && uint8_t(text[i + 1]) <= 0x9F;
+        char esc[8];
+        if (c1) {
+            std::snprintf(esc, sizeof esc, "\\u%04x", unsigned(uint8_t(text[i + 1])));
+        } else if (n == 0 || (c < 0x20 && !(keep_newlines && c == '\n')) || c == 0x7F) {
+            std::snprintf(esc, sizeof esc, "\\x%02x", unsigned(c));
+        } else {
+            out.append(text, i, n);
+            i += n;
+            continue;
+        }
+        out += esc;
+        i += n ? n : 1;
+    }
+    return out;
+}
+
 }  // namespace vramscope

@@ -8,7 +8,8 @@
 
 namespace vramscope {
 
-GzipStream::GzipStream(std::string_view gz, std::string name) : in_(gz), name_(std::move(name)) {
+GzipStream::GzipStream(std::string_view gz, std::string name, uint64_t max_decoded)
+    : in_(gz), name_(std::move(name)), max_decoded_(max_decoded) {
     for (auto& b : blocks_) b.resize(kBlockBytes);
     worker_ = std::thread([this] { inflate_all(); });
 }
@@ -28,6 +29,7 @@ void GzipStream::inflate_all() {
         z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in_.data()));
         z.avail_in = uInt(std::min<size_t>(in_.size(), 0x7fffffff));
         bool end = false;
+        uint64_t decoded = 0;
         for (size_t block = 0; !end && !cancel_; ++block) {
             {
                 // Wait for a free block: the consumer is done with all but the last kBlocks - 1.
@@ -55,6 +57,13 @@ void GzipStream::inflate_all() {
                         (rc == Z_BUF_ERROR ? std::string("gzip data cut short") : std::string(z.msg ? z.msg : "corrupt gzip data"));
                 end = true;
                 break;
+            }
+            decoded += out.size() - z.avail_out;  // total_out restarts with each member
+            if (decoded > max_decoded_ && error.empty()) {
+                error = name_ + ": offset " + std::to_string(reinterpret_cast<const char*>(z.next_in) - in_.data()) +
+                        ": gzip data inflates to more than " + std::to_string(max_decoded_) +
+                        " bytes (the limit; --max-decoded raises it)";
+                end = true;
             }
             Progress::report(size_t(reinterpret_cast<const char*>(z.next_in) - in_.data()));
             std::lock_guard lock(mutex_);
@@ -86,8 +95,8 @@ bool GzipStream::next(std::string_view& chunk) {
     return false;
 }
 
-Bytes gunzip(std::string_view gz, const std::string& name) {
-    GzipStream stream(gz, name);
+Bytes gunzip(std::string_view gz, const std::string& name, uint64_t max_decoded) {
+    GzipStream stream(gz, name, max_decoded);
     Bytes out;
     std::string_view chunk;
     while (stream.next(chunk)) out.insert(out.end(), chunk.begin(), chunk.end());

@@ -47,12 +47,15 @@ private:
 };
 
 // The whole gzip'd content at once (through a GzipStream). Throws std::runtime_error
-// ("NAME: offset N: ...") on corrupt or cut gzip data.
-Bytes gunzip(std::string_view gz, const std::string& name);
+// ("NAME: offset N: ...") on corrupt or cut gzip data, a bad CRC or length, trailing bytes that
+// are not gzip, or content over max_decoded bytes.
+Bytes gunzip(std::string_view gz, const std::string& name, uint64_t max_decoded = UINT64_MAX);
 
+// zlib checks each member's CRC-32 and length at its end: read a stream to its end (next()
+// returning false) for them to have been checked.
 class GzipStream : public ChunkSource {
 public:
-    GzipStream(std::string_view gz, std::string name);
+    GzipStream(std::string_view gz, std::string name, uint64_t max_decoded = UINT64_MAX);
     ~GzipStream() override;
 
     bool next(std::string_view& chunk) override;
@@ -65,6 +68,7 @@ private:
 
     std::string_view in_;
     std::string name_;
+    uint64_t max_decoded_;
     std::array<std::vector<char>, kBlocks> blocks_;
     std::array<size_t, kBlocks> filled_{};
     std::mutex mutex_;

@@ -11,18 +11,9 @@ uint32_t StackTable::intern_string(std::string_view s) {
 }
 
 uint32_t StackTable::intern_frame(const Frame& f) {
-    // file and function ids are below 2^32, lines below 2^32: mix them into one key and check
-    // the stored frame, walking on past a (rare) hash collision.
-    uint64_t key = (uint64_t(f.file) << 40) ^ (uint64_t(f.function) << 20) ^ f.line;
-    for (;; ++key) {
-        auto [it, inserted] = frame_ids_.try_emplace(key, uint32_t(frames_.size()));
-        if (inserted) {
-            frames_.push_back(f);
-            return it->second;
-        }
-        const Frame& have = frames_[it->second];
-        if (have.file == f.file && have.function == f.function && have.line == f.line) return it->second;
-    }
+    auto [it, inserted] = frame_ids_.try_emplace(f, uint32_t(frames_.size()));
+    if (inserted) frames_.push_back(f);
+    return it->second;
 }
 
 uint32_t StackTable::intern_stack(uint32_t parent, uint32_t frame) {

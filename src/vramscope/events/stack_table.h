@@ -14,6 +14,7 @@ struct Frame {
     uint32_t file = 0;      // string id
     uint32_t function = 0;  // string id
     uint32_t line = 0;
+    bool operator==(const Frame&) const = default;
 };
 
 struct StackNode {
@@ -44,10 +45,16 @@ private:
     struct PairHash {
         size_t operator()(uint64_t v) const { return std::hash<uint64_t>{}(v * 0x9E3779B97F4A7C15ull); }
     };
+    // Every field mixed, and frames compared whole: a file's frames cannot be made to collide.
+    struct FrameHash {
+        size_t operator()(const Frame& f) const {
+            return PairHash{}((uint64_t(f.file) << 32 | f.function) ^ uint64_t(f.line) * 0xC2B2AE3D27D4EB4Full);
+        }
+    };
     std::vector<std::string> strings_;
     std::unordered_map<std::string, uint32_t> string_ids_;
     std::vector<Frame> frames_;
-    std::unordered_map<uint64_t, uint32_t, PairHash> frame_ids_;  // key: hash of the frame
+    std::unordered_map<Frame, uint32_t, FrameHash> frame_ids_;
     std::vector<StackNode> nodes_;
     std::unordered_map<uint64_t, uint32_t, PairHash> node_ids_;   // key: parent << 32 | frame
 };

@@ -37,6 +37,9 @@ struct Trace {
     std::vector<LiveBlock> final_blocks;        // from a snapshot's segments, when imported
     uint64_t final_reserved = 0;                // sum of those segments' sizes
     std::vector<std::string> warnings;          // what reading it noticed but survived
+    // Why its content cannot be trusted (wrong types, missing or reversed times, impossible sizes,
+    // no memory events, damaged chunks): analysis then gives no verdict but says these.
+    std::vector<std::string> faults;
 
     DeviceInfo& device(uint16_t id);
     uint16_t stream_index(uint64_t handle);  // adds the stream on first use

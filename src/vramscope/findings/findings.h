@@ -105,6 +105,7 @@ struct Findings {
     std::vector<NotLeak> not_leaks;
     std::vector<std::string> notes;       // what the reader should know (no history, few steps)
     std::vector<std::string> warnings;    // from reading the input
+    std::vector<std::string> input_faults;  // why the input cannot be judged (verdict "cannot-judge")
     std::vector<std::pair<std::string, std::string>> meta;
     double analysis_seconds = 0;
     double import_seconds = 0;      // reading the input into events (set by whoever read it)

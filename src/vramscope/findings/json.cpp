@@ -204,6 +204,10 @@ void findings_object(Json& j, const Findings& f, bool report = false) {
     j.open('[');
     for (const auto& n : f.warnings) j.value(n);
     j.close(']');
+    j.key("input_faults");
+    j.open('[');
+    for (const auto& n : f.input_faults) j.value(n);
+    j.close(']');
     j.key("meta");
     j.open('{');
     for (const auto& [k, v] : f.meta) j.field(k.c_str(), v);

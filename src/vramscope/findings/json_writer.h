@@ -6,6 +6,8 @@
 #include <string>
 #include <string_view>
 
+#include "common/format.h"
+
 namespace vramscope {
 
 class Json {
@@ -60,9 +62,17 @@ private:
         if (!first_) out.push_back(',');
         first_ = false;
     }
+    // Always valid JSON: bytes that are not UTF-8 (a name from a damaged file) become U+FFFD.
     void str(std::string_view s) {
         out.push_back('"');
-        for (unsigned char c : s) {
+        for (size_t i = 0; i < s.size(); ++i) {
+            const auto c = uint8_t(s[i]);
+            if (c >= 0x80) {
+                const size_t n = utf8_length(s, i);
+                if (n) out.append(s, i, n), i += n - 1;
+                else out += "\\ufffd";
+                continue;
+            }
             switch (c) {
             case '"': out += "\\\""; break;
             case '\\': out += "\\\\"; break;

@@ -29,9 +29,9 @@ class Parser {
     };
 
 public:
-    Parser(std::string_view first, ChunkSource* more, Sink* sink, const std::string& name)
+    Parser(std::string_view first, ChunkSource* more, Sink* sink, const std::string& name, const ReadLimits& limits)
         : p_(reinterpret_cast<const uint8_t*>(first.data())), chunk_(p_), end_(p_ + first.size()), more_(more),
-          name_(name), sink_(sink) {
+          name_(name), sink_(sink), limits_(limits) {
         // Sized for snapshots (a value per ~12 bytes); pages of the unused part are never touched.
         const size_t expect = more ? size_t(16) << 20 : first.size();  // chunked: grow as needed
         doc_.values_.reserve(expect / 12);
@@ -53,6 +53,8 @@ public:
             case ')': push(make(Type::tuple)); break;          // EMPTY_TUPLE
             case 0x8f: push(make(Type::set)); break;           // EMPTY_SET
             case '(':  // MARK: also where a streamed batch's values begin
+                if (marks_.size() >= limits_.max_depth)
+                    fail("more than " + std::to_string(limits_.max_depth) + " containers open at once (the limit; --max-depth raises it)");
                 marks_.push_back(Mark{stack_.size(), uint32_t(doc_.values_.size()), uint32_t(doc_.items_.size()),
                                       uint32_t(doc_.batches_.size()), memo_log_.size()});
                 break;
@@ -131,6 +133,10 @@ public:
             case '.':                                                     // STOP
                 need(1);
                 doc_.root_ = stack_.back();
+                // Whatever follows is not part of the snapshot: refuse it rather than ignore
+                // it. Reading on to the end also lets a gzip stream check its CRC and length.
+                op_at_ = chunk_offset_ + size_t(p_ - chunk_);
+                if (p_ < end_ || next_chunk()) fail("data follows the pickle's STOP opcode");
                 return std::move(doc_);
             default: refuse(op);
             }
@@ -206,9 +212,23 @@ private:
         if (doc_.values_.size() >= 0xFFFFFFF0u) fail("pickle holds too many values");
         doc_.values_.emplace_back();
         doc_.values_.back().type = t;
+        if (__builtin_expect((doc_.values_.size() & 0xFFF) == 0, 0)) check_held();
         return Ref(doc_.values_.size() - 1);
     }
-    void push(Ref r) { stack_.push_back(r); }
+    void push(Ref r) {
+        stack_.push_back(r);
+        if (__builtin_expect((stack_.size() & 0xFFF) == 0, 0)) check_held();
+    }
+    // The document, stack and memo together stay under the limit: a memo fan-out (one value
+    // referenced a million times) or a bomb of small values ends here, not in the allocator.
+    [[gnu::noinline]] void check_held() {
+        const uint64_t held = doc_.values_.size() * sizeof(Value) + doc_.items_.size() * sizeof(Ref) +
+                              doc_.text_.size() + doc_.batches_.size() * sizeof(Document::Batch) +
+                              (memo_.size() + stack_.size() + memo_log_.size()) * sizeof(Ref) + marks_.size() * sizeof(Mark);
+        if (held > limits_.max_held_bytes)
+            fail("the pickle's values take more than " + std::to_string(limits_.max_held_bytes >> 20) +
+                 " MiB held at once (the limit; --max-memory raises it)");
+    }
     void need(size_t n) {
         size_t floor = marks_.empty() ? 0 : marks_.back().stack;
         if (stack_.size() < floor + n) fail("pickle stack underflow");
@@ -227,13 +247,17 @@ private:
         push(r);
     }
     void push_blob(Type t, uint64_t n) {
+        if (n > limits_.max_string_bytes)
+            fail("a string of " + std::to_string(n) + " bytes; the limit is " + std::to_string(limits_.max_string_bytes) +
+                 " (--max-string raises it)");
         const uint8_t* b = take(n);
-        if (n > 0xFFFFFFFFu || doc_.text_.size() + n > 0xFFFFFFFFull) fail("strings in the pickle exceed 4 GiB");
+        if (doc_.text_.size() + n > 0xFFFFFFFFull) fail("strings in the pickle exceed 4 GiB");
         Ref r = make(t);
         doc_.values_[r].off = uint32_t(doc_.text_.size());
         doc_.text_.insert(doc_.text_.end(), b, b + n);
         doc_.values_[r].len = uint32_t(n);
         push(r);
+        check_held();
     }
     // Little-endian two's complement, as LONG1/LONG4 store it. Addresses need up to 9 bytes
     // (a top bit set in 8 bytes is followed by a 0 sign byte); wider ones stay unusable.
@@ -300,7 +324,8 @@ private:
             memo_.push_back(stack_.back());
             ++memo_count_;
         } else {
-            if (idx > (1u << 28)) fail("memo index out of range");
+            // Picklers number memo entries in order; a sparse index would only cost memory.
+            if (idx > memo_.size() + (1u << 16)) fail("memo index " + std::to_string(idx) + " far past the memo's size");
             if (idx >= memo_.size()) memo_.resize(idx + 1, kNoRef);
             if (memo_[idx] == kNoRef) ++memo_count_;  // MEMOIZE's index is the memo's size
             memo_[idx] = stack_.back();
@@ -355,9 +380,9 @@ private:
 
     // A batch for a list goes to the sink first; if it takes the items, the list only counts them.
     bool offer(Ref list, size_t from, size_t n) {
-        if (!sink_ || (list & kImmediate) || doc_.values_[list].type != Type::list) return false;
+        if (n == 0 || !sink_ || (list & kImmediate) || doc_.values_[list].type != Type::list) return false;
         forget_.clear();
-        if (!sink_->take(doc_, list, stack_.data() + from, n, forget_)) return false;
+        if (!sink_->take(doc_, list, stack_.data() + from, n, op_at_, forget_)) return false;
         doc_.values_[list].len += uint32_t(n);
         return true;
     }
@@ -451,6 +476,7 @@ private:
         else doc_.batches_[cc.last].next = id;
         cc.last = id;
         cc.len += uint32_t(want == Type::dict ? n / 2 : n);
+        if (__builtin_expect((doc_.batches_.size() & 0xFFF) == 0, 0)) check_held();
     }
 
     std::vector<uint32_t> memo_log_;  // memo indices written, in order (only with a sink)
@@ -466,6 +492,7 @@ private:
     std::vector<uint8_t> straddle_;
     const std::string& name_;
     Sink* sink_;
+    const ReadLimits& limits_;
     size_t op_at_ = 0;
     Document doc_;
     std::vector<Ref> stack_;
@@ -474,12 +501,12 @@ private:
     uint64_t memo_count_ = 0;
 };
 
-Document parse(std::string_view bytes, const std::string& name, Sink* sink) {
-    return Parser(bytes, nullptr, sink, name).run();
+Document parse(std::string_view bytes, const std::string& name, Sink* sink, const ReadLimits& limits) {
+    return Parser(bytes, nullptr, sink, name, limits).run();
 }
 
-Document parse(std::string_view first, ChunkSource& rest, const std::string& name, Sink* sink) {
-    return Parser(first, &rest, sink, name).run();
+Document parse(std::string_view first, ChunkSource& rest, const std::string& name, Sink* sink, const ReadLimits& limits) {
+    return Parser(first, &rest, sink, name, limits).run();
 }
 
 }  // namespace vramscope::pickle

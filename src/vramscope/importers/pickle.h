@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/gzip_stream.h"
+#include "common/limits.h"
 
 namespace vramscope::pickle {
 
@@ -91,10 +92,11 @@ private:
 class Sink {
 public:
     virtual ~Sink() = default;
-    // Return true to take the items (the list then only counts them); put in `forget` the values
+    // Gets batches of one or more items; `offset` is where the opcode that completed the batch
+    // begins, for messages. Return true to take the items (the list then only counts them); put in `forget` the values
     // taken that the parser may drop: a later GET of one yields a value of type `forgotten`, and
     // a reader that needs its content throws NeedsWholeDocument.
-    virtual bool take(const Document& doc, Ref list, const Ref* items, size_t n, std::vector<Ref>& forget) = 0;
+    virtual bool take(const Document& doc, Ref list, const Ref* items, size_t n, size_t offset, std::vector<Ref>& forget) = 0;
     // Values from `first` on were dropped or moved: drop whatever is keyed by such refs.
     virtual void reclaimed(Ref first) = 0;
 };
@@ -102,10 +104,13 @@ public:
 // A reader met a `forgotten` value whose content it needs: parse again without the sink.
 struct NeedsWholeDocument {};
 
-// Parses bytes (not a file name: `name` is only for messages). Throws pickle::Error.
-Document parse(std::string_view bytes, const std::string& name, Sink* sink = nullptr);
+// Parses bytes (not a file name: `name` is only for messages). Throws pickle::Error, also when
+// bytes follow the STOP opcode or a limit is passed (strings, open containers, values held).
+Document parse(std::string_view bytes, const std::string& name, Sink* sink = nullptr, const ReadLimits& limits = {});
 
-// Parses input that arrives in chunks, `first` and then whatever `rest` gives (a GzipStream).
-Document parse(std::string_view first, ChunkSource& rest, const std::string& name, Sink* sink = nullptr);
+// Parses input that arrives in chunks, `first` and then whatever `rest` gives (a GzipStream),
+// which is read to its end: a gzip stream's checksum and length are checked after the STOP.
+Document parse(std::string_view first, ChunkSource& rest, const std::string& name, Sink* sink = nullptr,
+               const ReadLimits& limits = {});
 
 }  // namespace vramscope::pickle

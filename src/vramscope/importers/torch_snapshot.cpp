@@ -1,12 +1,15 @@
 #include "importers/torch_snapshot.h"
 
 #include <algorithm>
+#include <array>
+#include <climits>
 #include <stdexcept>
 #include <unordered_map>
 
 #include "common/file.h"
 #include "common/gzip_stream.h"
 #include "importers/pickle.h"
+#include "importers/validate.h"
 #include "trace/reader.h"
 
 namespace vramscope {
@@ -55,10 +58,15 @@ private:
 // reads them (a million entries never exist as a document at once); run() then reads the rest.
 class SnapshotImporter : public pickle::Sink {
 public:
-    SnapshotImporter(Trace& trace, const std::string& name) : t_(trace), name_(name) {}
+    SnapshotImporter(Trace& trace, const std::string& name, const ReadLimits& limits)
+        : t_(trace), name_(name), limits_(limits) {
+        last_time_.fill(kNoTime);
+    }
 
-    [[gnu::flatten]] bool take(const Document& doc, Ref list, const Ref* items, size_t n, std::vector<Ref>& forget) override {
+    [[gnu::flatten]] bool take(const Document& doc, Ref list, const Ref* items, size_t n, size_t offset,
+                               std::vector<Ref>& forget) override {
         doc_ = &doc;
+        offset_ = offset;
         if (!is_entry(items[0])) return false;
         uint8_t ordinal = 0;
         while (ordinal < streamed_lists_.size() && streamed_lists_[ordinal] != list) ++ordinal;
@@ -77,6 +85,7 @@ public:
         key_.forget_from(first);
         std::erase_if(actions_, [&](const Action& a) { return a.ref >= first; });
         std::erase_if(frame_cache_, [&](const auto& kv) { return kv.first >= first; });
+        std::erase_if(string_cache_, [&](const auto& kv) { return kv.first >= first; });
         for (auto& [hash, bucket] : stack_cache_)
             std::erase_if(bucket, [&](const CachedStack& c) { return c.max_ref >= first; });
     }
@@ -87,10 +96,14 @@ public:
         if ((*doc_)[root].type != Type::dict)
             throw std::runtime_error(name_ + ": not a torch memory snapshot (the pickle holds no dict)");
         Ref traces = 0, segments = 0, annotations = 0;
-        const bool has_traces = doc_->get(root, "device_traces", &traces) && (*doc_)[traces].type == Type::list;
-        const bool has_segments = doc_->get(root, "segments", &segments) && (*doc_)[segments].type == Type::list;
-        if (!has_traces && !has_segments)
+        const bool traces_key = doc_->get(root, "device_traces", &traces).has_value();
+        const bool segments_key = doc_->get(root, "segments", &segments).has_value();
+        if (!traces_key && !segments_key)
             throw std::runtime_error(name_ + ": not a torch memory snapshot (no 'segments' or 'device_traces')");
+        const bool has_traces = traces_key && (*doc_)[traces].type == Type::list;
+        const bool has_segments = segments_key && (*doc_)[segments].type == Type::list;
+        if (traces_key && !has_traces) faults_.add("'device_traces' that is not a list");
+        if (segments_key && !has_segments) faults_.add("'segments' that is not a list");
         if (has_segments) read_segments(segments);
         if (doc_->get(root, "external_annotations", &annotations) && (*doc_)[annotations].type == Type::list)
             read_annotations(annotations);
@@ -99,6 +112,7 @@ public:
         constexpr int kNotATrace = -1;
         std::vector<int> device_of(streamed_lists_.size(), kNotATrace);
         std::vector<std::pair<Ref, uint8_t>> stored;  // device lists still holding their entries
+        last_time_.fill(kNoTime);  // stored lists are read by device, not by streamed ordinal
         if (has_traces) {
             uint16_t device = 0;
             doc_->for_each_item(traces, [&](Ref dev_trace) {
@@ -108,6 +122,8 @@ public:
                 if ((*doc_)[dev_trace].type == Type::list) {
                     t_.device(device);
                     stored.emplace_back(dev_trace, uint8_t(device));
+                } else {
+                    faults_.add("device traces that are not lists");
                 }
                 ++device;
             });
@@ -123,6 +139,11 @@ public:
         if (unknown_actions_)
             t_.warnings.push_back(name_ + ": skipped " + std::to_string(unknown_actions_) +
                                   " trace entries with an action this version does not know");
+        if (cut_stacks_)
+            t_.warnings.push_back(name_ + ": " + std::to_string(cut_stacks_) + " stacks deeper than " +
+                                  std::to_string(limits_.max_stack_frames) + " frames kept their innermost " +
+                                  std::to_string(limits_.max_stack_frames));
+        faults_.into(t_.faults, name_);
     }
 
 private:
@@ -137,11 +158,16 @@ private:
         return doc_->get(dict, key, &r) ? text(r) : std::string_view();
     }
 
+    // A float counts when it fits 64 bits (NaN and infinities do not: converting them is undefined).
+    bool is_number(Ref v) const {
+        const pickle::Value& x = (*doc_)[v];
+        if (x.type == Type::floating) return x.f >= -0x1p63 && x.f < 0x1p63;
+        return x.type == Type::integer || x.type == Type::boolean;
+    }
     int64_t number(Ref v) const {
         const pickle::Value& x = (*doc_)[v];
-        if (x.type == Type::integer || x.type == Type::boolean) return x.i;
-        if (x.type == Type::floating) return int64_t(x.f);
-        return 0;
+        if (!is_number(v)) return 0;
+        return x.type == Type::floating ? int64_t(x.f) : x.i;
     }
     std::string_view text(Ref v) const { return (*doc_)[v].type == Type::string ? doc_->str(v) : std::string_view(); }
 
@@ -164,6 +190,13 @@ private:
         return a.known;
     }
 
+    // Memoized strings are one value however often they are used: intern (and hash) each once.
+    uint32_t string_id(Ref v) {
+        auto [it, inserted] = string_cache_.try_emplace(v, 0);
+        if (inserted) it->second = t_.stacks.intern_string(text(v));
+        return it->second;
+    }
+
     uint32_t frame_of(Ref f) {
         auto it = frame_cache_.find(f);
         if (it != frame_cache_.end()) return it->second;
@@ -171,8 +204,8 @@ private:
         if ((*doc_)[f].type == Type::dict) {
             doc_->for_each_pair(f, [&](Ref k, Ref v) {
                 switch (key_(*doc_, k)) {
-                case Key::filename: fr.file = t_.stacks.intern_string(text(v)); break;
-                case Key::name: fr.function = t_.stacks.intern_string(text(v)); break;
+                case Key::filename: fr.file = string_id(v); break;
+                case Key::name: fr.function = string_id(v); break;
                 case Key::line: fr.line = uint32_t(number(v)); break;
                 default: break;
                 }
@@ -193,6 +226,10 @@ private:
         refs_.clear();
         doc_->for_each_item(frames, [&](Ref f) { refs_.push_back(f); });
         if (refs_.empty()) return 0;
+        if (refs_.size() > limits_.max_stack_frames) {  // innermost first: the outermost go
+            refs_.resize(limits_.max_stack_frames);
+            ++cut_stacks_;
+        }
         uint64_t h = 0xcbf29ce484222325ull;
         Ref max_ref = 0;
         for (Ref r : refs_) h = (h ^ r) * 0x100000001b3ull, max_ref = std::max(max_ref, r);
@@ -255,12 +292,17 @@ private:
     // One device_traces entry; with `forget`, it also lets the parser drop the frames list (a free
     // shares its alloc's list, and frees' stacks are not read) and the fields it does not read.
     void read_entry(Ref e, uint8_t device, std::vector<Ref>* forget = nullptr) {
-        if ((*doc_)[e].type != Type::dict) return;
+        if ((*doc_)[e].type != Type::dict) return faults_.add("trace entries that are not dicts");
         Event ev;
         ev.device = device;
         Ref action = 0, frames = 0;
-        bool has_action = false, has_frames = false;
-        int64_t device_free = 0;
+        bool has_action = false, has_frames = false, has_addr = false, has_size = false, has_time = false;
+        int64_t device_free = 0, size = 0;
+        auto numeric = [&](Ref v, const char* field, bool& seen) {
+            seen = is_number(v);
+            if (!seen) faults_.add(std::string("trace entries whose '") + field + "' is not a number");
+            return number(v);
+        };
         doc_->for_each_pair(e, [&](Ref k, Ref v) {
             const Key key = key_(*doc_, k);
             // A field this reads, whose value an earlier entry let go: only the whole document has
@@ -269,10 +311,10 @@ private:
                 throw pickle::NeedsWholeDocument();
             switch (key) {
             case Key::action: action = v, has_action = true; break;
-            case Key::addr: ev.addr = uint64_t(number(v)); break;
-            case Key::size: ev.size = uint64_t(number(v)); break;
+            case Key::addr: ev.addr = uint64_t(numeric(v, "addr", has_addr)); break;
+            case Key::size: size = numeric(v, "size", has_size); break;
             case Key::stream: ev.stream = stream_of(uint64_t(number(v))); break;
-            case Key::time_us: ev.time_us = number(v); break;
+            case Key::time_us: ev.time_us = numeric(v, "time_us", has_time); break;
             case Key::frames: frames = v, has_frames = true; break;
             case Key::device_free: device_free = number(v); break;
             default:
@@ -289,7 +331,9 @@ private:
             else ++unknown_actions_;
             return;
         }
-        if (ev.kind == EventKind::oom) ev.addr = uint64_t(device_free);
+        if (ev.kind == EventKind::oom) ev.addr = uint64_t(device_free), has_addr = true;
+        check_entry(ev, device, has_addr, has_size, has_time, size);
+        ev.size = uint64_t(size);
         if (has_frames && has_stack(ev.kind)) ev.stack = stack_of(frames);
         // A completion right after its request, at the same instant, is one `free`.
         if (ev.kind == EventKind::free_completed && !t_.events.empty()) {
@@ -301,6 +345,20 @@ private:
             }
         }
         t_.events.push_back(ev);
+        if (__builtin_expect((t_.events.size() & 0xFFF) == 0, 0) && t_.events.size() * sizeof(Event) > limits_.max_held_bytes)
+            throw std::runtime_error(name_ + ": offset " + std::to_string(offset_) + ": more than " +
+                                     std::to_string(limits_.max_held_bytes >> 20) +
+                                     " MiB of events (the limit; --max-memory raises it)");
+    }
+
+    // What makes an entry untrustworthy: a field missing, a negative size, time running back.
+    void check_entry(const Event& ev, uint8_t list, bool has_addr, bool has_size, bool has_time, int64_t size) {
+        if (!has_addr) faults_.add("trace entries without an 'addr'");
+        if (!has_size) faults_.add("trace entries without a 'size'");
+        if (!has_time) faults_.add("trace entries without a 'time_us'");
+        if (size < 0) faults_.add("trace entries with a negative size");
+        if (has_time && ev.time_us < last_time_[list]) faults_.add("trace entries earlier than the entry before them");
+        if (has_time) last_time_[list] = ev.time_us;
     }
 
     void read_annotation(Ref a, uint16_t fallback_device) {
@@ -342,22 +400,23 @@ private:
     // The trace may start after the program did (or the ring buffer wrapped): what was allocated
     // before its first event is the final state minus what the trace added.
     void compute_baselines() {
-        std::unordered_map<uint16_t, int64_t> alloc_delta, reserved_delta;
+        // Unsigned, so hostile sizes wrap instead of overflowing; validate_events() faults them.
+        std::unordered_map<uint16_t, uint64_t> alloc_delta, reserved_delta;
         for (const Event& e : t_.events) {
             switch (e.kind) {
-            case EventKind::alloc: alloc_delta[e.device] += int64_t(e.size); break;
+            case EventKind::alloc: alloc_delta[e.device] += e.size; break;
             case EventKind::free_completed:
-            case EventKind::free: alloc_delta[e.device] -= int64_t(e.size); break;
+            case EventKind::free: alloc_delta[e.device] -= e.size; break;
             case EventKind::segment_alloc:
-            case EventKind::segment_map: reserved_delta[e.device] += int64_t(e.size); break;
+            case EventKind::segment_map: reserved_delta[e.device] += e.size; break;
             case EventKind::segment_free:
-            case EventKind::segment_unmap: reserved_delta[e.device] -= int64_t(e.size); break;
+            case EventKind::segment_unmap: reserved_delta[e.device] -= e.size; break;
             default: break;
             }
         }
         for (DeviceInfo& d : t_.devices) {
-            d.baseline_allocated = uint64_t(std::max<int64_t>(0, int64_t(allocated_[d.device]) - alloc_delta[d.device]));
-            d.baseline_reserved = uint64_t(std::max<int64_t>(0, int64_t(reserved_[d.device]) - reserved_delta[d.device]));
+            d.baseline_allocated = uint64_t(std::max<int64_t>(0, int64_t(allocated_[d.device] - alloc_delta[d.device])));
+            d.baseline_reserved = uint64_t(std::max<int64_t>(0, int64_t(reserved_[d.device] - reserved_delta[d.device])));
         }
     }
 
@@ -366,9 +425,16 @@ private:
         EventKind kind;
         bool annotate, known;
     };
+    static constexpr int64_t kNoTime = INT64_MIN;
     const Document* doc_ = nullptr;
     Trace& t_;
     const std::string& name_;
+    const ReadLimits& limits_;
+    size_t offset_ = 0;  // of the batch being taken, for messages
+    FaultTally faults_;
+    std::array<int64_t, 256> last_time_;  // per list, to see time run back
+    size_t cut_stacks_ = 0;
+    std::unordered_map<Ref, uint32_t> string_cache_;
     KeyCache key_;
     std::vector<Action> actions_;
     std::vector<Event> notes_;      // annotations, merged into the events in time order
@@ -389,27 +455,19 @@ private:
 
 }  // namespace
 
-namespace {
-Trace load_plain(std::string_view bytes, const std::string& path) {
-    if (has_vscope_magic(bytes)) return parse_trace(bytes, path);
-    if (looks_like_pickle(bytes)) return import_torch_snapshot(bytes, path);
-    throw std::runtime_error(path + ": offset 0: neither a .vscope trace nor a torch memory snapshot pickle "
-                                    "(plain or gzip)");
-}
-}  // namespace
-
 bool looks_like_pickle(std::string_view b) { return b.size() >= 2 && uint8_t(b[0]) == 0x80 && uint8_t(b[1]) <= 5; }
 
 namespace {
 // Parses with the importer as the parser's sink; a pickle that refers back to a taken entry (no
 // torch snapshot does) is parsed again whole.
-template <class Parse> Trace import_with(const std::string& name, size_t pickle_bytes, Parse&& parse) {
+template <class Parse>
+Trace import_with(const std::string& name, size_t pickle_bytes, const ReadLimits& limits, Parse&& parse) {
     auto import = [&](bool stream) {
         Trace trace;
         trace.source = name;
         trace.format = "torch-snapshot";
-        trace.events.reserve(pickle_bytes / 64);  // >= 64 pickle bytes an event: growing it costs copies
-        SnapshotImporter importer(trace, name);
+        trace.events.reserve(std::min<size_t>(pickle_bytes / 64, limits.max_held_bytes / sizeof(Event)));
+        SnapshotImporter importer(trace, name, limits);
         importer.run(parse(stream ? &importer : nullptr));
         return trace;
     };
@@ -419,27 +477,49 @@ template <class Parse> Trace import_with(const std::string& name, size_t pickle_
         return import(false);
     }
 }
-}  // namespace
 
-Trace import_torch_snapshot(std::string_view bytes, const std::string& name) {
-    return import_with(name, bytes.size(), [&](pickle::Sink* sink) { return pickle::parse(bytes, name, sink); });
+Trace load_plain(std::string_view bytes, const std::string& path, const ReadLimits& limits) {
+    if (has_vscope_magic(bytes)) return parse_trace(bytes, path, limits);
+    if (looks_like_pickle(bytes)) return import_torch_snapshot(bytes, path, limits);
+    throw std::runtime_error(path + ": offset 0: neither a .vscope trace nor a torch memory snapshot pickle "
+                                    "(plain or gzip)");
 }
 
-Trace load_any(const std::string& path) {
-    const Bytes file = read_file(path);
-    std::string_view bytes = view(file);
-    if (!is_gzip(bytes)) return load_plain(bytes, path);
-    if (!looks_like_pickle(gunzip_prefix(bytes, 16))) {  // a gzip'd .vscope, or not ours: whole, for the message
-        const Bytes plain = gunzip(bytes, path);
-        return load_plain(view(plain), path);
+Trace load_gzip(std::string_view bytes, const std::string& path, const ReadLimits& limits) {
+    // Told by its first decoded bytes, before inflating more: a gzip of anything else is refused
+    // at once, however large it would inflate.
+    const std::string head = gunzip_prefix(bytes, 16);
+    if (has_vscope_magic(head)) {
+        const Bytes plain = gunzip(bytes, path, limits.max_decoded_bytes);
+        return parse_trace(view(plain), path, limits);
     }
+    if (!looks_like_pickle(head))
+        throw std::runtime_error(path + ": offset 0: gzip data whose content is neither a .vscope trace nor a "
+                                        "torch memory snapshot pickle");
     // Each parse (a second one only if the sink must be dropped) reads its own stream.
-    return import_with(path, 16 * bytes.size(), [&](pickle::Sink* sink) {
-        GzipStream gz(bytes, path);
+    return import_with(path, 16 * bytes.size(), limits, [&](pickle::Sink* sink) {
+        GzipStream gz(bytes, path, limits.max_decoded_bytes);
         std::string_view first;
         gz.next(first);
-        return pickle::parse(first, gz, path, sink);
+        return pickle::parse(first, gz, path, sink, limits);
     });
+}
+}  // namespace
+
+Trace import_torch_snapshot(std::string_view bytes, const std::string& name, const ReadLimits& limits) {
+    return import_with(name, bytes.size(), limits,
+                       [&](pickle::Sink* sink) { return pickle::parse(bytes, name, sink, limits); });
+}
+
+Trace load_bytes(std::string_view bytes, const std::string& name, const ReadLimits& limits) {
+    Trace t = is_gzip(bytes) ? load_gzip(bytes, name, limits) : load_plain(bytes, name, limits);
+    validate_events(t);
+    return t;
+}
+
+Trace load_any(const std::string& path, const ReadLimits& limits) {
+    const Bytes file = read_file(path, limits.max_decoded_bytes);
+    return load_bytes(view(file), path, limits);
 }
 
 }  // namespace vramscope

@@ -4,6 +4,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/limits.h"
 #include "events/trace.h"
 
 namespace vramscope {
@@ -11,9 +12,12 @@ namespace vramscope {
 bool looks_like_pickle(std::string_view bytes);
 
 // Throws std::runtime_error("NAME: offset N: why") on a file that is not a usable snapshot.
-Trace import_torch_snapshot(std::string_view pickle_bytes, const std::string& name);
+Trace import_torch_snapshot(std::string_view pickle_bytes, const std::string& name, const ReadLimits& limits = {});
 
-// Reads any supported input by its content: .vscope, pickle, gzip'd pickle.
-Trace load_any(const std::string& path);
+// Reads any supported input by its content: .vscope, pickle, gzip'd pickle (or .vscope); then
+// validate_events() says whether its content can be judged (Trace::faults).
+Trace load_any(const std::string& path, const ReadLimits& limits = {});
+// The same for bytes already in memory (`name` is for messages).
+Trace load_bytes(std::string_view bytes, const std::string& name, const ReadLimits& limits = {});
 
 }  // namespace vramscope

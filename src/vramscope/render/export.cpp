@@ -63,28 +63,38 @@ std::string to_memory_viz_pickle(const Trace& t) {
     PickleWriter p;
     uint16_t devices = 1;
     for (const Event& e : t.events) devices = std::max<uint16_t>(devices, uint16_t(e.device + 1));
-    std::unordered_map<uint32_t, uint32_t> memo_of_stack;  // a stack's frame list, pickled once
+    // Stacks, frames and strings are pickled once each and referred to through the memo after:
+    // the output grows with what the trace holds, not with how often it is used.
+    std::unordered_map<uint32_t, uint32_t> memo_of_stack, memo_of_frame, memo_of_string;
     uint32_t next_memo = 0;
-    auto frames = [&](uint32_t stack) {
-        auto [it, inserted] = memo_of_stack.try_emplace(stack, next_memo);
+    auto once = [&](std::unordered_map<uint32_t, uint32_t>& memo, uint32_t id, auto&& write) {
+        auto [it, inserted] = memo.try_emplace(id, next_memo);
         if (!inserted) return p.get(it->second);
         ++next_memo;
-        p.list();
+        write();
         p.put(it->second);
-        p.mark();
-        for (uint32_t f : t.stacks.frames_of(stack)) {
-            const Frame& fr = t.stacks.frame(f);
-            p.dict();
+    };
+    auto string = [&](uint32_t id) { once(memo_of_string, id, [&] { p.str(t.stacks.string(id)); }); };
+    auto frames = [&](uint32_t stack) {
+        once(memo_of_stack, stack, [&] {
+            p.list();
             p.mark();
-            p.str("filename");
-            p.str(t.stacks.string(fr.file));
-            p.str("line");
-            p.integer(fr.line);
-            p.str("name");
-            p.str(t.stacks.string(fr.function));
-            p.setitems();
-        }
-        p.appends();
+            for (uint32_t f : t.stacks.frames_of(stack)) {
+                once(memo_of_frame, f, [&] {
+                    const Frame& fr = t.stacks.frame(f);
+                    p.dict();
+                    p.mark();
+                    p.str("filename");
+                    string(fr.file);
+                    p.str("line");
+                    p.integer(fr.line);
+                    p.str("name");
+                    string(fr.function);
+                    p.setitems();
+                });
+            }
+            p.appends();
+        });
     };
     auto entry = [&](const Event& e, std::string_view action) {
         p.dict();

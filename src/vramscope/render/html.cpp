@@ -8,13 +8,21 @@
 namespace vramscope {
 namespace {
 
-// Inside <script>, "</" would end the element: JSON may spell it "<\/".
+// No string may change the page: inside <script>, "</script" ends the element and "<!--" followed
+// by "<script" keeps it from ending at all (the page renders blank). JSON has these characters only
+// inside strings, where \u escapes mean the same: so every <, > and & is escaped, and U+2028/2029
+// too (line terminators to older JavaScript). `json` must be valid JSON.
 std::string script_safe(std::string_view json) {
     std::string out;
-    out.reserve(json.size());
+    out.reserve(json.size() + json.size() / 16);
     for (size_t i = 0; i < json.size(); ++i) {
-        if (json[i] == '<' && i + 1 < json.size() && json[i + 1] == '/') out += "<\\";
-        else out.push_back(json[i]);
+        const char c = json[i];
+        if (c == '<') out += "\\u003c";
+        else if (c == '>') out += "\\u003e";
+        else if (c == '&') out += "\\u0026";
+        else if (c == '\xE2' && i + 2 < json.size() && json[i + 1] == '\x80' && (json[i + 2] == '\xA8' || json[i + 2] == '\xA9'))
+            out += json[i + 2] == '\xA8' ? "\\u2028" : "\\u2029", i += 2;
+        else out.push_back(c);
     }
     return out;
 }

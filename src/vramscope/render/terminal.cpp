@@ -19,8 +19,8 @@ struct Style {
 };
 
 std::string where(const SourceLine& s) {
-    if (s.line == 0 && s.function.empty()) return s.file;
-    return base_name(s.file) + ":" + std::to_string(s.line) + " " + s.function;
+    if (s.line == 0 && s.function.empty()) return terminal_safe(s.file);
+    return terminal_safe(base_name(s.file) + ":" + std::to_string(s.line) + " " + s.function);
 }
 
 std::string per_step(double bytes) { return (bytes >= 0 ? "+" : "") + format_bytes(bytes) + "/step"; }
@@ -55,7 +55,7 @@ std::string stream_label(uint64_t stream) { return stream == 0 ? "default" : "si
 std::string stream_origin(const Findings& f, uint64_t stream) {
     const std::string key = "stream." + std::to_string(stream);
     for (const auto& [k, v] : f.meta)
-        if (k == key) return " (" + v + ")";
+        if (k == key) return " (" + terminal_safe(v) + ")";
     return "";
 }
 
@@ -87,17 +87,20 @@ std::string wrap(const std::string& text, size_t indent, size_t width) {
 std::string render_summary(const Findings& f, bool color, size_t max_leaks) {
     const Style st{color};
     std::string o;
-    o += st.bold("vramscope") + "  " + base_name(f.source) + st.dim("  (" + f.format + ", " + format_count(f.event_count) + " events)") + "\n";
+    o += st.bold("vramscope") + "  " + terminal_safe(base_name(f.source)) + st.dim("  (" + f.format + ", " + format_count(f.event_count) + " events)") + "\n";
     o += st.dim(wrap("steps: " + format_count(f.step_count) + " from " + std::string(describe(f.steps_source)) +
-                         (f.steps_detail.empty() ? "" : " [" + f.steps_detail + "]") + "; first " +
+                         (f.steps_detail.empty() ? "" : " [" + terminal_safe(f.steps_detail) + "]") + "; first " +
                          std::to_string(f.warmup_steps) + " treated as warm-up; window " + std::to_string(f.window) +
                          (f.steps_before_trace ? "; the trace starts after step " + format_count(f.steps_before_trace) +
                                                      " of the run"
                                                : ""),
                      7, 100)) + "\n";
-    for (const auto& w : f.warnings) o += st.red("warning: ") + w + "\n";
+    for (const auto& w : f.warnings) o += st.red("warning: ") + terminal_safe(w) + "\n";
     o += "\n";
-    if (f.verdict == Verdict::leak) {
+    if (!f.input_faults.empty()) {
+        o += st.red("CANNOT JUDGE") + "  the input cannot be trusted, so no verdict:\n";
+        for (const auto& why : f.input_faults) o += "  " + wrap(terminal_safe(why), 2, 100) + "\n";
+    } else if (f.verdict == Verdict::leak) {
         const SiteFinding& top = f.leaks.front();
         std::string head = "LEAK  " + per_step(f.leak_bytes_per_step) + " since step " + std::to_string(top.first_step);
         o += st.red(head);
@@ -127,8 +130,8 @@ std::string render_summary(const Findings& f, bool color, size_t max_leaks) {
             for (size_t i = l.stack_shown_from; i < l.stack.size() && shown < 4; ++i) {
                 if (python && is_cpp_file(l.stack[i].file)) continue;
                 ++shown;
-                o += st.dim(fit_left("       at " + l.stack[i].function + "  ", short_path(l.stack[i].file) + ":" +
-                                                                                 std::to_string(l.stack[i].line), 100)) + "\n";
+                o += st.dim(terminal_safe(fit_left("       at " + l.stack[i].function + "  ", short_path(l.stack[i].file) + ":" +
+                                                                                 std::to_string(l.stack[i].line), 100))) + "\n";
             }
         }
         for (const DeviceSummary& d : f.devices)
@@ -147,7 +150,7 @@ std::string render_summary(const Findings& f, bool color, size_t max_leaks) {
                                        "never synchronized with the one that frees it)",
                                    2, 100) + "\n";
     } else if (f.verdict == Verdict::cannot_judge) {
-        o += st.red("CANNOT JUDGE") + "  " + wrap(f.notes.empty() ? "the input holds nothing to judge" : f.notes.front(), 14, 100) + "\n";
+        o += st.red("CANNOT JUDGE") + "  " + wrap(terminal_safe(f.notes.empty() ? "the input holds nothing to judge" : f.notes.front()), 14, 100) + "\n";
     } else {
         o += st.green("NO LEAK") + "  memory at step end does not accumulate";
         if (!f.devices.empty() && f.step_count > 0) {
@@ -162,12 +165,12 @@ std::string render_summary(const Findings& f, bool color, size_t max_leaks) {
         for (const NotLeak& n : f.not_leaks) {
             // Warm-up names its sites in its text already.
             const std::string at = n.site && n.kind != NotLeakKind::warm_up ? " [" + where(*n.site) + "]" : "";
-            o += "  " + fit(std::string(name(n.kind)), 17) + fit(format_bytes(double(n.bytes)), 11) + wrap(n.why + at, 30, 100) + "\n";
+            o += "  " + fit(std::string(name(n.kind)), 17) + fit(format_bytes(double(n.bytes)), 11) + wrap(terminal_safe(n.why) + at, 30, 100) + "\n";
         }
     }
     // A verdict that cannot be given has said its first note as the reason already.
-    const size_t first_note = f.verdict == Verdict::cannot_judge && !f.notes.empty() ? 1 : 0;
-    for (size_t i = first_note; i < f.notes.size(); ++i) o += "\n" + st.bold("note: ") + wrap(f.notes[i], 6, 100) + "\n";
+    const size_t first_note = f.verdict == Verdict::cannot_judge && f.input_faults.empty() && !f.notes.empty() ? 1 : 0;
+    for (size_t i = first_note; i < f.notes.size(); ++i) o += "\n" + st.bold("note: ") + wrap(terminal_safe(f.notes[i], true), 6, 100) + "\n";
     return o;
 }
 
@@ -195,7 +198,7 @@ std::string render_ranks(const RankComparison& ranks, bool color) {
                       format_bytes(double(r.allocated)).c_str(), format_bytes(double(r.peak_allocated)).c_str());
         out += line;
     }
-    for (const std::string& s : ranks.skew) out += std::string("  ") + red + "RANK SKEW" + reset + "  " + s + "\n";
+    for (const std::string& s : ranks.skew) out += std::string("  ") + red + "RANK SKEW" + reset + "  " + terminal_safe(s) + "\n";
     if (ranks.skew.empty()) out += "  the ranks agree\n";
     return out;
 }

@@ -1,9 +1,10 @@
 // The .vscope trace format, all of it (docs/trace-format.md explains the why).
 //
-//   file   := header chunk*
+//   file   := header chunk* end_chunk
 //   header := "\x89VSCOPE\n" u16 version u16 reserved            (12 bytes, little endian)
 //   chunk  := "VSCK" u32 payload_bytes u32 crc32(payload) payload (a cut chunk is dropped whole)
-//   payload:= record*
+//   payload:= chunk_seq record*                                  (version 1: record* only)
+//   end_chunk := a chunk whose records are one end record       (version 2)
 //   record := tag(u8) fields(varints)
 //
 // Records define strings, frames and stacks before first use, so a chunk depends only on the
@@ -16,7 +17,8 @@
 namespace vramscope::format {
 
 inline constexpr char kMagic[8] = {'\x89', 'V', 'S', 'C', 'O', 'P', 'E', '\n'};
-inline constexpr uint16_t kVersion = 1;
+inline constexpr uint16_t kVersion = 2;
+inline constexpr uint16_t kOldestVersion = 1;  // no chunk numbers, no end record: read, with a note
 inline constexpr uint32_t kChunkMagic = 0x4B435356;  // "VSCK" read as little-endian u32
 inline constexpr size_t kHeaderBytes = 12;
 inline constexpr size_t kChunkHeaderBytes = 12;
@@ -37,6 +39,8 @@ enum Tag : uint8_t {
                           // device and stream. Applies to the events that follow in the chunk.
     tag_chunk_time = 22,  // zigzag absolute time_us the next event's delta counts from
     tag_alloc_reused = 23,// an alloc at the predicted address (the block just freed with its size)
+    tag_chunk_seq = 24,   // a chunk's first record (version 2): its number, 0, 1, 2, ...
+    tag_end = 25,         // the writer finished: the number of events in the file (version 2)
 };
 inline constexpr uint8_t kTypeMask = 0x1f;
 

@@ -5,6 +5,7 @@
 #include <zlib.h>
 
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 #include <vector>
 
@@ -18,18 +19,25 @@ using namespace format;
 
 namespace {
 
+// Deltas from a hostile file may overflow: they wrap (and validate_events() faults the result).
+int64_t wrapping_add(int64_t a, int64_t b) { return int64_t(uint64_t(a) + uint64_t(b)); }
+
 uint32_t get_u32(const uint8_t* p) { return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24; }
 
 struct ChunkError {
     size_t offset;
-    const char* why;
+    std::string why;
 };
 
 // Decodes one chunk's records into the trace. File ids map to table ids through the remap
 // vectors, so a hostile file with duplicate definitions cannot point outside the tables.
 class ChunkDecoder {
 public:
-    explicit ChunkDecoder(Trace& t) : t_(t), strings_(1, 0), frames_(1, 0), stacks_(1, 0) {}
+    ChunkDecoder(Trace& t, uint32_t max_stack_frames)
+        : t_(t), max_stack_frames_(max_stack_frames), strings_(1, 0), frames_(1, 0), stacks_(1, 0), depth_(1, 0) {}
+
+    // The event count of the end record, once one was read.
+    std::optional<uint64_t> end_events;
 
     void decode(const uint8_t* begin, const uint8_t* end) {
         base_ = begin;
@@ -76,9 +84,15 @@ public:
                 break;
             }
             case tag_stack: {
-                uint32_t parent = ref(stacks_, num(p, end, at), at);
-                uint32_t frame = ref(frames_, num(p, end, at), at);
+                // No writer keeps more frames than the limit (live capture: 256): deeper is damage,
+                // and would make every walk of a stack as long as the file.
+                const uint64_t file_parent = num(p, end, at);
+                const uint32_t parent = ref(stacks_, file_parent, at);
+                const uint32_t frame = ref(frames_, num(p, end, at), at);
+                if (depth_[file_parent] >= max_stack_frames_)
+                    throw ChunkError{size_t(at - base_), "a stack deeper than " + std::to_string(max_stack_frames_) + " frames"};
                 stacks_.push_back(t_.stacks.intern_stack(parent, frame));
+                depth_.push_back(depth_[file_parent] + 1);
                 break;
             }
             case tag_context: {
@@ -98,6 +112,7 @@ public:
                 break;
             }
             case tag_chunk_time: time = unzigzag(num(p, end, at)); break;
+            case tag_end: end_events = num(p, end, at); break;
             default: decode_event(tag, p, end, at, device, stream, last_addr, time);
             }
         }
@@ -122,7 +137,7 @@ private:
         e.kind = pair ? EventKind::free_requested : EventKind(type);
         e.device = device;
         e.stream = stream;
-        if (!(tag & kSameTime)) time += unzigzag(num(p, end, at));
+        if (!(tag & kSameTime)) time = wrapping_add(time, unzigzag(num(p, end, at)));
         e.time_us = time;
         if (!carries_address(e.kind)) {
             e.name = ref(strings_, num(p, end, at), at);
@@ -139,7 +154,7 @@ private:
                 if (j >= format::Predictors::kRecent) throw ChunkError{size_t(at - base_), "recent-allocation index out of range"};
                 e.addr = guess_.recent(j);
             } else {
-                e.addr = uint64_t(int64_t(*last_addr >> shift) + unzigzag(num(p, end, at))) << shift;
+                e.addr = uint64_t(wrapping_add(int64_t(*last_addr >> shift), unzigzag(num(p, end, at)))) << shift;
             }
             *last_addr = e.addr;
         };
@@ -153,7 +168,7 @@ private:
         if (is_alloc) get_addr();
         guess_.update(e.kind, e.addr, e.size, file_stack);
         if (pair) {
-            time += int64_t(num(p, end, at));
+            time = wrapping_add(time, int64_t(num(p, end, at)));
             Event completed = e;  // a copy: the next emplace may move e
             completed.kind = EventKind::free_completed;
             completed.time_us = time;
@@ -181,8 +196,10 @@ private:
     }
 
     Trace& t_;
+    const uint32_t max_stack_frames_;
     const uint8_t* base_ = nullptr;
     std::vector<uint32_t> strings_, frames_, stacks_;
+    std::vector<uint32_t> depth_;  // frames in each file stack id's stack
     std::vector<std::pair<uint8_t, uint16_t>> contexts_;  // (device, stream index)
     std::vector<uint64_t> last_addr_;                     // per context
     format::Predictors guess_;  // the writer's, replayed
@@ -194,65 +211,107 @@ bool has_vscope_magic(std::string_view bytes) {
     return bytes.size() >= sizeof kMagic && std::memcmp(bytes.data(), kMagic, sizeof kMagic) == 0;
 }
 
-Trace parse_trace(std::string_view bytes, const std::string& name) {
+Trace parse_trace(std::string_view bytes, const std::string& name, const ReadLimits& limits) {
     if (!has_vscope_magic(bytes)) throw std::runtime_error(name + ": offset 0: not a .vscope trace (bad magic)");
     if (bytes.size() < kHeaderBytes) throw std::runtime_error(name + ": offset 8: header cut short");
     const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());
     const uint16_t version = uint16_t(data[8] | data[9] << 8);
-    if (version != kVersion)
+    if (version < kOldestVersion || version > kVersion)
         throw std::runtime_error(name + ": offset 8: trace format version " + std::to_string(version) +
-                                 " is not supported (this build reads version " + std::to_string(kVersion) + ")");
+                                 " is not supported (this build reads versions " + std::to_string(kOldestVersion) +
+                                 " to " + std::to_string(kVersion) + ")");
+    const bool numbered = version >= 2;
     Trace trace;
     trace.source = name;
     trace.format = "vscope";
-    ChunkDecoder decoder(trace);
-    trace.events.reserve(bytes.size() / 2);  // >= 2 bytes an event in practice; unused pages are never touched
+    if (!numbered)
+        trace.warnings.push_back(name + ": trace format version 1: its chunks carry no numbers and it has no end "
+                                        "record, so a chunk repeated, dropped or cut off at a chunk boundary cannot be told");
+    ChunkDecoder decoder(trace, limits.max_stack_frames);
+    // >= 2 bytes an event in practice; unused pages are never touched, but they count as address space.
+    trace.events.reserve(std::min<size_t>(bytes.size() / 2, limits.max_held_bytes / sizeof(Event)));
     size_t off = kHeaderBytes, chunks = 0;
-    auto stop = [&](size_t at, const std::string& why) {
-        trace.warnings.push_back(name + ": offset " + std::to_string(at) + ": " + why + "; read " +
-                                 std::to_string(chunks) + " whole chunks (" + std::to_string(trace.events.size()) +
-                                 " events) and ignored the remaining " + std::to_string(bytes.size() - at) + " bytes");
+    auto stop = [&](size_t at, const std::string& why, std::vector<std::string>& into) {
+        into.push_back(name + ": offset " + std::to_string(at) + ": " + why + "; read " + std::to_string(chunks) +
+                       " whole chunks (" + std::to_string(trace.events.size()) + " events) and ignored the remaining " +
+                       std::to_string(bytes.size() - at) + " bytes");
     };
     while (off < bytes.size()) {
+        if (decoder.end_events) {
+            stop(off, "data after the end record", trace.faults);
+            break;
+        }
         if (bytes.size() - off < kChunkHeaderBytes) {
-            stop(off, "file cut inside a chunk header");
+            stop(off, "file cut inside a chunk header", trace.warnings);
             break;
         }
         const uint8_t* h = data + off;
         const uint32_t len = get_u32(h + 4), crc = get_u32(h + 8);
         if (get_u32(h) != kChunkMagic) {
-            stop(off, "bad chunk magic");
+            stop(off, "bad chunk magic", trace.faults);
             break;
         }
-        if (len > kMaxChunkPayload || len > bytes.size() - off - kChunkHeaderBytes) {
-            stop(off, len > kMaxChunkPayload ? "chunk length out of range" : "file cut inside a chunk");
+        if (len > kMaxChunkPayload) {
+            stop(off, "chunk length out of range", trace.faults);
+            break;
+        }
+        if (len > bytes.size() - off - kChunkHeaderBytes) {
+            stop(off, "file cut inside a chunk", trace.warnings);
             break;
         }
         const uint8_t* payload = h + kChunkHeaderBytes;
         if (uint32_t(crc32(0, payload, len)) != crc) {
-            stop(off, "chunk checksum mismatch");
+            stop(off, "chunk checksum mismatch", trace.faults);
             break;
+        }
+        const uint8_t* records = payload;
+        if (numbered) {
+            uint64_t seq = 0;
+            const uint8_t* p = payload + 1;
+            if (len == 0 || payload[0] != tag_chunk_seq || !get_varint(p, payload + len, seq)) {
+                stop(off, "chunk without its number", trace.faults);
+                break;
+            }
+            if (seq != chunks) {
+                stop(off, seq < chunks ? "chunk " + std::to_string(seq) + " again, where chunk " + std::to_string(chunks) +
+                                             " belongs (a repeated or swapped chunk)"
+                                       : "chunk " + std::to_string(seq) + " where chunk " + std::to_string(chunks) +
+                                             " belongs (chunks missing or swapped)",
+                     trace.faults);
+                break;
+            }
+            records = p;
         }
         // A chunk that passed its checksum but does not decode came from a broken writer: keep
         // what came before it rather than half of it.
         const size_t events_before = trace.events.size();
         try {
-            decoder.decode(payload, payload + len);
+            decoder.decode(records, payload + len);
         } catch (const ChunkError& e) {
             trace.events.resize(events_before);
-            stop(off, std::string(e.why) + " (byte " + std::to_string(e.offset) + " of the chunk's records)");
+            stop(off, e.why + " (byte " + std::to_string(e.offset) + " of the chunk's records)", trace.faults);
             break;
         }
+        if (trace.events.size() * sizeof(Event) > limits.max_held_bytes)
+            throw std::runtime_error(name + ": offset " + std::to_string(off) + ": more than " +
+                                     std::to_string(limits.max_held_bytes >> 20) +
+                                     " MiB of events (the limit; --max-memory raises it)");
         off += kChunkHeaderBytes + len;
         ++chunks;
         Progress::report(off);
     }
+    if (numbered && decoder.end_events && *decoder.end_events != trace.events.size())
+        trace.faults.push_back(name + ": the end record counts " + std::to_string(*decoder.end_events) + " events; the chunks hold " +
+                               std::to_string(trace.events.size()));
+    if (numbered && !decoder.end_events && trace.faults.empty() && off == bytes.size())
+        trace.warnings.push_back(name + ": no end record after " + std::to_string(chunks) +
+                                 " chunks: the writer did not finish (killed, or out of disk); the events up to there are read");
     return trace;
 }
 
-Trace read_trace(const std::string& path) {
-    const Bytes bytes = read_file(path);
-    return parse_trace(view(bytes), path);
+Trace read_trace(const std::string& path, const ReadLimits& limits) {
+    const Bytes bytes = read_file(path, limits.max_decoded_bytes);
+    return parse_trace(view(bytes), path, limits);
 }
 
 }  // namespace vramscope

@@ -1,9 +1,12 @@
 // Reads a .vscope file. A file cut anywhere (SIGKILL, full disk) reads back up to its last whole
-// chunk, with a warning in Trace::warnings naming the file and the byte offset.
+// chunk, with a warning in Trace::warnings naming the file and the byte offset. Damage that is
+// not a cut (a bad checksum, a chunk repeated, swapped or missing, an event count that differs
+// from the end record's) keeps the chunks before it too, but goes to Trace::faults.
 #pragma once
 #include <string>
 #include <string_view>
 
+#include "common/limits.h"
 #include "events/trace.h"
 
 namespace vramscope {
@@ -11,7 +14,7 @@ namespace vramscope {
 bool has_vscope_magic(std::string_view bytes);
 
 // Throws std::runtime_error ("FILE: offset N: why") only when not even the header is valid.
-Trace read_trace(const std::string& path);
-Trace parse_trace(std::string_view bytes, const std::string& name);
+Trace read_trace(const std::string& path, const ReadLimits& limits = {});
+Trace parse_trace(std::string_view bytes, const std::string& name, const ReadLimits& limits = {});
 
 }  // namespace vramscope

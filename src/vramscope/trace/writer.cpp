@@ -91,6 +91,7 @@ void TraceWriter::write_all(const char* data, size_t n) {
         ssize_t k = ::write(fd_, data, n);
         if (k < 0) {
             if (errno == EINTR) continue;
+            write_failed_ = true;
             throw std::runtime_error(path_ + ": write failed: " + std::strerror(errno));
         }
         data += k;
@@ -236,6 +237,7 @@ void TraceWriter::emit_locked(const Event& e, const Event* completed) {
         last_time_ = e.time_us;
         put_varint(buf_, e.name);
     }
+    events_written_ += completed ? 2 : 1;
     maybe_flush_locked();
 }
 
@@ -249,12 +251,16 @@ void TraceWriter::flush_locked() {
         emit_locked(pending_free_, nullptr);
     }
     if (fd_ < 0 || buf_.empty()) return;
+    // The chunk's number first: a reader tells a duplicated, swapped or dropped chunk.
+    std::string payload(1, char(tag_chunk_seq));
+    put_varint(payload, chunks_written_++);
+    payload += buf_;
     std::string head;
     put_u32(head, kChunkMagic);
-    put_u32(head, uint32_t(buf_.size()));
-    put_u32(head, uint32_t(crc32(0, reinterpret_cast<const Bytef*>(buf_.data()), uInt(buf_.size()))));
+    put_u32(head, uint32_t(payload.size()));
+    put_u32(head, uint32_t(crc32(0, reinterpret_cast<const Bytef*>(payload.data()), uInt(payload.size()))));
     // One write for header and payload keeps a chunk whole unless the process dies inside write().
-    head.append(buf_);
+    head.append(payload);
     buf_.clear();
     chunk_has_time_ = false;
     cur_context_ = 0;
@@ -270,9 +276,15 @@ void TraceWriter::flush() {
 void TraceWriter::close() {
     std::lock_guard lock(mutex_);
     if (fd_ < 0) return;
-    flush_locked();
-    ::close(fd_);
+    if (!write_failed_) {
+        flush_locked();
+        buf_.push_back(char(tag_end));  // in a chunk of its own: a file cut at a chunk boundary lacks it
+        put_varint(buf_, events_written_);
+        flush_locked();
+    }
+    const int fd = fd_;
     fd_ = -1;
+    if (::close(fd) != 0) throw std::runtime_error(path_ + ": write failed: " + std::strerror(errno));
 }
 
 void write_trace(const Trace& trace, const std::string& path, size_t chunk_bytes) {

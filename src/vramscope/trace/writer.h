@@ -38,6 +38,7 @@ public:
 
     // Ends the current chunk and hands it to the OS: what a reader sees after a crash.
     void flush();
+    // Writes the end record and closes; throws naming the path and the reason on a failed write.
     void close();
 
 private:
@@ -53,6 +54,9 @@ private:
     std::string path_;
     size_t chunk_bytes_;
     std::string buf_;
+    bool write_failed_ = false;  // the file is cut where it failed: no end record pretends otherwise
+    uint64_t chunks_written_ = 0;
+    uint64_t events_written_ = 0;  // as a reader will count them (a same-instant free pair is one)
     StackTable table_;
     size_t defined_strings_ = 0, defined_frames_ = 0, defined_stacks_ = 0;
     // Per-chunk delta state, reset at each chunk.

@@ -1,0 +1,37 @@
+// Whether a trace's content can be judged at all. Readers count what they find wrong while they
+// read (a FaultTally); validate_events() then checks the events themselves. Both add to
+// Trace::faults, and analysis gives no verdict for a trace with faults.
+#pragma once
+#include <map>
+#include <string>
+#include <string_view>
+
+#include "events/trace.h"
+
+namespace vramscope {
+
+// Counts of one kind of problem each ("trace entries whose size is negative": 3), so that a
+// million bad entries make one line, not a million.
+class FaultTally {
+public:
+    void add(std::string_view what, size_t n = 1) { counts_[std::string(what)] += n; }
+    bool empty() const { return counts_.empty(); }
+    // Appends "NAME: N WHAT" for each, in a stable order.
+    void into(std::vector<std::string>& out, const std::string& name) const;
+
+private:
+    std::map<std::string, size_t> counts_;
+};
+
+// Sizes at or above this are no allocation a GPU can make: a negative number read as unsigned,
+// or a corrupt field. Live bytes on a device stay under it too, and times (µs since the epoch)
+// under kLatestTime: so analysis of a trusted trace cannot overflow.
+inline constexpr uint64_t kImpossibleSize = uint64_t(1) << 50;  // 1 PiB
+inline constexpr int64_t kLatestTime = int64_t(1) << 56;        // the year 4253
+
+// An alloc at an address already live on its device, impossible sizes,
+// more than kImpossibleSize live at once, times out of range. Memory: the live blocks, what
+// analysis keeps anyway.
+void validate_events(Trace& t);
+
+}  // namespace vramscope

@@ -1,0 +1,222 @@
+// Hostile input at the unit level (tests/data/hostile and tests/python/test_hostile.py run it end
+// to end): the readers' limits, gzip's checks, .vscope damage, the findings JSON reader and the
+// terminal's escaping.
+#include <gtest/gtest.h>
+#include <zlib.h>
+
+#include <cstring>
+#include <string>
+
+#include "common/format.h"
+#include "common/gzip_stream.h"
+#include "findings/json_reader.h"
+#include "findings/json_writer.h"
+#include "importers/pickle.h"
+#include "importers/torch_snapshot.h"
+#include "trace/reader.h"
+#include "trace/writer.h"
+#include "trace_builder.h"
+
+using namespace vramscope;
+
+namespace {
+
+std::string gz(const std::string& plain) {
+    uLongf n = compressBound(uLong(plain.size())) + 32;
+    std::string out(n, '\0');
+    z_stream z{};
+    deflateInit2(&z, 9, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY);
+    z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(plain.data()));
+    z.avail_in = uInt(plain.size());
+    z.next_out = reinterpret_cast<Bytef*>(out.data());
+    z.avail_out = uInt(out.size());
+    deflate(&z, Z_FINISH);
+    out.resize(z.total_out);
+    deflateEnd(&z);
+    return out;
+}
+
+std::string error_of(auto&& f) {
+    try {
+        f();
+    } catch (const std::runtime_error& e) {
+        return e.what();
+    }
+    return "";
+}
+
+const std::string kEmptySnapshot = std::string("\x80\x04}(\x8c\x08segments](e\x8c\x0d" "device_traces](eu.", 37);
+
+}  // namespace
+
+TEST(HostilePickle, AnEmptyBatchInAStreamedListIsNoEntry) {
+    // MARK then APPENDS with nothing between, in both lists the importer streams: what
+    // `export --memory-viz` writes for empty lists (it once read the first item of none).
+    const Trace t = load_bytes(kEmptySnapshot, "empty.pickle");
+    EXPECT_TRUE(t.events.empty());
+    EXPECT_TRUE(t.faults.empty());
+}
+
+TEST(HostilePickle, LimitsNameTheOffsetAndTheLimit) {
+    ReadLimits small;
+    small.max_depth = 8;
+    small.max_string_bytes = 16;
+    small.max_held_bytes = 1 << 20;
+    const std::string deep = std::string("\x80\x04", 2) + std::string(9, '(') + ".";
+    EXPECT_NE(error_of([&] { pickle::parse(deep, "deep.pickle", nullptr, small); })
+                  .find("deep.pickle: offset 10: more than 8 containers open at once"), std::string::npos);
+    const std::string longer = std::string("\x80\x04\x8c\x11", 4) + std::string(17, 'a') + ".";
+    EXPECT_NE(error_of([&] { pickle::parse(longer, "s.pickle", nullptr, small); }).find("offset 2: a string of 17 bytes; the limit is 16"),
+              std::string::npos);
+    std::string dicts = std::string("\x80\x04]", 3);
+    for (int k = 0; k < 200; ++k) dicts += "(" + std::string(1000, '}') + "e";
+    const std::string held = error_of([&] { pickle::parse(dicts + ".", "bomb.pickle", nullptr, small); });
+    EXPECT_NE(held.find("more than 1 MiB held at once"), std::string::npos) << held;
+    EXPECT_NE(held.find("--max-memory"), std::string::npos);
+    const std::string sparse = std::string("\x80\x04Nr\x00\x00\x00\x10.", 9);
+    EXPECT_NE(error_of([&] { pickle::parse(sparse, "memo.pickle"); }).find("memo index 268435456 far past"), std::string::npos);
+}
+
+TEST(HostilePickle, NothingMayFollowTheStop) {
+    EXPECT_NE(error_of([&] { pickle::parse(std::string("\x80\x04N.x", 5), "t.pickle"); }).find("offset 4: data follows the pickle's STOP"),
+              std::string::npos);
+    const std::string input = std::string("\x80\x04N.", 4) + "tail";
+    FixedChunks pieces(input, 4);  // the rest in a later chunk
+    const std::string_view first = pieces.first();
+    EXPECT_NE(error_of([&] { pickle::parse(first, pieces, "t.pickle"); }).find("data follows"), std::string::npos);
+}
+
+TEST(HostileGzip, CrcLengthAndTrailingBytesAreChecked) {
+    const std::string whole = gz(kEmptySnapshot);
+    EXPECT_NO_THROW(load_bytes(whole, "ok.pickle.gz"));
+    for (size_t back : {8u, 1u}) {  // the CRC-32, the length
+        std::string bad = whole;
+        bad[bad.size() - back] ^= 1;
+        EXPECT_NE(error_of([&] { load_bytes(bad, "bad.pickle.gz"); }).find("bad.pickle.gz: offset"), std::string::npos) << back;
+    }
+    EXPECT_NE(error_of([&] { load_bytes(whole + "garbage", "t.pickle.gz"); }), "");
+    EXPECT_NE(error_of([&] { load_bytes(whole + gz("more"), "two.pickle.gz"); }).find("data follows"), std::string::npos);
+}
+
+TEST(HostileGzip, ContentIsToldByItsFirstBytesAndInflationIsBounded) {
+    const std::string zeros = gz(std::string(8 << 20, '\0'));
+    EXPECT_NE(error_of([&] { load_bytes(zeros, "zeros.gz"); }).find("zeros.gz: offset 0: gzip data whose content is neither"),
+              std::string::npos);
+    ReadLimits small;
+    small.max_decoded_bytes = 1 << 20;
+    // A 4 MiB string: under the string limit, over the inflation limit.
+    const std::string big = gz(std::string("\x80\x04\x8d\x00\x00\x40\x00\x00\x00\x00\x00", 11) + std::string(4 << 20, 'a') + ".");
+    const std::string why = error_of([&] { load_bytes(big, "big.pickle.gz", small); });
+    EXPECT_NE(why.find("inflates to more than 1048576 bytes"), std::string::npos) << why;
+}
+
+namespace {
+std::string written(int steps, size_t chunk_bytes) {
+    vramscope::testing::TraceBuilder b;
+    const uint32_t site = b.stack({{"train.py", 10, "step"}});
+    for (int s = 0; s < steps; ++s) {
+        b.alloc(0x100000 + 0x1000 * uint64_t(s), 512, site);
+        b.step();
+    }
+    const std::string path = ::testing::TempDir() + "/hostile.vscope";
+    write_trace(b.t, path, chunk_bytes);
+    const Bytes bytes = read_file(path);
+    std::remove(path.c_str());
+    return std::string(bytes.begin(), bytes.end());
+}
+std::vector<std::string> chunks_of(const std::string& file) {
+    std::vector<std::string> out;
+    for (size_t off = 12; off + 12 <= file.size();) {
+        uint32_t len;
+        std::memcpy(&len, file.data() + off + 4, 4);
+        out.push_back(file.substr(off, 12 + len));
+        off += 12 + len;
+    }
+    return out;
+}
+}  // namespace
+
+TEST(HostileVscope, RepeatedSwappedOrMissingChunksAreFaults) {
+    const std::string file = written(200, 64);
+    const std::vector<std::string> c = chunks_of(file);
+    ASSERT_GE(c.size(), 4u);
+    const std::string header = file.substr(0, 12);
+    const Trace whole = parse_trace(file, "whole.vscope");
+    EXPECT_TRUE(whole.faults.empty());
+    EXPECT_TRUE(whole.warnings.empty());
+    const std::pair<std::string, const char*> damaged[] = {
+        {header + c[0] + c[1] + c[1] + c[2], "chunk 1 again, where chunk 2 belongs"},
+        {header + c[0] + c[2] + c[1], "chunk 2 where chunk 1 belongs"},
+        {header + c[0] + c[2], "chunk 2 where chunk 1 belongs"},
+        {file + c[0], "data after the end record"},
+    };
+    for (const auto& [bytes, why] : damaged) {
+        const Trace t = parse_trace(bytes, "d.vscope");
+        ASSERT_EQ(t.faults.size(), 1u) << why;
+        EXPECT_NE(t.faults[0].find(why), std::string::npos) << t.faults[0];
+        EXPECT_NE(t.faults[0].find("d.vscope: offset "), std::string::npos);
+    }
+}
+
+TEST(HostileVscope, VersionOneStillReadsWithANote) {
+    // Version 1 is version 2 without the chunk numbers and the end chunk.
+    const std::string file = written(20, 1 << 16);
+    std::vector<std::string> c = chunks_of(file);
+    std::string v1 = file.substr(0, 12);
+    v1[8] = 1;
+    for (size_t k = 0; k + 1 < c.size(); ++k) {
+        const std::string payload = c[k].substr(12 + 2);  // tag 24 and a one-byte number
+        std::string head = "VSCK";
+        for (uint32_t v : {uint32_t(payload.size()), uint32_t(crc32(0, reinterpret_cast<const Bytef*>(payload.data()), uInt(payload.size())))})
+            for (int i = 0; i < 4; ++i) head.push_back(char(v >> (8 * i)));
+        v1 += head + payload;
+    }
+    const Trace t = parse_trace(v1, "old.vscope");
+    EXPECT_EQ(t.events.size(), parse_trace(file, "new.vscope").events.size());
+    EXPECT_TRUE(t.faults.empty());
+    ASSERT_EQ(t.warnings.size(), 1u);
+    EXPECT_NE(t.warnings[0].find("version 1"), std::string::npos);
+}
+
+TEST(HostileJson, ShapesDepthAndOffsets) {
+    EXPECT_NE(error_of([] { parse_json(std::string(100000, '['), "deep.json", 0); }).find("deep.json: offset 65: nested deeper than 64"),
+              std::string::npos);
+    EXPECT_NE(error_of([] { report_data_from_findings({"[]"}, {"a.json"}); }).find("its root is an array"), std::string::npos);
+    EXPECT_NE(error_of([] { report_data_from_findings({"{\"runs\": null}"}, {"a.json"}); }).find("\"runs\" is null"),
+              std::string::npos);
+    EXPECT_NE(error_of([] { report_data_from_findings({"{\"runs\": [1]}"}, {"a.json"}); }).find("a run is a number"),
+              std::string::npos);
+    EXPECT_NE(error_of([] { parse_json("{\"a\": 1} x", "t.json", 0); }).find("offset 9: data after"), std::string::npos);
+    const std::string data = report_data_from_findings({"{\"verdict\":\"leak\",\"source\":\"<!--\"}"}, {"a.json"});
+    EXPECT_NE(data.find("\"runs\":[{\"verdict\":\"leak\",\"source\":\"<!--\"}]"), std::string::npos) << data;
+    EXPECT_EQ(parse_json("{\"k\":\"a\\u00e9\\n\"}", "t.json", 1).get("k")->str, "a\xc3\xa9\n");
+}
+
+TEST(HostileTerminal, ControlCharactersBecomeVisibleEscapes) {
+    EXPECT_EQ(terminal_safe(std::string("a\x1b[2Jb\r\nc\0d\x7f" "\xc2\x9b" "e", 15)), "a\\x1b[2Jb\\x0d\\x0ac\\x00d\\x7f\\u009be");
+    EXPECT_EQ(terminal_safe("x\ny", true), "x\ny");
+    EXPECT_EQ(terminal_safe("caf\xc3\xa9 \xe2\x80\xa8"), "caf\xc3\xa9 \xe2\x80\xa8");  // other UTF-8 as it is
+    EXPECT_EQ(terminal_safe("a\xff\xed\xb3\xbf\xe2\x80"), "a\\xff\\xed\\xb3\\xbf\\xe2\\x80");  // not UTF-8: a surrogate, a cut
+}
+
+TEST(HostileJson, WrittenJsonIsValidUtf8WhateverTheNames) {
+    Json j;
+    j.value("ok \xc3\xa9 \xff lone \xed\xb3\xbf \xf4\x90\x80\x80 \x01");
+    EXPECT_EQ(j.out, "\"ok \xc3\xa9 \\ufffd lone \\ufffd\\ufffd\\ufffd \\ufffd\\ufffd\\ufffd\\ufffd \\u0001\"");
+}
+
+TEST(HostileVscope, AStackDeeperThanAnyWriterKeepsIsAFault) {
+    vramscope::testing::TraceBuilder b;
+    uint32_t node = 0;
+    for (uint32_t k = 0; k < 20; ++k)
+        node = b.t.stacks.intern_stack(node, b.t.stacks.intern_frame(Frame{b.t.stacks.intern_string("deep.py"), 0, k}));
+    b.alloc(0x100000, 512, node);
+    const std::string path = ::testing::TempDir() + "/deep.vscope";
+    write_trace(b.t, path);
+    ReadLimits limits;
+    limits.max_stack_frames = 10;
+    const Trace t = read_trace(path, limits);
+    std::remove(path.c_str());
+    ASSERT_EQ(t.faults.size(), 1u);
+    EXPECT_NE(t.faults[0].find("a stack deeper than 10 frames"), std::string::npos) << t.faults[0];
+}

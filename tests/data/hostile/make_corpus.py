@@ -1,0 +1,322 @@
+"""Builds the hostile-input corpus (issue 13) next to this file, with expectations.json: what
+`vramscope` must do with each file. Run it with the package installed (it uses `vramscope
+convert` for the .vscope damage):  python tests/data/hostile/make_corpus.py
+
+Outcomes:
+  error         analyze, convert, export and report exit 2 with a message naming the file
+  cannot-judge  analyze exits 0 with verdict "cannot-judge" (2 with --fail-on-leak), never
+                "NO LEAK"; report draws the page; convert and export refuse (exit 2)
+  nothing       nothing to judge (no memory events, or too few steps): cannot-judge, but convert
+                and export pass on what there is
+  judged        analyze exits 0 with a verdict; convert, export and report succeed
+  report-error  (findings JSON) report exits 2 naming the file
+  report-ok     (findings JSON) report draws the page
+"""
+
+from __future__ import annotations
+
+import copy
+import gzip
+import json
+import pickle
+import struct
+import subprocess
+import sys
+import tempfile
+import zlib
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+BASE = HERE.parent / "leak_ctx_losses.pickle.gz"
+EXPECT: dict[str, dict[str, str]] = {}
+
+
+def put(name: str, data: bytes, outcome: str, why: str) -> None:
+    (HERE / name).write_bytes(data)
+    EXPECT[name] = {"outcome": outcome, "why": why}
+
+
+def gz(data: bytes) -> bytes:
+    return gzip.compress(data, compresslevel=9, mtime=0)
+
+
+def base(entries: int | None = None) -> dict:
+    """The fixture, or its first `entries` trace entries (small files for damage that needs no leak)."""
+    s = pickle.load(gzip.open(BASE))
+    if entries:
+        s["device_traces"] = [t[:entries] for t in s["device_traces"]]
+    return s
+
+
+def snapshot(s: dict) -> bytes:
+    return gz(pickle.dumps(s, protocol=4))
+
+
+# Pickle opcodes, for inputs Python's pickler would never write.
+PROTO, STOP, MARK, EMPTY_DICT, EMPTY_LIST, APPENDS, SETITEMS = b"\x80\x04", b".", b"(", b"}", b"]", b"e", b"u"
+
+
+def s8(text: str) -> bytes:
+    raw = text.encode()
+    return b"\x8c" + bytes([len(raw)]) + raw
+
+
+def hand_pickles() -> None:
+    # 1. An empty batch (MARK, then APPENDS with nothing) in the lists the importer streams:
+    # the 22-byte segfault, and what `export --memory-viz` writes for empty lists.
+    for key in ("segments", "device_traces"):
+        other = "device_traces" if key == "segments" else "segments"
+        data = PROTO + EMPTY_DICT + MARK + s8(key) + EMPTY_LIST + MARK + APPENDS + s8(other) + EMPTY_LIST + SETITEMS + STOP
+        put(f"empty_batch_{key}.pickle", data, "nothing", "empty APPENDS in " + key + "; no events")
+    # Every opcode that would import or call code.
+    code_ops = {"GLOBAL": b"cos\nsystem\n", "STACK_GLOBAL": s8("os") + s8("system") + b"\x93", "REDUCE": b"NN" + b"R",
+                "BUILD": b"}N" + b"b", "INST": b"(ios\nsystem\n", "OBJ": b"(N" + b"o", "NEWOBJ": b"N)" + b"\x81",
+                "NEWOBJ_EX": b"N)}" + b"\x92", "EXT1": b"\x82\x01", "EXT2": b"\x83\x01\x00", "EXT4": b"\x84\x01\x00\x00\x00",
+                "PERSID": b"P1\n", "BINPERSID": b"N" + b"Q", "NEXT_BUFFER": b"\x97", "READONLY_BUFFER": b"N\x98"}
+    for name, ops in code_ops.items():
+        put(f"code_{name.lower()}.pickle", b"\x80\x05" + ops + STOP, "error", f"{name} would import or call")
+    put("empty_file.pickle", b"", "error", "no bytes")
+    put("proto_only.pickle", PROTO, "error", "cut short before any opcode")
+    put("unknown_opcode.pickle", PROTO + b"\xff" + STOP, "error", "opcode 0xff")
+    # Declared lengths far past the input, and past the string limit.
+    put("huge_binunicode.pickle", PROTO + b"X\xff\xff\xff\xff" + b"abc", "error", "4 GiB string declared")
+    put("huge_binbytes8.pickle", PROTO + b"\x8e" + struct.pack("<Q", 1 << 62) + b"abc", "error", "2^62-byte bytes declared")
+    put("huge_long4.pickle", PROTO + b"\x8b" + struct.pack("<I", 0xFFFFFFF0) + b"\x01", "error", "4 GiB integer declared")
+    put("text_int_overflow.pickle", b"I99999999999999999999999999\n.", "error", "text INT past 64 bits")
+    put("sparse_memo.pickle", PROTO + b"N" + b"r" + struct.pack("<I", 1 << 28) + STOP, "error", "memo index 2^28")
+    put("memo_get_unset.pickle", PROTO + b"j" + struct.pack("<I", 7) + STOP, "error", "GET of a memo entry never set")
+    put("deep_marks.pickle.gz", gz(PROTO + MARK * 100_000 + STOP), "error", "100,000 containers open at once")
+    put("stack_underflow.pickle", PROTO + APPENDS + STOP, "error", "APPENDS without MARK")
+    put("trailing_after_stop.pickle", pickle.dumps({"segments": [], "device_traces": []}, protocol=4) + b"garbage",
+        "error", "bytes after STOP")
+    put("root_not_dict.pickle", pickle.dumps([1, 2, 3], protocol=4), "error", "a list, not a snapshot")
+    put("no_snapshot_keys.pickle", pickle.dumps({"a": 1}, protocol=4), "error", "a dict without snapshot keys")
+    # Bombs: small on disk, huge decoded.
+    put("gzip_zeros.gz", gz(bytes(47 << 20)), "error", "47 MB of zeros: not a pickle, refused at its first bytes")
+    put("gzip_text.gz", gz(b"hello " * 100_000), "error", "gzip of text")
+    put("pickle_dict_bomb.pickle.gz",
+        gz(PROTO + EMPTY_LIST + (MARK + EMPTY_DICT * 1000 + APPENDS) * 16_000 + STOP), "error",
+        "16 M empty dicts in one list (20 bytes held each): over --max-memory 256MiB")
+    put("pickle_zero_string_bomb.pickle.gz", gz(PROTO + b"\x8d" + struct.pack("<Q", 1 << 40) + bytes(64 << 20)), "error",
+        "a 1 TiB string declared, 64 MiB of it present")
+
+
+def schema_damage() -> None:
+    good = base(600)
+    put("leak_ctx_losses.pickle.gz", BASE.read_bytes(), "judged", "the fixture itself")
+
+    def variant(name: str, outcome: str, why: str, change) -> None:
+        s = copy.deepcopy(good)
+        change(s)
+        put(name, snapshot(s), outcome, why)
+
+    variant("traces_a_dict.pickle.gz", "cannot-judge", "'device_traces' is a dict",
+            lambda s: s.__setitem__("device_traces", {"0": s["device_traces"][0]}))
+    variant("traces_a_string.pickle.gz", "cannot-judge", "'device_traces' is a string",
+            lambda s: s.__setitem__("device_traces", "none"))
+    variant("trace_not_list.pickle.gz", "cannot-judge", "a device trace is an int", lambda s: s.__setitem__("device_traces", [7]))
+    variant("segments_a_string.pickle.gz", "cannot-judge", "'segments' is a string", lambda s: s.__setitem__("segments", "x"))
+
+    def each(change):
+        def apply(s):
+            for k, e in enumerate(s["device_traces"][0]):
+                change(k, e)
+        return apply
+
+    variant("times_missing.pickle.gz", "cannot-judge", "no time_us", each(lambda k, e: e.pop("time_us")))
+    variant("times_reversed.pickle.gz", "cannot-judge", "time runs backwards",
+            lambda s: s["device_traces"].__setitem__(0, list(reversed(s["device_traces"][0]))))
+    variant("times_zero.pickle.gz", "cannot-judge", "time_us 0, then real times",
+            each(lambda k, e: e.__setitem__("time_us", 0) if k == len(good["device_traces"][0]) - 1 else None))
+    variant("sizes_negative.pickle.gz", "cannot-judge", "negative sizes",
+            each(lambda k, e: e.__setitem__("size", -e["size"]) if e["action"] == "alloc" else None))
+    variant("size_a_string.pickle.gz", "cannot-judge", "size is a string", each(lambda k, e: e.__setitem__("size", "big")))
+    variant("size_nan.pickle.gz", "cannot-judge", "size NaN", each(lambda k, e: e.__setitem__("size", float("nan"))))
+    variant("time_inf.pickle.gz", "cannot-judge", "time_us infinite", each(lambda k, e: e.__setitem__("time_us", float("inf"))))
+    variant("addr_2_80.pickle.gz", "cannot-judge", "an address of 2^80 (a LONG1 of 11 bytes)",
+            each(lambda k, e: e.__setitem__("addr", 1 << 80)))
+    variant("time_negative.pickle.gz", "cannot-judge", "times before 1970", each(lambda k, e: e.__setitem__("time_us", -e["time_us"] - 10**18 + k)))
+    variant("addr_missing.pickle.gz", "cannot-judge", "no addr", each(lambda k, e: e.pop("addr")))
+    variant("action_an_int.pickle.gz", "nothing", "action 5: entries without an action, then none left",
+            each(lambda k, e: e.__setitem__("action", 5)))
+    variant("entries_not_dicts.pickle.gz", "cannot-judge", "entries are lists",
+            lambda s: s["device_traces"].__setitem__(0, [list(e.items()) for e in s["device_traces"][0]]))
+    variant("frames_not_list.pickle.gz", "judged", "frames a string: stacks empty, the events still sound",
+            each(lambda k, e: e.__setitem__("frames", "x")))
+    variant("size_2_63.pickle.gz", "cannot-judge", "a size of 2^63",
+            each(lambda k, e: e.__setitem__("size", 1 << 63) if k == 5 and e["action"] == "alloc" else None))
+
+    def double_alloc(s):
+        t = s["device_traces"][0]
+        first = next(e for e in t if e["action"] == "alloc")
+        t.insert(t.index(first) + 1, dict(first))
+    variant("double_alloc.pickle.gz", "cannot-judge", "an address allocated twice without a free", double_alloc)
+
+    def unknown_free(s):
+        t = s["device_traces"][0]
+        t.insert(1, dict(t[0], action="free_completed", addr=0xDEAD000, time_us=t[0]["time_us"]))
+    variant("free_unknown_addr.pickle.gz", "judged", "a free of an address never allocated (from before the trace)", unknown_free)
+    variant("no_traces_only_segments.pickle.gz", "nothing", "no trace history",
+            lambda s: s.__setitem__("device_traces", [[]]))
+
+    # Hostile strings: names that would change a terminal or the report page.
+    evil = {"<!--<script>": "page", "</script><script>alert(1)</script>": "page", "a\u2028b\u2029c": "page",
+            "\x1b[2J\x1b]0;owned\x07": "terminal", "forged\r\nLEAK  +9 TiB/step": "terminal", "nul\x00byte": "terminal",
+            "lone\udcffsurrogate": "not UTF-8 (pickled with surrogatepass)"}
+
+    def rename(s):
+        s.update(base())
+        every, seen = "".join(evil), set()
+        for e in s["device_traces"][0]:
+            for f in e.get("frames", []):
+                if "record_fixtures.py" in f["filename"] and id(f) not in seen:  # frames are shared dicts
+                    seen.add(id(f))
+                    f["name"] = every + f["name"]
+        s["device_traces"][0][0]["frames"].insert(0, {"name": "<!--<script>", "filename": "\x1b[31mred.py", "line": 1})
+    variant("hostile_names.pickle.gz", "judged", "function names with <!--<script>, </script>, U+2028, ESC, CR/LF, NUL", rename)
+
+    # A memoised 64 MiB string as the file name of 8,000 frames: refused by the string limit.
+    big = "a" * (64 << 20)
+    frames = [{"filename": big, "name": f"f{k}", "line": k} for k in range(8000)]
+    t = [{"action": "alloc", "addr": 512 * k, "size": 512, "stream": 0, "time_us": k, "frames": [frames[k]]} for k in range(8000)]
+    put("string_64mib_fanout.pickle.gz", snapshot({"segments": [], "device_traces": [t]}), "error",
+        "one memoised 64 MiB string, the file of 8,000 frames")
+    # Under the limit (4 MiB), the same fan-out must be quick: each string is hashed once.
+    mid = "b" * (4 << 20)
+    for f in frames:
+        f["filename"] = mid
+    put("string_4mib_fanout.pickle.gz", snapshot({"segments": [], "device_traces": [t]}), "nothing",
+        "one memoised 4 MiB string, the file of 8,000 frames (no steps: nothing to judge, and it is read in bounded time)")
+    # A memoised frame referenced 60,000 times in each of 40 stacks.
+    frame = {"filename": "loop.py", "name": "recurse", "line": 1}
+    t = [{"action": "alloc", "addr": 512 * k, "size": 512, "stream": 0, "time_us": k, "frames": [frame] * 60_000}
+         for k in range(40)]
+    put("frame_fanout_60k.pickle.gz", snapshot({"segments": [], "device_traces": [t]}), "judged",
+        "one memoised frame referenced 60,000 times per stack: stacks cut to their innermost 4,096")
+
+
+def stream_damage() -> None:
+    raw = pickle.dumps(base(200), protocol=4)
+    whole = BASE.read_bytes()
+    put("cut_half.pickle", raw[: len(raw) // 2], "error", "pickle cut in half")
+    put("cut_half.pickle.gz", whole[: len(whole) // 2], "error", "gzip cut in half")
+    crc = bytearray(whole)
+    crc[-8] ^= 0x01
+    put("gzip_crc_flipped.pickle.gz", bytes(crc), "error", "one bit of the CRC-32 flipped")
+    isize = bytearray(whole)
+    isize[-1] ^= 0x01
+    put("gzip_length_wrong.pickle.gz", bytes(isize), "error", "the length trailer off")
+    put("gzip_trailing_garbage.pickle.gz", whole + b"garbage!", "error", "bytes after the gzip member")
+    put("gzip_second_member.pickle.gz", whole + gz(b"more"), "error", "a second member: bytes after the pickle's STOP")
+    for frac in (3, 2):
+        flipped = bytearray(whole)
+        flipped[len(whole) // frac] ^= 0x10
+        put(f"gzip_bitflip_{frac}.pickle.gz", bytes(flipped), "error", "a bit flipped in the deflate data")
+    flipped = bytearray(raw)
+    flipped[len(raw) // 2] ^= 0x01
+    put("pickle_bitflip.pickle", bytes(flipped), "error", "a bit flipped in a plain pickle (an opcode or a length)")
+
+
+def chunks(data: bytes) -> list[bytes]:
+    out, off = [], 12
+    while off + 12 <= len(data):
+        (length,) = struct.unpack_from("<I", data, off + 4)
+        out.append(data[off: off + 12 + length])
+        off += 12 + length
+    return out
+
+
+def chunk(payload: bytes) -> bytes:
+    return b"VSCK" + struct.pack("<II", len(payload), zlib.crc32(payload)) + payload
+
+
+def vscope_damage() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "t.vscope"
+        subprocess.run([sys.executable, "-m", "vramscope", "convert", str(BASE), str(out), "--chunk-size", "2KiB"], check=True, capture_output=True)
+        data = out.read_bytes()
+    header, cs = data[:12], chunks(data)
+    assert len(cs) >= 3, "the fixture should make several chunks"
+    join = lambda parts: header + b"".join(parts)  # noqa: E731
+    put("good.vscope", data, "judged", "a whole version-2 file")
+    put("cut_inside_only_chunk.vscope", header + cs[0][: len(cs[0]) // 2], "nothing", "cut inside its first chunk: 0 events")
+    put("header_only.vscope", header, "nothing", "no chunks at all")
+    put("cut_at_boundary.vscope", join(cs[:-2]), "judged", "cut at a chunk boundary: a warning (no end record)")
+    put("chunk_duplicated.vscope", join(cs[:2] + cs[1:]), "cannot-judge", "chunk 1 twice")
+    put("chunks_swapped.vscope", join([cs[0], cs[2], cs[1]] + cs[3:]), "cannot-judge", "chunks 1 and 2 swapped")
+    put("chunk_dropped.vscope", join(cs[:1] + cs[2:]), "cannot-judge", "chunk 1 missing")
+    flipped = bytearray(data)
+    flipped[len(data) // 2] ^= 0x01
+    put("bitflip.vscope", bytes(flipped), "cannot-judge", "a bit flipped: checksum mismatch")
+    put("after_end.vscope", data + cs[0], "cannot-judge", "a chunk after the end record")
+    # The end record says one event more than the chunks hold (its CRC made right).
+    end = cs[-1][12:]
+    tag_end = end.index(b"\x19", 1)
+    count = 0
+    for k, b in enumerate(end[tag_end + 1:]):
+        count |= (b & 0x7F) << (7 * k)
+        if not b & 0x80:
+            break
+    varint = bytearray()
+    n = count + 1
+    while True:
+        varint.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not varint[-1] & 0x80:
+            break
+    put("end_count_wrong.vscope", join(cs[:-1] + [chunk(end[:tag_end + 1] + bytes(varint))]), "cannot-judge",
+        "the end record's event count differs from the chunks'")
+    # Version 1 (no chunk numbers, no end record): still read, with a note.
+    v1 = [chunk(c[12:][2 if c[13] < 0x80 else 3:]) for c in cs[:-1]]
+    put("version1.vscope", b"\x89VSCOPE\n\x01\x00\x00\x00" + b"".join(v1), "judged", "the old format")
+    put("version9.vscope", b"\x89VSCOPE\n\x09\x00\x00\x00" + b"".join(cs), "error", "a version this build does not read")
+    garbage_len = header + b"VSCK" + struct.pack("<II", 0xFFFFFFFF, 0)
+    put("chunk_length_huge.vscope", garbage_len, "cannot-judge", "a chunk length of 4 GiB")
+    put("vscope_gzipped.vscope.gz", gz(data), "judged", "a gzip'd .vscope")
+
+
+def findings_json() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "f.json"
+        subprocess.run([sys.executable, "-m", "vramscope", "analyze", str(BASE), "--json", str(out)], check=True,
+                       capture_output=True)
+        good = json.loads(out.read_text())
+    for run in [good, *good.get("runs", [])]:  # timings differ run to run: keep the corpus stable
+        run.update({k: 0 for k in run if k.endswith("_seconds")})
+    put("findings_good.json", json.dumps(good).encode(), "report-ok", "analyze --json output")
+    evil = copy.deepcopy(good)
+    evil["source"] = "<!--<script>"
+    evil["leaks"][0]["site"]["function"] = "</script><script>document.body.innerHTML=''</script>"
+    evil["notes"].append("\u2028<!--")
+    put("findings_hostile_strings.json", json.dumps(evil, ensure_ascii=False).encode(), "report-ok", "strings that end or hide scripts")
+    put("findings_root_list.json", b"[]", "report-error", "root a list")
+    put("findings_root_number.json", b"42", "report-error", "root a number")
+    put("findings_runs_null.json", b'{"runs": null}', "report-error", '"runs" null')
+    put("findings_runs_ints.json", b'{"runs": [1, 2]}', "report-error", "runs of numbers")
+    put("findings_ranks_string.json", json.dumps(dict(good, ranks="x")).encode(), "report-error", '"ranks" a string')
+    put("findings_deep.json", b"[" * 100_000, "report-error", "nested 100,000 deep")
+    put("findings_cut.json", json.dumps(good).encode()[:500], "report-error", "cut short")
+    put("findings_not_json.json", b"\x00\x01garbage", "report-error", "not JSON")
+    put("findings_huge_number.json", b'{"verdict": "leak", "leak_bytes_per_step": 1e999999}', "report-ok",
+        "a run missing most fields: drawn with a note")
+    put("findings_wrong_field_types.json", json.dumps({"runs": [{"verdict": 3, "source": [], "leaks": "x", "devices": 5,
+                                                                 "notes": 7, "meta": None}]}).encode(),
+        "report-ok", "every field of the wrong type: the page says the run could not be drawn")
+
+
+def main() -> None:
+    for f in HERE.iterdir():
+        if f.name not in ("make_corpus.py", "README.md"):
+            f.unlink()
+    hand_pickles()
+    schema_damage()
+    stream_damage()
+    vscope_damage()
+    findings_json()
+    (HERE / "expectations.json").write_text(json.dumps(dict(sorted(EXPECT.items())), indent=1) + "\n")
+    total = sum((HERE / n).stat().st_size for n in EXPECT)
+    print(f"{len(EXPECT)} files, {total:,} bytes")
+
+
+if __name__ == "__main__":
+    main()
