@@ -1,4 +1,4 @@
-// libFuzzer: any bytes through the .vscope reader and analysis. CRCs would stop the fuzzer at the
+// libFuzzer: any bytes through the .vscope reader, validation and analysis. CRCs would stop the fuzzer at the
 // first chunk, so a flag byte lets it also feed chunks whose checksum is recomputed.
 #include <zlib.h>
 
@@ -8,6 +8,7 @@
 #include <string>
 
 #include "analysis/analyze.h"
+#include "importers/validate.h"
 #include "trace/reader.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -25,7 +26,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         }
     }
     try {
+        // As every input reaches analysis (load_any): validated first, and judged only if sound.
         vramscope::Trace t = vramscope::parse_trace(bytes, "fuzz.vscope");
+        vramscope::validate_events(t);
         vramscope::analyze(t);
     } catch (const std::runtime_error&) {
     }
