@@ -16,7 +16,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::string_view bytes(reinterpret_cast<const char*>(data + 1), size - 1);
     try {
         if (data[0] == 0) {
-            vramscope::analyze(vramscope::import_torch_snapshot(bytes, "fuzz.pickle"));
+            vramscope::analyze(vramscope::load_bytes(bytes, "fuzz.pickle"));  // import, then validation
         } else {
             vramscope::FixedChunks pieces(bytes, data[0]);
             const std::string_view first = pieces.first();

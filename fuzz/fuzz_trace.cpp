@@ -8,7 +8,7 @@
 #include <string>
 
 #include "analysis/analyze.h"
-#include "trace/reader.h"
+#include "importers/torch_snapshot.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (size < 1) return 0;
@@ -25,8 +25,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         }
     }
     try {
-        vramscope::Trace t = vramscope::parse_trace(bytes, "fuzz.vscope");
-        vramscope::analyze(t);
+        // The way every command reads: the reader, then validation (analysis trusts only what passes).
+        vramscope::analyze(vramscope::load_bytes(bytes, "fuzz.vscope"));
     } catch (const std::runtime_error&) {
     }
     return 0;
