@@ -1,4 +1,4 @@
-// libFuzzer: any bytes through the .vscope reader, validation and analysis. CRCs would stop the fuzzer at the
+// libFuzzer: any bytes through the .vscope reader and analysis. CRCs would stop the fuzzer at the
 // first chunk, so a flag byte lets it also feed chunks whose checksum is recomputed.
 #include <zlib.h>
 
@@ -8,8 +8,7 @@
 #include <string>
 
 #include "analysis/analyze.h"
-#include "importers/validate.h"
-#include "trace/reader.h"
+#include "importers/torch_snapshot.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (size < 1) return 0;
@@ -26,10 +25,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         }
     }
     try {
-        // As every input reaches analysis (load_any): validated first, and judged only if sound.
-        vramscope::Trace t = vramscope::parse_trace(bytes, "fuzz.vscope");
-        vramscope::validate_events(t);
-        vramscope::analyze(t);
+        // The way every command reads: the reader, then validation (analysis trusts only what passes).
+        vramscope::analyze(vramscope::load_bytes(bytes, "fuzz.vscope"));
     } catch (const std::runtime_error&) {
     }
     return 0;

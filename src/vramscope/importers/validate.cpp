@@ -12,7 +12,14 @@ void validate_events(Trace& t) {
     FaultTally tally;
     std::unordered_map<uint64_t, uint64_t> live;  // (device << 56) ^ address -> size, of each live block
     std::unordered_map<uint16_t, uint64_t> live_bytes;
+    // A device's capacity and baselines (from the file's header records) count like sizes.
     uint64_t size_total = 0;
+    for (const DeviceInfo& d : t.devices) {
+        for (uint64_t bytes : {d.total_memory, d.baseline_allocated, d.baseline_reserved}) {
+            if (bytes >= kImpossibleSize) tally.add("devices with a capacity or baseline of 1 PiB or more");
+            else size_total += bytes;
+        }
+    }
     for (const Event& e : t.events) {
         if (e.time_us < 0 || e.time_us >= kLatestTime) tally.add("events with a time before 1970 or after 4253");
         if (!carries_address(e.kind)) continue;

@@ -29,7 +29,7 @@ private:
 inline constexpr uint64_t kImpossibleSize = uint64_t(1) << 50;  // 1 PiB
 inline constexpr int64_t kLatestTime = int64_t(1) << 56;        // the year 4253
 
-// An alloc at an address already live on its device, impossible sizes,
+// A device capacity or baseline of 1 PiB or more, an alloc at an address already live on its device, impossible sizes,
 // more than kImpossibleSize live at once, times out of range. Memory: the live blocks, what
 // analysis keeps anyway.
 void validate_events(Trace& t);
