@@ -170,7 +170,7 @@ std::string render_summary(const Findings& f, bool color, size_t max_leaks) {
     }
     // A verdict that cannot be given has said its first note as the reason already.
     const size_t first_note = f.verdict == Verdict::cannot_judge && f.input_faults.empty() && !f.notes.empty() ? 1 : 0;
-    for (size_t i = first_note; i < f.notes.size(); ++i) o += "\n" + st.bold("note: ") + wrap(terminal_safe(f.notes[i], true), 6, 100) + "\n";
+    for (size_t i = first_note; i < f.notes.size(); ++i) o += "\n" + st.bold("note: ") + wrap(terminal_safe(f.notes[i]), 6, 100) + "\n";
     return o;
 }
 
