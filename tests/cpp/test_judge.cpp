@@ -136,3 +136,30 @@ TEST(Judge, LiveMonitorAndOfflineAnalysisAgreeOnEveryFixture) {
     }
     EXPECT_GE(fixtures, 5u);
 }
+
+// The live monitor projects the OOM step from the same rate the offline analysis uses: the recent
+// slope, which for a leak that slows is below the whole series' slope.
+TEST(Judge, LiveOomProjectionUsesTheRecentRateAsOfflineDoes) {
+    constexpr uint64_t kCapacity = uint64_t(8) << 30;
+    LiveMonitor monitor;
+    monitor.set_capacity(0, kCapacity);
+    std::vector<double> aged;  // what the monitor judges: bytes a step old or more at each step end
+    double kept = 0;
+    uint64_t addr = 0x1000'0000;
+    for (size_t step = 0; step < 40; ++step) {
+        const uint64_t size = uint64_t(64 * MiB / std::sqrt(double(step + 1)));  // growth that slows
+        monitor.alloc(0, addr, size, 7);
+        addr += size + 4096;
+        if (step >= kWarmupSteps) aged.push_back(kept);
+        kept += double(size);
+        for (const LiveLeak& leak : monitor.end_step()) {
+            ASSERT_TRUE(is_leak(leak.shape));
+            const Judgement j = judge(aged);
+            EXPECT_LT(j.recent_bytes_per_step, j.bytes_per_step);
+            // The peak inside the step is what was allocated at its end (nothing was freed).
+            EXPECT_EQ(leak.projected_oom_step, projected_oom_step(step + 1, kCapacity, uint64_t(kept), j.recent_bytes_per_step));
+            return;
+        }
+    }
+    FAIL() << "the slowing leak was never confirmed";
+}

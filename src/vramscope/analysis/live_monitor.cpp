@@ -90,6 +90,7 @@ std::vector<LiveLeak> LiveMonitor::end_step() {
             const Judgement j = judge_recent(s);
             const uint8_t device = uint8_t(k >> 56);
             const size_t n = std::min(s.count, kRecentSteps);
+            if (is_leak(j.shape)) s.recent_rate = j.recent_bytes_per_step;
             if (is_leak(j.shape) && !s.reported) {
                 s.reported = true;
                 s.last = LiveLeak{device, uint32_t(k), j.shape, j.bytes_per_step, step_ - n + j.first_rise, std::nullopt, {}};
@@ -105,7 +106,7 @@ std::vector<LiveLeak> LiveMonitor::end_step() {
     }
     for (Device& d : devices_) d.leak_rate = 0;
     for (const auto& [k, s] : series_)
-        if (s.reported) devices_[s.last.device].leak_rate += s.last.bytes_per_step;
+        if (s.reported) devices_[s.last.device].leak_rate += s.recent_rate;
     for (LiveLeak& leak : found) {
         if (!is_leak(leak.shape)) continue;
         const Device& d = devices_[leak.device];

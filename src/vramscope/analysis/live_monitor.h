@@ -54,11 +54,12 @@ private:
         size_t count = 0;                         // step ends recorded (ring holds the last kRecentSteps)
         bool reported = false;  // confirmed as a leak, not withdrawn since
         LiveLeak last;          // what was said when it was confirmed
+        double recent_rate = 0;  // its recent slope while it leaks: the OOM projection's, as offline
     };
     struct Device {
         int64_t allocated = 0, peak = 0;
         uint64_t capacity = 0;
-        double leak_rate = 0;  // of the leaks confirmed so far: what the OOM projection uses
+        double leak_rate = 0;  // recent rates of the leaks held now: what the OOM projection uses
     };
     static uint64_t key(uint8_t device, uint64_t value) { return value ^ uint64_t(device) << 56; }
     Judgement judge_recent(const Series& s) const;

@@ -65,7 +65,7 @@ struct SiteFinding {
     uint64_t stream = 0;             // where most of its surviving bytes were allocated
     Shape shape = Shape::rising;     // rising, or slowing (a leak whose growth slows but goes on)
     double bytes_per_step = 0;       // fitted slope of its live bytes over the judged steps
-    double recent_bytes_per_step = 0;  // over the last kRecentSteps judged steps (the OOM projection's)
+    double recent_bytes_per_step = 0;  // over the second half of the judged steps, at most the last 64 (the OOM projection's)
     double fit_r2 = 0;
     uint64_t first_step = 0;         // first step whose allocations here outlived the window
     uint64_t live_bytes = 0;         // held at the last step's end
