@@ -103,7 +103,7 @@ uint32_t Recorder::frame_of(const RawFrame& f, bool& internal) {
     if (inserted) {
         const uint32_t line = line_of(f.code, f.offset);
         it->second = writer_->intern_frame(code->second.file, line, code->second.function);
-        if (!internal) site_lines_.try_emplace(it->second, SourceLine{code->second.file, line, code->second.function});
+        site_lines_.try_emplace(it->second, SourceLine{code->second.file, line, code->second.function});
     }
     return it->second;
 }

@@ -111,7 +111,7 @@ private:
     std::unordered_map<RawFrame, uint32_t, RawFrameHash> frame_ids_;
     std::unordered_map<const void*, CodeText> code_text_;
     std::unordered_map<const char*, uint32_t> node_frames_;
-    std::unordered_map<uint32_t, SourceLine> site_lines_;  // frame id -> where, for the sites of live findings
+    std::unordered_map<uint32_t, SourceLine> site_lines_;  // frame id -> where: any frame can be a site
     std::vector<std::pair<uint64_t, uint16_t>> streams_;
     uint32_t step_name_ = 0;
     mutable std::mutex fault_mutex_;
