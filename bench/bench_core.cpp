@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
     auto line = [&](const char* what, double s) {
         std::printf("%-34s %8.4f s  %7.2f M events/s\n", what, s, s > 0 ? events / s / 1e6 : 0.0);
     };
-    std::printf("input %s: %zu bytes, %.0f events, verdict %s\n", path.c_str(), raw.size(), events, f.verdict.c_str());
+    std::printf("input %s: %zu bytes, %.0f events, verdict %s\n", path.c_str(), raw.size(), events, std::string(name(f.verdict)).c_str());
     if (t_gunzip) line("gunzip", t_gunzip);
     if (t_parse) line("pickle parse (data opcodes)", t_parse);
     line("import (parse + build events)", t_import);
