@@ -37,6 +37,11 @@ class LeakError(AssertionError):
     """Raised at the end of `track(fail_on_leak=True)` when the run leaked."""
 
 
+class StepLimitReached(SystemExit):
+    """Ends the process at the end of step N of a run given a step limit (`vramscope run
+    --max-steps`, each cell of `vramscope compare`): exit code 0, the trace complete."""
+
+
 def warn(message: str, key: str | None = None) -> None:
     """Once per process and kind, on stderr, never raising."""
     key = key or message
@@ -54,7 +59,7 @@ class Capture:
 
     def __init__(self, path="vramscope.vscope", *, fail_on_leak=False, summary=True, live_warnings=True,
                  device_memory: int = 0, shared_name=True, explain=True, explain_budget: float | None = None,
-                 analyse_at_end=True):
+                 analyse_at_end=True, max_steps: int = 0):
         self.requested_path = os.fspath(path)
         self.path: str | None = None  # the file actually written (rank in its name)
         self.fail_on_leak = fail_on_leak
@@ -63,6 +68,7 @@ class Capture:
         self.device_memory = device_memory
         self.shared_name = shared_name
         self.analyse_at_end = analyse_at_end  # off under `vramscope run`: its launcher analyses each trace once
+        self.max_steps = max_steps  # > 0: the process ends after this many steps (StepLimitReached)
         # Who holds each leak: searched on the training thread at the step a leak is confirmed, while
         # the loop's frames and locals live, and again at the end if its tensors are still there.
         self.explain = explain
@@ -320,6 +326,11 @@ class Capture:
         confirmed = [live for live in said if live["shape"].is_leak]
         if confirmed and self.explain:
             self._explain_live(confirmed, recorder.steps)
+        if self.max_steps and recorder.steps >= self.max_steps:
+            print(f"vramscope: step limit reached ({self.max_steps:,} steps): the run stops here", file=sys.stderr,
+                  flush=True)
+            self.stop()
+            raise StepLimitReached(0)
 
     def _explain_live(self, confirmed: list[dict], step: int) -> None:
         """On the training thread, at the step a leak is confirmed: one search per new site, within
