@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from .. import _core
-from .matrix import Matrix, MatrixError, flag_spec, from_dict, merge_flags, read
+from .matrix import ALL, Matrix, MatrixError, flag_spec, from_dict, merge_flags, read
 from .runner import Options, Runner, visible_gpus
 
 USAGE = """usage: vramscope compare [MATRIX.toml] [--variant NAME=KIND:VALUE]... [--mode NAME=ARGS]...
@@ -146,9 +146,12 @@ def main(args: list[str]) -> int:
         print(f"vramscope compare: {e}\n\n{USAGE}", file=sys.stderr)
         return 2
     options.out.mkdir(parents=True, exist_ok=True)
+    progress = Progress()
+    if matrix.why_no_all():
+        progress.note(f"no `{ALL}` row: {matrix.why_no_all()}")
     runner = Runner(matrix, options)
     t0 = time.monotonic()
-    complete = runner.run(Progress())
+    complete = runner.run(progress)
     summary = options.out / "compare.json"
     summary.write_text(json.dumps(results(matrix, runner, time.monotonic() - t0, complete), indent=1) + "\n")
     table = ["compare-table", str(summary), "--markdown", outputs.get("markdown", str(options.out / "compare.md")),

@@ -104,11 +104,19 @@ class Matrix:
     device_memory: int = 0
 
     def rows(self) -> list[Variant]:
-        """baseline, each variant, then all of them together (when there are two or more)."""
+        """baseline, each variant, then all of them together (when there are two or more, and they
+        can be combined: see why_no_all)."""
         rows = [Variant(BASELINE, "no change"), *self.variants]
-        if len(self.variants) >= 2:
+        if len(self.variants) >= 2 and not self.why_no_all():
             rows.append(combined(self.variants))
         return rows
+
+    def why_no_all(self) -> str:
+        try:
+            combined(self.variants)
+        except MatrixError as e:
+            return str(e)
+        return ""
 
     def cells(self) -> list[Cell]:
         return [Cell(mode, variant) for mode in self.modes for variant in self.rows()]
@@ -229,10 +237,8 @@ def from_dict(spec: dict, base: Path, command: list[str] | None = None) -> Matri
             raise MatrixError(f"{table}: expected tables, as [{table}.NAME]")
     modes = [_mode(n, m) for n, m in spec.get("modes", {}).items()] or [Mode("default")]
     variants = [_variant(n, v, base, project) for n, v in spec.get("variants", {}).items()]
-    matrix = Matrix(command, project, modes, variants, steps,
-                    _seconds(spec.get("timeout", DEFAULT_TIMEOUT), "timeout"), device_memory)
-    matrix.rows()  # `all` must be formable
-    return matrix
+    return Matrix(command, project, modes, variants, steps, _seconds(spec.get("timeout", DEFAULT_TIMEOUT), "timeout"),
+                  device_memory)
 
 
 def read(path: str | os.PathLike) -> dict:

@@ -103,10 +103,10 @@ std::string joined(const std::vector<std::string>& items, const char* sep) {
 std::vector<std::string> thresholds() {
     auto percent = [](double share) { return std::to_string(int(share * 100 + 0.5)) + "%"; };
     return {"root-cause fix: leak rate at most " + percent(kFixAtMost) + " of the baseline's, and no OOM",
-            "partial: at most " + percent(kPartialAtMost) + "; no effect: between; worse: at least " +
-                percent(kWorseAtLeast) + ", or a leak where the baseline had none",
-            "broken: crashed, timed out, or out of memory where the baseline was not; saved: the growth the "
-            "baseline's steps lose no more"};
+            "partial: at most " + percent(kPartialAtMost) + "; no effect: under " + percent(kWorseAtLeast) +
+                "; worse: " + percent(kWorseAtLeast) + " or more, or a leak the baseline lacks",
+            "broken: crashed, timed out, or out of memory where the baseline was not",
+            "saved: (the baseline's rate - the row's) x the baseline's steps"};
 }
 std::string baseline_line(const CellResult& b) {
     if (!b.analysed) return "baseline not analysed" + (b.reason.empty() ? "" : ": " + b.reason);
