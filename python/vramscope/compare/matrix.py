@@ -65,7 +65,8 @@ class Variant:
         """What this variant changes, one item each, for the table's legend."""
         items = [f"{k}={v}" for k, v in self.env] + [f"args: {shlex.join(self.args)}"] * bool(self.args)
         items += [f"patch {os.path.basename(p.file)}" for p in self.patches]
-        items += [f"preload {m}" for m in self.preload] + [f"ref {self.ref}"] * bool(self.ref)
+        items += [f"preload {os.path.basename(m) if m.endswith('.py') else m}" for m in self.preload]
+        items += [f"ref {self.ref}"] * bool(self.ref)
         return items
 
 
