@@ -29,6 +29,7 @@ time.sleep(float(os.environ.get("SLEEP", "0")))
 out = json.loads(os.environ["VRAMSCOPE_RUN"])["output"]
 shutil.copy(os.path.join(os.environ["TRACES"], TRACE + ".vscope"), out)
 print("ran", TRACE, sys.argv[1:], os.environ.get("PRELOADED", ""))
+print("gpu", os.environ.get("CUDA_VISIBLE_DEVICES"), "launched", os.environ.get("LAUNCHED"))
 '''
 
 FIX = '''\
@@ -287,3 +288,19 @@ def test_ctrl_c_stops_cleanly_and_keeps_finished_cells(project, traces):
     assert json.loads((cells / "slow" / "cell.json").read_text())["state"] == "interrupted"
     assert not (cells / "fix").exists()  # queued, never started
     assert "INTERRUPTED" in stdout
+
+
+def test_cells_spread_over_the_gpus_one_each_and_a_launcher_prefixes_every_cell(project, traces):
+    proc = compare(project, "--gpus", "0,1", "--variant", "a=env:SLEEP=1", "--variant", "b=env:SLEEP=1", "--",
+                   "python", "train.py", traces=traces)
+    assert proc.returncode == 0, proc.stderr
+    cells = project / "vramscope-compare" / "cells" / "default"
+    gpus = {c: json.loads((cells / c / "cell.json").read_text())["gpu"] for c in ("baseline", "a", "b", "all")}
+    assert set(gpus.values()) == {"0", "1"}
+    for c, gpu in gpus.items():
+        assert f"gpu {gpu} launched None" in (cells / c / "log.txt").read_text()
+    proc = compare(project, "--launcher", "env LAUNCHED=yes", "--jobs", "2", "--variant", "a=env:X=1", "--",
+                   "python", "train.py", traces=traces)
+    assert proc.returncode == 0, proc.stderr
+    log = (cells / "a" / "log.txt").read_text()
+    assert log.startswith("$ env LAUNCHED=yes python train.py") and "launched yes" in log
