@@ -179,13 +179,13 @@ class _TargetEdges:
             return child
 
 
-def _breadth_first(roots, target_ids: dict, max_paths: int, deadline: float) -> list[OwnerPath]:
+def _breadth_first(roots, target_ids: dict, max_paths: int, deadline: float, by_view: bool = True) -> list[OwnerPath]:
     """The walk itself runs in C++ (_core.reference_walk); only the hops of the paths it returns
-    are named here."""
+    are named here. by_view: a target's saved copies count as the target (_TargetEdges)."""
     roots = list(roots)  # also closes the generator, which would otherwise hold our frames
     skip = {id(vars(m)) for m in list(sys.modules.values()) if m is not None}
     skip |= {id(sys.modules), id(roots), id(target_ids)}
-    edges_of = _TargetEdges(target_ids)
+    edges_of = _TargetEdges(target_ids if by_view else {})
     chains = _core.reference_walk(roots, set(target_ids), _EXTRA_TYPES, edges_of.children, skip, max_paths,
                                   max(0.0, deadline - time.monotonic()))
     return [OwnerPath(label, _name_hops(chain, edges_of), describe_tensor(chain[-1])) for label, chain in chains]
@@ -259,8 +259,9 @@ def _cycle_through(start, members: dict) -> list:
 def _autograd_cycle(targets, deadline: float) -> list[OwnerPath]:
     """A tensor reachable from itself through its autograd graph: gc cannot see those edges."""
     for t in targets:
+        # Identity only: a node keeps its own output saved without the grad_fn, which is no cycle.
         found = _breadth_first([("<tensor>", t.grad_fn)] if t.grad_fn is not None else [],
-                               {id(t): t}, 1, deadline)
+                               {id(t): t}, 1, deadline, by_view=False)
         if found:
             p = found[0]
             return [OwnerPath("<cycle through its own graph> .grad_fn", p.edges, p.target,
