@@ -9,29 +9,36 @@ import os
 import shutil
 import tempfile
 
-from .. import _core
 from ..capture import Capture, LeakError, Source
-from .limits import Judged, failures, parse_size
+from .limits import Broken, Failure, Judged, failures, parse_size
 
 
 class CannotJudgeError(AssertionError):
     """The check could not be made (too few steps, nothing captured): never a silent pass."""
 
 
+class PeakError(AssertionError):
+    """The peak allocated memory was over its limit."""
+
+
+RAISED = {Broken.leak: LeakError, Broken.peak: PeakError, Broken.cannot_judge: CannotJudgeError}
+
+
 class LeakCheck:
     """Steps between `with` and its end, each closed by step(); at the end, a LeakError when a site
-    leaks more than `limit` bytes a step (or the peak is over `peak_limit`). `warmup`: steps not
-    judged (optimizer state, caches). The trace is kept for `vramscope analyze` when the check fails."""
+    leaks more than `limit` bytes a step (None: leaks are not checked) or the peak is over
+    `peak_limit`. `warmup`: steps not judged (optimizer state, caches). The trace is kept for
+    `vramscope analyze` when the check fails."""
 
-    def __init__(self, *, limit: str | int = "1 MiB", warmup: int = 2, peak_limit: str | int | None = None,
+    def __init__(self, *, limit: str | int | None = "1 MiB", warmup: int = 2, peak_limit: str | int | None = None,
                  source: Source | None = None, explain: bool = True):
-        self.limit = parse_size(limit)
+        self.limit = None if limit is None else parse_size(limit)
         self.peak_limit = None if peak_limit is None else parse_size(peak_limit)
         self.warmup = warmup
         self.source = source or Source.here()
         self.explain = explain
         self.judged: Judged | None = None
-        self.failures: list[str] = []
+        self.failures: list[Failure] = []
         self.trace: str | None = None  # kept when the check fails
         self._directory = ""
         self._capture: Capture | None = None
@@ -85,14 +92,14 @@ class LeakCheck:
         return max((p["peak_allocated"] for p in (findings or {}).get("timeline", [])), default=0)
 
     def report(self) -> str:
-        text = "\n".join(self.failures)
+        text = "\n".join(f.text for f in self.failures)
         return text + (f"\ntrace: {self.trace}  (vramscope analyze {self.trace})" if self.trace else "")
 
     def raise_failures(self) -> None:
-        if not self.failures:
-            return
-        leaked = self.judged.findings is not None and self.judged.findings["verdict"] == _core.Verdict.leak.spelling
-        raise (LeakError if leaked else CannotJudgeError)(self.report())
+        """The first broken limit's error (LeakError for a leak), whose message is the whole report."""
+        __tracebackhide__ = True
+        if self.failures:
+            raise RAISED[self.failures[0].broken](self.report())
 
 
 def assert_no_leak(fn=None, *, steps: int = 8, warmup: int = 2, limit: str | int = "1 MiB",

@@ -7,6 +7,7 @@ mean what they mean everywhere in vramscope (`--device-memory`): MB is 10^6 byte
 
 from __future__ import annotations
 
+import enum
 import os
 import re
 from dataclasses import dataclass
@@ -39,7 +40,21 @@ class Judged:
 
     @property
     def how(self) -> str:
-        return f"judged from {self.source.value}" + (" (no CUDA here)" if self.source is Source.live_tensors else "")
+        return f"judged from {self.source.value}" + (", no CUDA here" if self.source is Source.live_tensors else "")
+
+
+class Broken(enum.Enum):
+    """Which limit a check broke, or that it could not be checked."""
+
+    leak = "leak"
+    peak = "peak"
+    cannot_judge = "cannot judge"
+
+
+@dataclass
+class Failure:
+    broken: Broken
+    text: str  # what the report says
 
 
 def leaks_over(judged: Judged, limit: int) -> list[dict]:
@@ -47,20 +62,20 @@ def leaks_over(judged: Judged, limit: int) -> list[dict]:
     return [leak for leak in (judged.findings or {}).get("leaks", []) if leak["bytes_per_step"] > limit]
 
 
-def failures(judged: Judged, *, leak_limit: int | None = None, memory_limit: int | None = None) -> list[str]:
-    """What breaks the limits, each as the report says it; empty when within them."""
+def failures(judged: Judged, *, leak_limit: int | None = None, memory_limit: int | None = None) -> list[Failure]:
+    """What breaks the limits, as the report says it; empty when within them."""
     if judged.findings is None:
-        return [f"vramscope could not measure this ({judged.problem}), so it cannot say there is no leak"]
+        return [Failure(Broken.cannot_judge, f"vramscope could not measure this ({judged.problem}), so it cannot "
+                                             "say there is no leak")]
     out = []
-    verdict = judged.findings["verdict"]
     if leak_limit is not None:
-        if verdict == _core.Verdict.cannot_judge.spelling:
+        if judged.findings["verdict"] == _core.Verdict.cannot_judge.spelling:
             why = "; ".join(judged.findings.get("input_faults") or judged.findings.get("notes") or [])
-            out.append(f"vramscope cannot judge this ({judged.how}): {why}")
-        out += [leak_report(leak, leak_limit, judged) for leak in leaks_over(judged, leak_limit)]
+            out.append(Failure(Broken.cannot_judge, f"vramscope cannot judge this ({judged.how}): {why}"))
+        out += [Failure(Broken.leak, leak_report(leak, leak_limit, judged)) for leak in leaks_over(judged, leak_limit)]
     if memory_limit is not None and judged.peak_allocated > memory_limit:
-        out.append(f"peak allocated {_core.format_bytes(judged.peak_allocated)} is over the limit of "
-                   f"{_core.format_bytes(memory_limit)} ({judged.how})")
+        out.append(Failure(Broken.peak, f"peak allocated {_core.format_bytes(judged.peak_allocated)} is over the "
+                                        f"limit of {_core.format_bytes(memory_limit)} ({judged.how})"))
     return out
 
 
