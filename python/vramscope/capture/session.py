@@ -412,6 +412,14 @@ class Capture:
         recorder = self._recorder
         return recorder.projected_oom_step if recorder is not None else None
 
+    def leaking(self) -> list[dict]:
+        """The live monitor's last word: the sites it holds as leaking now (the dicts end_step says)."""
+        recorder = self._recorder
+        found = recorder.leaking() if recorder is not None else []
+        for live in found:
+            live["line"] = self._spoken(live)
+        return found
+
     @property
     def steps(self) -> int:
         recorder = self._recorder
