@@ -1,0 +1,142 @@
+"""The training callbacks on CPU, where the frameworks allow it: a planted leak stops the run with a
+checkpoint and a report, a clean run is left alone; the stop decision is the same on every rank.
+Without CUDA the callbacks judge live tensors, and `device_memory` gives them a capacity to project
+the OOM against. (On the GPU: test_integrations_gpu.py.)"""
+
+import json
+import os
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+MAX_STEPS = 40
+# With 1 MiB of room, a leak of 8 KiB a step or more is projected to run out within the guard's 50 steps
+# as soon as the live monitor confirms it (about 11 steps in: 3 of warm-up, 8 to judge).
+ROOM = "1 MiB"
+
+
+def report(directory) -> dict:
+    with open(os.path.join(directory, "vramscope", "vramscope.json")) as f:
+        return json.load(f)
+
+
+def tiny_llama_trainer(tmp_path, leak: bool, callback):
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=64)
+
+    class Tokens(torch.utils.data.Dataset):
+        def __len__(self):
+            return 1000
+
+        def __getitem__(self, i):
+            ids = torch.randint(0, 128, (16,))
+            return {"input_ids": ids, "labels": ids}
+
+    class KeepsLogits(transformers.Trainer):
+        """Keeps each step's logits for a metric computed "later": the leak."""
+        kept = []
+
+        def compute_loss(self, model, inputs, return_outputs=False, **kwargs):
+            loss, outputs = super().compute_loss(model, inputs, True, **kwargs)
+            if leak:
+                self.kept.append(outputs.logits.detach())  # 32 KiB a step
+            return (loss, outputs) if return_outputs else loss
+
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), max_steps=MAX_STEPS, per_device_train_batch_size=4,
+                                          report_to=[], save_strategy="no", logging_steps=1000, use_cpu=True,
+                                          disable_tqdm=True)
+    return KeepsLogits(model=transformers.LlamaForCausalLM(config), args=args, train_dataset=Tokens(),
+                       callbacks=[callback])
+
+
+@pytest.mark.parametrize("leak", [True, False], ids=["leaking", "clean"])
+def test_hf_trainer_stops_a_leaking_run_with_a_checkpoint_and_leaves_a_clean_one(tmp_path, leak, capfd):
+    from vramscope.integrations.hf import VramscopeCallback
+
+    trainer = tiny_llama_trainer(tmp_path, leak, VramscopeCallback(device_memory=ROOM))
+    trainer.train()
+    checkpoints = [p for p in os.listdir(tmp_path) if p.startswith("checkpoint-")]
+    err = capfd.readouterr().err
+    if leak:
+        assert trainer.state.global_step < MAX_STEPS
+        assert checkpoints == [f"checkpoint-{trainer.state.global_step}"]
+        assert "model.safetensors" in os.listdir(tmp_path / checkpoints[0])
+        assert "vramscope: leak: +32.0 KiB/step at test_integrations.py:" in err
+        assert f"vramscope: stopping the run at step {trainer.state.global_step}: OOM projected at step" in err
+        assert report(tmp_path)["verdict"] == "leak"
+        assert os.path.exists(tmp_path / "vramscope" / "vramscope.html")
+    else:
+        assert trainer.state.global_step == MAX_STEPS and checkpoints == []
+        assert "vramscope: stopping" not in err
+        assert report(tmp_path)["verdict"] == "no-leak"
+
+
+def tiny_lightning_module(leak: bool):
+    pl = pytest.importorskip("lightning.pytorch")
+
+    class Tiny(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 32))
+            self.training_step_outputs = []  # Lightning's own pattern, for an epoch end that never comes
+
+        def training_step(self, batch, batch_idx):
+            out = self.net(batch)
+            if leak:
+                self.training_step_outputs.append(out.detach())  # 8 KiB a step
+            return out.pow(2).mean()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    return pl, Tiny()
+
+
+@pytest.mark.parametrize("leak", [True, False], ids=["leaking", "clean"])
+def test_lightning_stops_a_leaking_run_with_a_checkpoint_and_leaves_a_clean_one(tmp_path, leak, capfd):
+    from vramscope.integrations.lightning import VramscopeCallback
+
+    pl, module = tiny_lightning_module(leak)
+    callback = VramscopeCallback(device_memory=ROOM)
+    trainer = pl.Trainer(max_steps=MAX_STEPS, default_root_dir=str(tmp_path), callbacks=[callback],
+                         enable_checkpointing=False, logger=False, enable_progress_bar=False, accelerator="cpu")
+    trainer.fit(module, torch.utils.data.DataLoader(torch.randn(64 * MAX_STEPS, 32), batch_size=64))
+    err = capfd.readouterr().err
+    if leak:
+        assert trainer.global_step < MAX_STEPS
+        assert callback.checkpoint and os.path.exists(callback.checkpoint)
+        assert "training_step_outputs[" in err  # who holds it, found while training
+        assert report(tmp_path)["verdict"] == "leak"
+    else:
+        assert trainer.global_step == MAX_STEPS and callback.checkpoint is None
+        assert report(tmp_path)["verdict"] == "no-leak"
+
+
+RANKS = """
+import os, sys
+import torch.distributed as dist
+from vramscope.integrations.guard import _any_rank
+
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:" + sys.argv[2], rank=int(sys.argv[1]), world_size=2)
+said = [_any_rank(int(sys.argv[1]) == 1 and step == 3) for step in range(5)]  # only rank 1, only at step 3
+print(said)
+dist.destroy_process_group()
+"""
+
+
+def test_one_ranks_reason_to_stop_stops_every_rank_at_the_same_step():
+    import socket
+    import subprocess
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    ranks = [subprocess.Popen([sys.executable, "-c", RANKS, str(rank), port], stdout=subprocess.PIPE, text=True)
+             for rank in (0, 1)]
+    outs = [rank.communicate(timeout=120)[0].strip() for rank in ranks]
+    assert outs == ["[False, False, False, True, False]"] * 2
