@@ -2,7 +2,8 @@
 optimizer step decide whether to stop, the same on every rank, before the run dies of OOM.
 
 The decision reads the live monitor (the one judge, over the last 64 step ends): stop when its
-projected OOM step is within `stop_within_steps`, or when a site leaks more than `max_leak` a step.
+projected OOM step is within `stop_within_steps` (None: never for that), or when a site leaks more
+than `max_leak` a step (None: never for that).
 Every rank takes part in the reduction at every step, whatever its own capture is doing, so a
 distributed run never hangs on it. Never raises into the training loop: a fault is one warning,
 then the guard steps aside (and still takes part in the reduction).
@@ -21,7 +22,7 @@ from ..prevent.limits import parse_size
 
 
 class Guard:
-    def __init__(self, output_dir: str | os.PathLike, *, stop_within_steps: int = 50,
+    def __init__(self, output_dir: str | os.PathLike, *, stop_within_steps: int | None = 50,
                  max_leak: str | int | None = None, device_memory: str | int | None = None,
                  source: Source | None = None):
         self.output_dir = os.fspath(output_dir)
@@ -62,7 +63,7 @@ class Guard:
         if capture is None or not capture.active:
             return ""
         oom = capture.projected_oom_step()
-        if oom is not None and oom - capture.steps <= self.stop_within_steps:
+        if oom is not None and self.stop_within_steps is not None and oom - capture.steps <= self.stop_within_steps:
             return (f"OOM projected at step {oom:,} of the capture, within {self.stop_within_steps} steps "
                     f"(now {capture.steps:,})")
         if self.max_leak is not None:

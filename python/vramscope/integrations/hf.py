@@ -13,7 +13,7 @@ from .guard import Guard
 
 
 class VramscopeCallback(TrainerCallback):
-    def __init__(self, *, stop_within_steps: int = 50, max_leak: str | int | None = None,
+    def __init__(self, *, stop_within_steps: int | None = 50, max_leak: str | int | None = None,
                  device_memory: str | int | None = None, output_dir: str | os.PathLike | None = None):
         """stop_within_steps: stop when the projected OOM is this close; max_leak: stop when a site leaks
         more than this a step ("64 MiB"); device_memory: the capacity to project against (default:

@@ -16,7 +16,7 @@ from .guard import Guard
 
 
 class VramscopeCallback(Callback):
-    def __init__(self, *, stop_within_steps: int = 50, max_leak: str | int | None = None,
+    def __init__(self, *, stop_within_steps: int | None = 50, max_leak: str | int | None = None,
                  device_memory: str | int | None = None, output_dir: str | os.PathLike | None = None):
         """As vramscope.integrations.hf.VramscopeCallback's (output_dir defaults to the Trainer's
         default_root_dir/vramscope)."""
