@@ -35,6 +35,7 @@ def report(directory) -> dict:
 
 def llama_trainer(tmp_path, leak: bool, callbacks):
     transformers = pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")  # the Trainer's own requirement
     torch.manual_seed(0)
     config = transformers.LlamaConfig(vocab_size=1024, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
                                       num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=256)
