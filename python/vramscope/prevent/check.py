@@ -95,11 +95,13 @@ class LeakCheck:
         text = "\n".join(f.text for f in self.failures)
         return text + (f"\ntrace: {self.trace}  (vramscope analyze {self.trace})" if self.trace else "")
 
-    def raise_failures(self) -> None:
-        """The first broken limit's error (LeakError for a leak), whose message is the whole report."""
+    def raise_failures(self, brief: bool = False) -> None:
+        """The first broken limit's error (LeakError for a leak), whose message is the whole report, or
+        with `brief` its first line a failure (the report is shown elsewhere)."""
         __tracebackhide__ = True
         if self.failures:
-            raise RAISED[self.failures[0].broken](self.report())
+            message = "\n".join(f.text.splitlines()[0] for f in self.failures) if brief else self.report()
+            raise RAISED[self.failures[0].broken](message)
 
 
 def assert_no_leak(fn=None, *, steps: int = 8, warmup: int = 2, limit: str | int = "1 MiB",

@@ -17,6 +17,7 @@ from ..capture import Source
 
 SIZE = re.compile(r"\+?(\d+\.?\d*|\.\d+)\s*([kmgt]i?b|[kmgt]|b)?", re.IGNORECASE)
 STACK_SHOWN = 4  # frames of a leak's stack in a report
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def parse_size(size: str | int) -> int:
@@ -91,7 +92,9 @@ def leak_report(leak: dict, limit: int, judged: Judged) -> str:
     stack = leak["stack"][leak.get("stack_shown_from", 0):]
     # From the site out: the frames inside it are torch's and vramscope's own (a live-tensor capture).
     at_site = next((i for i, f in enumerate(stack) if (f["file"], f["line"]) == (site["file"], site["line"])), 0)
-    shown = stack[at_site:][:STACK_SHOWN]
+    # Up to the caller's outermost frame before vramscope's own (assert_no_leak, the pytest plugin).
+    ours = next((i for i in range(at_site, len(stack)) if stack[i]["file"].startswith(PACKAGE_DIR)), len(stack))
+    shown = stack[at_site:ours][:STACK_SHOWN]
     lines += [f"  at {frame['function']}  {frame['file']}:{frame['line']}" for frame in shown]
     owners = leak.get("owners") or []
     lines += [f"  held by {o['path']}  → {o['target']}" + ("" if o["kind"] == "reachable" else f"   ({o['kind']})")

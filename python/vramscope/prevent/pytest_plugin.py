@@ -98,7 +98,7 @@ class LimitsPlugin:
             self.outcomes.append((pyfuncitem.nodeid, check))
             if check.failures:
                 pyfuncitem.add_report_section("call", "vramscope", check.report())
-            check.raise_failures()
+            check.raise_failures(brief=True)
 
         pyfuncitem.obj = measured
         try:
