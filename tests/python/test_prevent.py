@@ -135,34 +135,29 @@ SEEDS = {"fast_llm_ctx_losses": FAST_LLM_CTX_LOSSES, "trl_offload_stash": TRL_OF
          "te_ctx_tensor_objects": TE_CTX_TENSOR_OBJECTS}
 
 
-def seed_file(pytester, name: str, fixed: bool):
+def seed_file(pytester, name: str, fixed: bool) -> tuple[str, int]:
+    """The seed's test file, with its bug or its fix: (module name, the line that leaks)."""
     source = HEADER.format(fixed=fixed) + SEEDS[name]
-    leak_line = source.splitlines().index(next(line for line in source.splitlines() if "# LEAK" in line)) + 1
-    pytester.makepyfile(**{f"test_{name}": source})
-    return leak_line
+    module = f"test_{name}_{'fixed' if fixed else 'bug'}"
+    pytester.makepyfile(**{module: source})
+    return module, next(i for i, line in enumerate(source.splitlines(), 1) if "# LEAK" in line)
 
 
 @pytest.mark.parametrize("name", sorted(SEEDS))
-def test_a_seed_leak_fails_its_marker_before_the_fix_at_the_leaking_line(pytester, name):
-    leak_line = seed_file(pytester, name, fixed=False)
+def test_a_seed_leak_fails_its_marker_at_the_leaking_line_before_the_fix_and_passes_after(pytester, name):
+    bug, leak_line = seed_file(pytester, name, fixed=False)
+    fixed, _ = seed_file(pytester, name, fixed=True)
     result = pytester.runpytest_subprocess("--vramscope", "-p", "no:cacheprovider")
-    result.assert_outcomes(failed=1)
+    result.assert_outcomes(failed=1, passed=1)
     # TE's cycle keeps all three tensors of the step, q and k beside the marked output, at one rate.
-    assert f"/step at test_{name}.py:{leak_line} " in result.stdout.str()
-    result.stdout.fnmatch_lines([f"*LeakError: leak: +*/step at test_{name}.py:*, over the limit of "
+    assert f"/step at {bug}.py:{leak_line} " in result.stdout.str()
+    result.stdout.fnmatch_lines([f"*LeakError: leak: +*/step at {bug}.py:*, over the limit of "
                                  f"4.0 KiB/step (judged from {MODE}*",
                                  "*Captured vramscope call*",
                                  "*held by *",
-                                 "*= vramscope =*",
-                                 f"FAIL test_{name}.py::*: leak: +*"])
-
-
-@pytest.mark.parametrize("name", sorted(SEEDS))
-def test_a_seed_leak_passes_its_marker_after_the_fix(pytester, name):
-    seed_file(pytester, name, fixed=True)
-    result = pytester.runpytest_subprocess("--vramscope", "-p", "no:cacheprovider")
-    result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["*= vramscope =*", f"ok   test_{name}.py::*: * (judged from {MODE}*"])
+                                 "*= vramscope =*"])
+    result.stdout.fnmatch_lines([f"FAIL {bug}.py::*: leak: +*"])
+    result.stdout.fnmatch_lines([f"ok   {fixed}.py::*: * (judged from {MODE}*"])
 
 
 def test_markers_do_nothing_without_the_plugin_and_the_ini_option_turns_it_on(pytester):
@@ -172,7 +167,7 @@ def test_markers_do_nothing_without_the_plugin_and_the_ini_option_turns_it_on(py
     pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(failed=1)
 
 
-def test_a_peak_over_its_limit_fails_and_a_bad_size_is_a_clear_error(pytester):
+def test_a_peak_over_its_limit_fails_a_bad_size_is_a_clear_error_and_too_few_steps_cannot_pass(pytester):
     pytester.makepyfile(test_limits=textwrap.dedent("""
         import pytest
         import torch
@@ -190,25 +185,16 @@ def test_a_peak_over_its_limit_fails_and_a_bad_size_is_a_clear_error(pytester):
         @pytest.mark.limit_gpu_leaks("1 MB a step")
         def test_bad_size():
             pass
-    """))
-    result = pytester.runpytest_subprocess("--vramscope", "-p", "no:cacheprovider")
-    result.assert_outcomes(failed=2, passed=1)
-    result.stdout.fnmatch_lines(["*PeakError: peak allocated 4.0 MiB is over the limit of 1.0 MiB (judged from*",
-                                 "*'1 MB a step' is not a size; write it as \"24 MB\", \"1 MiB\" or \"512 KiB\"*"])
-
-
-def test_too_few_steps_cannot_pass(pytester):
-    pytester.makepyfile(test_short="""
-        import pytest
-        import torch
 
         @pytest.mark.limit_gpu_leaks("1 MiB", steps=3)
-        def test_short():
-            torch.ones(8) * 2
-    """)
+        def test_too_short():
+            torch.ones(8, device=DEVICE) * 2
+    """))
     result = pytester.runpytest_subprocess("--vramscope", "-p", "no:cacheprovider")
-    result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*CannotJudgeError: vramscope cannot judge this*"])
+    result.assert_outcomes(failed=3, passed=1)
+    result.stdout.fnmatch_lines(["*PeakError: peak allocated 4.0 MiB is over the limit of 1.0 MiB (judged from*",
+                                 "*'1 MB a step' is not a size; write it as \"24 MB\", \"1 MiB\" or \"512 KiB\"*",
+                                 "*CannotJudgeError: vramscope cannot judge this*"])
 
 
 def kept_forever(store: list):
