@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from tiny_trainers import llama_trainer
+
 torch = pytest.importorskip("torch")
 
 MAX_STEPS = 40
@@ -22,43 +24,14 @@ def report(directory) -> dict:
         return json.load(f)
 
 
-def tiny_llama_trainer(tmp_path, leak: bool, callback):
-    transformers = pytest.importorskip("transformers")
-    pytest.importorskip("accelerate")
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                      num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=64)
-
-    class Tokens(torch.utils.data.Dataset):
-        def __len__(self):
-            return 1000
-
-        def __getitem__(self, i):
-            ids = torch.randint(0, 128, (16,))
-            return {"input_ids": ids, "labels": ids}
-
-    class KeepsLogits(transformers.Trainer):
-        """Keeps each step's logits for a metric computed "later": the leak."""
-        kept = []
-
-        def compute_loss(self, model, inputs, return_outputs=False, **kwargs):
-            loss, outputs = super().compute_loss(model, inputs, True, **kwargs)
-            if leak:
-                self.kept.append(outputs.logits.detach())  # 32 KiB a step
-            return (loss, outputs) if return_outputs else loss
-
-    args = transformers.TrainingArguments(output_dir=str(tmp_path), max_steps=MAX_STEPS, per_device_train_batch_size=4,
-                                          report_to=[], save_strategy="no", logging_steps=1000, use_cpu=True,
-                                          disable_tqdm=True)
-    return KeepsLogits(model=transformers.LlamaForCausalLM(config), args=args, train_dataset=Tokens(),
-                       callbacks=[callback])
-
-
 @pytest.mark.parametrize("leak", [True, False], ids=["leaking", "clean"])
 def test_hf_trainer_stops_a_leaking_run_with_a_checkpoint_and_leaves_a_clean_one(tmp_path, leak, capfd):
     from vramscope.integrations.hf import VramscopeCallback
 
-    trainer = tiny_llama_trainer(tmp_path, leak, VramscopeCallback(device_memory=ROOM))
+    # The logits of each step, 32 KiB, kept "for a metric computed later".
+    trainer = llama_trainer(tmp_path, keep=(lambda logits: logits) if leak else None,
+                            callbacks=[VramscopeCallback(device_memory=ROOM)], vocab=128, hidden=32, tokens=16, batch=4,
+                            max_steps=MAX_STEPS, use_cpu=True)
     trainer.train()
     checkpoints = [p for p in os.listdir(tmp_path) if p.startswith("checkpoint-")]
     err = capfd.readouterr().err
@@ -66,7 +39,7 @@ def test_hf_trainer_stops_a_leaking_run_with_a_checkpoint_and_leaves_a_clean_one
         assert trainer.state.global_step < MAX_STEPS
         assert checkpoints == [f"checkpoint-{trainer.state.global_step}"]
         assert "model.safetensors" in os.listdir(tmp_path / checkpoints[0])
-        assert "vramscope: leak: +32.0 KiB/step at test_integrations.py:" in err
+        assert "vramscope: leak: +32.0 KiB/step at tiny_trainers.py:" in err  # where the logits are kept
         assert f"vramscope: stopping the run at step {trainer.state.global_step}: OOM projected at step" in err
         assert report(tmp_path)["verdict"] == "leak"
         assert os.path.exists(tmp_path / "vramscope" / "vramscope.html")

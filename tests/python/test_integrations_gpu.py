@@ -10,6 +10,8 @@ import os
 
 import pytest
 
+from tiny_trainers import llama_trainer
+
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.gpu
 
@@ -33,40 +35,18 @@ def report(directory) -> dict:
         return json.load(f)
 
 
-def llama_trainer(tmp_path, leak: bool, callbacks):
-    transformers = pytest.importorskip("transformers")
-    pytest.importorskip("accelerate")  # the Trainer's own requirement
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(vocab_size=1024, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                                      num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=256)
+def widened(logits):
+    """A step's logits (4 MiB) widened to the 64 MiB a leaking step keeps."""
+    return logits.flatten().repeat(LEAK_ELEMENTS // logits.numel())
 
-    class Tokens(torch.utils.data.Dataset):
-        def __len__(self):
-            return 100_000
 
-        def __getitem__(self, i):
-            ids = torch.randint(0, 1024, (128,))
-            return {"input_ids": ids, "labels": ids}
-
-    class KeepsActivations(transformers.Trainer):
-        kept = []
-
-        def compute_loss(self, model, inputs, return_outputs=False, **kwargs):
-            loss, outputs = super().compute_loss(model, inputs, True, **kwargs)
-            if leak:  # a cache of each step's logits, widened to 64 MiB
-                self.kept.append(outputs.logits.detach().flatten().repeat(LEAK_ELEMENTS // outputs.logits.numel()))
-            return (loss, outputs) if return_outputs else loss
-
-    args = transformers.TrainingArguments(output_dir=str(tmp_path), max_steps=MAX_STEPS, per_device_train_batch_size=8,
-                                          report_to=[], save_strategy="no", logging_steps=1000, disable_tqdm=True)
-    trainer = KeepsActivations(model=transformers.LlamaForCausalLM(config), args=args, train_dataset=Tokens(),
-                               callbacks=callbacks)
-    KeepsActivations.kept = []
-    return trainer
+def capped_trainer(tmp_path, leak: bool, callbacks):
+    return llama_trainer(tmp_path, keep=widened if leak else None, callbacks=callbacks, vocab=1024, hidden=128,
+                         tokens=128, batch=8, max_steps=MAX_STEPS)
 
 
 def test_without_the_callback_the_capped_leaking_trainer_dies_of_oom(tmp_path, capped):
-    trainer = llama_trainer(tmp_path, leak=True, callbacks=[])
+    trainer = capped_trainer(tmp_path, leak=True, callbacks=[])
     with pytest.raises(torch.OutOfMemoryError):
         trainer.train()
     assert trainer.state.global_step < MAX_STEPS
@@ -77,7 +57,7 @@ def test_without_the_callback_the_capped_leaking_trainer_dies_of_oom(tmp_path, c
 def test_hf_trainer_stops_before_oom_with_a_checkpoint_and_leaves_a_clean_run(tmp_path, capped, leak, capfd):
     from vramscope.integrations.hf import VramscopeCallback
 
-    trainer = llama_trainer(tmp_path, leak, [VramscopeCallback()])
+    trainer = capped_trainer(tmp_path, leak, [VramscopeCallback()])
     trainer.train()  # never an OutOfMemoryError
     err = capfd.readouterr().err
     checkpoints = [p for p in os.listdir(tmp_path) if p.startswith("checkpoint-")]
@@ -99,7 +79,7 @@ def test_at_an_oom_the_report_is_written_before_the_error_propagates(tmp_path, c
     from vramscope.integrations.hf import VramscopeCallback
 
     callback = VramscopeCallback(stop_within_steps=None)
-    trainer = llama_trainer(tmp_path, leak=True, callbacks=[callback])
+    trainer = capped_trainer(tmp_path, leak=True, callbacks=[callback])
     with pytest.raises(torch.OutOfMemoryError):
         trainer.train()
     assert "vramscope: CUDA out of memory on cuda:0" in capfd.readouterr().err
