@@ -1,7 +1,7 @@
 """The training callbacks on CPU, where the frameworks allow it: a planted leak stops the run with a
 checkpoint and a report, a clean run is left alone; the stop decision is the same on every rank.
-Without CUDA the callbacks judge live tensors, and `device_memory` gives them a capacity to project
-the OOM against. (On the GPU: test_integrations_gpu.py.)"""
+The callbacks are told to judge live tensors (the default without CUDA; the same
+tests run on a GPU machine), and `device_memory` gives them a capacity to project the OOM against. (On the GPU: test_integrations_gpu.py.)"""
 
 import json
 import os
@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from tiny_trainers import llama_trainer
+from vramscope.capture import Source
 
 torch = pytest.importorskip("torch")
 
@@ -29,9 +30,9 @@ def test_hf_trainer_stops_a_leaking_run_with_a_checkpoint_and_leaves_a_clean_one
     from vramscope.integrations.hf import VramscopeCallback
 
     # The logits of each step, 32 KiB, kept "for a metric computed later".
-    trainer = llama_trainer(tmp_path, keep=(lambda logits: logits) if leak else None,
-                            callbacks=[VramscopeCallback(device_memory=ROOM)], vocab=128, hidden=32, tokens=16, batch=4,
-                            max_steps=MAX_STEPS, use_cpu=True)
+    callback = VramscopeCallback(device_memory=ROOM, source=Source.live_tensors)
+    trainer = llama_trainer(tmp_path, keep=(lambda logits: logits) if leak else None, callbacks=[callback],
+                            vocab=128, hidden=32, tokens=16, batch=4, max_steps=MAX_STEPS, use_cpu=True)
     trainer.train()
     checkpoints = [p for p in os.listdir(tmp_path) if p.startswith("checkpoint-")]
     err = capfd.readouterr().err
@@ -75,7 +76,7 @@ def test_lightning_stops_a_leaking_run_with_a_checkpoint_and_leaves_a_clean_one(
     from vramscope.integrations.lightning import VramscopeCallback
 
     pl, module = tiny_lightning_module(leak)
-    callback = VramscopeCallback(device_memory=ROOM)
+    callback = VramscopeCallback(device_memory=ROOM, source=Source.live_tensors)
     trainer = pl.Trainer(max_steps=MAX_STEPS, default_root_dir=str(tmp_path), callbacks=[callback],
                          enable_checkpointing=False, logger=False, enable_progress_bar=False, accelerator="cpu")
     trainer.fit(module, torch.utils.data.DataLoader(torch.randn(64 * MAX_STEPS, 32), batch_size=64))

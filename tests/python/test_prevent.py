@@ -18,6 +18,7 @@ from vramscope.prevent import parse_size
 pytest_plugins = ["pytester"]
 torch = pytest.importorskip("torch")
 MODE = "CUDA allocator events" if torch.cuda.is_available() else "live tensors"
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 HEADER = """\
 import gc
@@ -198,7 +199,7 @@ def test_a_peak_over_its_limit_fails_a_bad_size_is_a_clear_error_and_too_few_ste
 
 
 def kept_forever(store: list):
-    store.append(torch.ones(256, 256) * 3)  # 256 KiB a call
+    store.append(torch.ones(256, 256, device=DEVICE) * 3)  # 256 KiB a call
 
 
 def test_assert_no_leak_raises_the_finding_and_passes_when_fixed():

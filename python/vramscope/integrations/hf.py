@@ -9,17 +9,22 @@ import os
 
 from transformers import TrainerCallback
 
+from ..capture import Source
 from .guard import Guard
 
 
 class VramscopeCallback(TrainerCallback):
     def __init__(self, *, stop_within_steps: int | None = 50, max_leak: str | int | None = None,
-                 device_memory: str | int | None = None, output_dir: str | os.PathLike | None = None):
+                 device_memory: str | int | None = None, output_dir: str | os.PathLike | None = None,
+                 source: Source | None = None):
         """stop_within_steps: stop when the projected OOM is this close; max_leak: stop when a site leaks
         more than this a step ("64 MiB"); device_memory: the capacity to project against (default:
         the device's, under torch.cuda.set_per_process_memory_fraction if set); output_dir: where the
-        trace and report go (default: the Trainer's output_dir/vramscope)."""
-        self.options = dict(stop_within_steps=stop_within_steps, max_leak=max_leak, device_memory=device_memory)
+        trace and report go (default: the Trainer's output_dir/vramscope); source: what is recorded
+        (default: the CUDA allocator's events where there is CUDA, else live tensors; a CPU run on a
+        machine with a GPU needs Source.live_tensors)."""
+        self.options = dict(stop_within_steps=stop_within_steps, max_leak=max_leak, device_memory=device_memory,
+                            source=source)
         self.output_dir = output_dir
         self.guard: Guard | None = None
 

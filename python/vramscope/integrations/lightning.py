@@ -12,15 +12,18 @@ try:  # the `lightning` package, else the older `pytorch_lightning`: the Trainer
 except ImportError:
     from pytorch_lightning import Callback
 
+from ..capture import Source
 from .guard import Guard
 
 
 class VramscopeCallback(Callback):
     def __init__(self, *, stop_within_steps: int | None = 50, max_leak: str | int | None = None,
-                 device_memory: str | int | None = None, output_dir: str | os.PathLike | None = None):
+                 device_memory: str | int | None = None, output_dir: str | os.PathLike | None = None,
+                 source: Source | None = None):
         """As vramscope.integrations.hf.VramscopeCallback's (output_dir defaults to the Trainer's
         default_root_dir/vramscope)."""
-        self.options = dict(stop_within_steps=stop_within_steps, max_leak=max_leak, device_memory=device_memory)
+        self.options = dict(stop_within_steps=stop_within_steps, max_leak=max_leak, device_memory=device_memory,
+                            source=source)
         self.output_dir = output_dir
         self.guard: Guard | None = None
         self.checkpoint: str | None = None  # saved when the guard stopped the run
