@@ -295,6 +295,8 @@ class Capture:
             recorder.deactivate()
             recorder.abandon()
             _retired.append(recorder)
+        if self._tensors is not None:
+            self._tensors.recording = False  # the forking thread's dispatch mode came along; it records nothing
         self._undo.clear()
         _active = None
 
