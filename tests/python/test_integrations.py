@@ -114,3 +114,24 @@ def test_one_ranks_reason_to_stop_stops_every_rank_at_the_same_step():
              for rank in (0, 1)]
     outs = [rank.communicate(timeout=120)[0].strip() for rank in ranks]
     assert outs == ["[False, False, False, True, False]"] * 2
+
+
+def test_a_fault_in_the_guard_is_one_warning_and_training_goes_on(tmp_path, capfd):
+    from vramscope.integrations.guard import Guard
+
+    guard = Guard(tmp_path, source=Source.live_tensors, max_leak="1 KiB")
+    guard.start()
+    try:
+        def broken():
+            raise RuntimeError("disk on fire")
+
+        guard.capture.leaking = broken
+        torch.ones(64) * 2  # something for the capture to have seen
+        assert guard.should_stop(1) is False  # never raises into the loop
+        assert guard.should_stop(2) is False  # and keeps deciding "go on", on every rank alike
+        capture = guard.capture
+    finally:
+        guard.finish()
+    err = capfd.readouterr().err
+    assert err.count("the training guard failed (RuntimeError: disk on fire); it no longer stops the run") == 1
+    assert not capture.active and guard.report_paths  # the capture still ended, with its report

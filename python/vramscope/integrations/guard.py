@@ -33,6 +33,7 @@ class Guard:
         self.capture: Capture | None = None
         self.reason = ""  # why the run was stopped, once it was
         self.report_paths: list[str] = []
+        self.failed = False  # a fault in the decision: it says "go on" from then on
         self._undo_oom = None
 
     def start(self) -> None:
@@ -47,10 +48,10 @@ class Guard:
         """After an optimizer step, on every rank: stop now? (reduced: any rank's reason stops all)."""
         reason = ""
         try:
-            reason = self._local_reason(step)
-        except Exception as e:
+            reason = "" if self.failed else self._local_reason(step)
+        except Exception as e:  # the capture and its report go on; only the decision is given up
             warn(f"the training guard failed ({type(e).__name__}: {e}); it no longer stops the run", "guard")
-            self.capture = None
+            self.failed = True
         if not _any_rank(bool(reason)):
             return False
         self.reason = reason or "another rank's guard stopped the run"
