@@ -121,15 +121,14 @@ class Capture:
         except ImportError:
             return self._off("torch is not installed: nothing to capture", "no-torch")
         try:
-            if self.source is Source.live_tensors:
-                pass  # host memory: neither CUDA nor its allocator matters
-            elif not torch.cuda.is_available():
-                return self._off("no CUDA device is available, so there is no GPU memory to capture; the run "
-                                 "goes on without vramscope", "no-cuda")
-            elif (backend := torch.cuda.get_allocator_backend()) != "native":
-                return self._off(f"PyTorch uses the {backend} allocator backend (PYTORCH_CUDA_ALLOC_CONF); vramscope "
-                                 "captures the native caching allocator only, so capture is off for this run",
-                                 "backend")
+            if self.source is Source.allocator:  # live tensors need neither CUDA nor its allocator
+                if not torch.cuda.is_available():
+                    return self._off("no CUDA device is available, so there is no GPU memory to capture; the run "
+                                     "goes on without vramscope", "no-cuda")
+                if (backend := torch.cuda.get_allocator_backend()) != "native":
+                    return self._off(f"PyTorch uses the {backend} allocator backend (PYTORCH_CUDA_ALLOC_CONF); "
+                                     "vramscope captures the native caching allocator only, so capture is off for "
+                                     "this run", "backend")
             if _active is not None:
                 return self._off("a capture is already running in this process; this one is ignored", "nested")
             _active = _last = self
