@@ -20,8 +20,8 @@ MAX_STEPS = 40
 ROOM = "1 MiB"
 
 
-def report(directory) -> dict:
-    with open(os.path.join(directory, "vramscope", "vramscope.json")) as f:
+def report(directory, name: str = "vramscope.json") -> dict:
+    with open(os.path.join(directory, "vramscope", name)) as f:
         return json.load(f)
 
 
@@ -135,3 +135,17 @@ def test_a_fault_in_the_guard_is_one_warning_and_training_goes_on(tmp_path, capf
     err = capfd.readouterr().err
     assert err.count("the training guard failed (RuntimeError: disk on fire); it no longer stops the run") == 1
     assert not capture.active and guard.report_paths  # the capture still ended, with its report
+
+
+def test_under_lightning_ddp_one_leaking_rank_stops_both_at_the_same_step_with_a_trace_each(tmp_path):
+    import subprocess
+
+    pytest.importorskip("lightning.pytorch")
+    script = os.path.join(os.path.dirname(__file__), "lightning_ddp.py")
+    run = subprocess.run([sys.executable, script, str(tmp_path)], capture_output=True, text=True, timeout=300)
+    stopped = sorted(line for line in run.stdout.splitlines() if " stopped at step " in line)
+    assert len(stopped) == 2, run.stdout + run.stderr
+    steps = {line.rsplit(" ", 1)[1] for line in stopped}
+    assert len(steps) == 1 and int(steps.pop()) < MAX_STEPS, stopped
+    assert "another rank's guard stopped the run" in run.stderr  # rank 0, which does not leak
+    assert [report(tmp_path, f"vramscope.rank{rank}.json")["verdict"] for rank in (0, 1)] == ["no-leak", "leak"]

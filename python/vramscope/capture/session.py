@@ -210,6 +210,9 @@ class Capture:
         for key, env in (("rank", "RANK"), ("world_size", "WORLD_SIZE"), ("local_rank", "LOCAL_RANK")):
             if os.environ.get(env) is not None:
                 meta[key] = os.environ[env]
+        if "rank" not in meta and (rank := naming.process_rank()) is not None:  # a group up without RANK
+            meta["rank"] = str(rank)
+            meta["world_size"] = str(torch.distributed.get_world_size())
         for key, value in meta.items():
             recorder.meta(key, value)
         if self.source is Source.live_tensors:
