@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tiny_trainers import llama_trainer
+from tiny_trainers import lightning_module, llama_trainer
 from vramscope.capture import Source
 
 torch = pytest.importorskip("torch")
@@ -50,32 +50,11 @@ def test_hf_trainer_stops_a_leaking_run_with_a_checkpoint_and_leaves_a_clean_one
         assert report(tmp_path)["verdict"] == "no-leak"
 
 
-def tiny_lightning_module(leak: bool):
-    pl = pytest.importorskip("lightning.pytorch")
-
-    class Tiny(pl.LightningModule):
-        def __init__(self):
-            super().__init__()
-            self.net = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 32))
-            self.training_step_outputs = []  # Lightning's own pattern, for an epoch end that never comes
-
-        def training_step(self, batch, batch_idx):
-            out = self.net(batch)
-            if leak:
-                self.training_step_outputs.append(out.detach())  # 8 KiB a step
-            return out.pow(2).mean()
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.01)
-
-    return pl, Tiny()
-
-
 @pytest.mark.parametrize("leak", [True, False], ids=["leaking", "clean"])
 def test_lightning_stops_a_leaking_run_with_a_checkpoint_and_leaves_a_clean_one(tmp_path, leak, capfd):
     from vramscope.integrations.lightning import VramscopeCallback
 
-    pl, module = tiny_lightning_module(leak)
+    pl, module = lightning_module(width=32, hidden=64, keep=(lambda out: out) if leak else None)  # 8 KiB a step
     callback = VramscopeCallback(device_memory=ROOM, source=Source.live_tensors)
     trainer = pl.Trainer(max_steps=MAX_STEPS, default_root_dir=str(tmp_path), callbacks=[callback],
                          enable_checkpointing=False, logger=False, enable_progress_bar=False, accelerator="cpu")

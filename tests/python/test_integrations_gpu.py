@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from tiny_trainers import llama_trainer
+from tiny_trainers import lightning_module, llama_trainer
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.gpu
@@ -35,9 +35,9 @@ def report(directory) -> dict:
         return json.load(f)
 
 
-def widened(logits):
-    """A step's logits (4 MiB) widened to the 64 MiB a leaking step keeps."""
-    return logits.flatten().repeat(LEAK_ELEMENTS // logits.numel())
+def widened(output):
+    """A step's output widened to the 64 MiB a leaking step keeps."""
+    return output.flatten().repeat(LEAK_ELEMENTS // output.numel())
 
 
 def capped_trainer(tmp_path, leak: bool, callbacks):
@@ -90,29 +90,15 @@ def test_at_an_oom_the_report_is_written_before_the_error_propagates(tmp_path, c
 
 @pytest.mark.parametrize("leak", [True, False], ids=["leaking", "clean"])
 def test_lightning_stops_before_oom_with_a_checkpoint_and_leaves_a_clean_run(tmp_path, leak):
-    pl = pytest.importorskip("lightning.pytorch")
     from vramscope.integrations.lightning import VramscopeCallback
 
-    class Module(pl.LightningModule):
-        def __init__(self):
-            super().__init__()
-            self.net = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 1024))
-            self.training_step_outputs = []
-
-        def training_step(self, batch, batch_idx):
-            out = self.net(batch)
-            if leak:
-                self.training_step_outputs.append(out.detach().repeat(LEAK_ELEMENTS // out.numel(), 1))
-            return out.pow(2).mean()
-
-        def configure_optimizers(self):
-            return torch.optim.AdamW(self.parameters())
-
+    # Each step's output (1 MiB) widened to 64 MiB and kept, when leaking.
+    pl, module = lightning_module(width=1024, hidden=4096, keep=widened if leak else None)
     # The capacity given, not a cap: the run never reaches it, the projection does.
     callback = VramscopeCallback(device_memory="3 GiB")
     trainer = pl.Trainer(max_steps=MAX_STEPS, default_root_dir=str(tmp_path), callbacks=[callback], logger=False,
                          enable_checkpointing=False, enable_progress_bar=False, accelerator="gpu", devices=1)
-    trainer.fit(Module(), torch.utils.data.DataLoader(torch.randn(256 * MAX_STEPS, 1024), batch_size=256))
+    trainer.fit(module, torch.utils.data.DataLoader(torch.randn(256 * MAX_STEPS, 1024), batch_size=256))
     if leak:
         assert trainer.global_step < 45 and os.path.exists(callback.checkpoint)
         assert report(tmp_path)["verdict"] == "leak"

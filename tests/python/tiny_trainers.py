@@ -38,3 +38,27 @@ def llama_trainer(output_dir, *, keep, callbacks, vocab: int, hidden: int, token
                                           logging_steps=1000, disable_tqdm=True, **training_args)
     return KeepsSomething(model=transformers.LlamaForCausalLM(config), args=args, train_dataset=Tokens(),
                           callbacks=callbacks)
+
+
+def lightning_module(*, width: int, hidden: int, keep, on_rank: int | None = None):
+    """A two-layer Lightning module whose training_step keeps keep(output) (None: a clean run), on
+    every rank or only on `on_rank`: Lightning's own training_step_outputs pattern, kept for an epoch
+    end that never comes."""
+    pl = pytest.importorskip("lightning.pytorch")
+
+    class Module(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = torch.nn.Sequential(torch.nn.Linear(width, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, width))
+            self.training_step_outputs = []
+
+        def training_step(self, batch, batch_idx):
+            out = self.net(batch)
+            if keep is not None and on_rank in (None, self.global_rank):
+                self.training_step_outputs.append(keep(out.detach()))
+            return out.pow(2).mean()
+
+        def configure_optimizers(self):
+            return torch.optim.AdamW(self.parameters())
+
+    return pl, Module()
