@@ -7,6 +7,7 @@ Each seed pattern that reproduces on CPU is locked by a test file with its bug a
 the marker fails before the fix, at the line that leaks, and passes after it.
 """
 
+import os
 import textwrap
 
 import pytest
@@ -17,8 +18,18 @@ from vramscope.prevent import parse_size
 
 pytest_plugins = ["pytester"]
 torch = pytest.importorskip("torch")
+cpp_extension = pytest.importorskip("torch.utils.cpp_extension")
 MODE = "CUDA allocator events" if torch.cuda.is_available() else "live tensors"
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+# pytester gives each run a HOME of its own: the allocator hook, built once per torch under the real
+# HOME's cache, is found through this instead of being built again for every run.
+HOOK_CACHE = os.environ.get("TORCH_EXTENSIONS_DIR") or cpp_extension.get_default_build_root()
+
+
+@pytest.fixture(autouse=True)
+def shared_hook_cache(monkeypatch):
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", HOOK_CACHE)
+
 
 HEADER = """\
 import gc
