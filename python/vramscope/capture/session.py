@@ -53,7 +53,8 @@ class Source(enum.Enum):
 
 
 class LeakError(AssertionError):
-    """Raised at the end of `track(fail_on_leak=True)` when the run leaked."""
+    """The run leaked: raised at the end of `track(fail_on_leak=True)`, and by `assert_no_leak` and the
+    pytest markers when a site leaks more than their limit (the message is the finding)."""
 
 
 def warn(message: str, key: str | None = None) -> None:
