@@ -55,12 +55,13 @@ class LeakCheck:
 
     def start(self) -> "LeakCheck":
         self._directory = tempfile.mkdtemp(prefix="vramscope-check-")
-        if self.source is Source.allocator:
+        try:
             import torch
-
-            if torch.cuda.is_available():
-                self._torch_cuda = torch.cuda
-                torch.cuda.reset_peak_memory_stats()
+        except ImportError:  # the capture says so: nothing is judged, and the check cannot pass
+            torch = None
+        if torch is not None and self.source is Source.allocator and torch.cuda.is_available():
+            self._torch_cuda = torch.cuda
+            torch.cuda.reset_peak_memory_stats()
         self._capture = Capture(os.path.join(self._directory, "check.vscope"), summary=False, live_warnings=False,
                                 shared_name=False, explain=self.explain, source=self.source,
                                 warmup=self.warmup).start()
