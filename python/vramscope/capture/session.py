@@ -74,7 +74,7 @@ class Capture:
 
     def __init__(self, path="vramscope.vscope", *, fail_on_leak=False, summary=True, live_warnings=True,
                  device_memory: int = 0, shared_name=True, explain=True, explain_budget: float | None = None,
-                 analyse_at_end=True, source: Source = Source.allocator, warmup: int = -1):
+                 analyse_at_end=True, source: Source = Source.allocator, warmup: int = -1, optimizer_steps=True):
         self.requested_path = os.fspath(path)
         self.path: str | None = None  # the file actually written (rank in its name)
         self.fail_on_leak = fail_on_leak
@@ -99,7 +99,8 @@ class Capture:
         self._hook = None
         self._tensors = None  # the live-tensor source, when that is what is recorded
         self._undo: list = []
-        self._step_source = None  # the optimizer whose steps count, or "explicit"
+        # The optimizer whose steps count, or "explicit": step() only (from the start, without optimizer_steps).
+        self._step_source = None if optimizer_steps else "explicit"
         self._oom_reported = False
         self.off_reason = ""  # why this capture did not start, or stepped aside
 

@@ -64,7 +64,7 @@ class LeakCheck:
             torch.cuda.reset_peak_memory_stats()
         self._capture = Capture(os.path.join(self._directory, "check.vscope"), summary=False, live_warnings=False,
                                 shared_name=False, explain=self.explain, source=self.source,
-                                warmup=self.warmup).start()
+                                warmup=self.warmup, optimizer_steps=False).start()
         return self
 
     def step(self) -> None:
