@@ -195,3 +195,35 @@ def test_explain_without_a_capture_says_what_it_needs():
         pytest.skip("a capture ran in this process")
     with pytest.raises(RuntimeError, match="needs a capture"):
         vramscope.explain()
+
+
+def test_an_eval_without_no_grad_is_held_by_its_running_total_found_while_the_run_goes_on(tmp_path):
+    """The seeds' eval without torch.no_grad(), captured from live tensors: both sites (the eval input
+    and the activations its graph saved) are named at the step the leak is confirmed, inside the
+    optimizer's step, after gc has freed the graph's earlier Python wrappers."""
+    script = textwrap.dedent("""
+        import sys, torch
+        from vramscope.capture.session import Capture, Source
+        def main(path):
+            model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256))
+            opt = torch.optim.AdamW(model.parameters())
+            with Capture(path, source=Source.live_tensors, summary=False) as capture:
+                eval_total = 0.0
+                for step in range(20):
+                    model(torch.randn(64, 256)).pow(2).mean().backward()
+                    opt.step()
+                    opt.zero_grad()
+                    x_eval = torch.randn(64, 256)
+                    eval_total = eval_total + model(x_eval).pow(2).mean()
+                    del x_eval
+            for found in capture.live_owners:
+                print(found["site"]["line"], found["found_at_step"], (found["owner_lines"] or [found["note"]])[0])
+        main(sys.argv[1])
+    """)
+    proc = subprocess.run([sys.executable, "-c", script, str(tmp_path / "eval.vscope")], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 2, proc.stdout + proc.stderr
+    for line in lines:
+        assert " main() local 'eval_total'.grad_fn." in line and "._saved_" in line, lines

@@ -183,12 +183,22 @@ def _breadth_first(roots, target_ids: dict, max_paths: int, deadline: float, by_
     """The walk itself runs in C++ (_core.reference_walk); only the hops of the paths it returns
     are named here. by_view: a target's saved copies count as the target (_TargetEdges)."""
     roots = list(roots)  # also closes the generator, which would otherwise hold our frames
-    skip = {id(vars(m)) for m in list(sys.modules.values()) if m is not None}
-    skip |= {id(sys.modules), id(roots), id(target_ids)}
+    # Held until the walk ends: an id is only an object's while it lives, and vars() of what is not
+    # a module (a lazy proxy in sys.modules) makes a new dict whose address a node the walk creates
+    # may take, and then be skipped.
+    module_dicts = [_namespace(m) for m in list(sys.modules.values()) if m is not None]
+    skip = {id(d) for d in module_dicts if d is not None} | {id(sys.modules), id(roots), id(target_ids)}
     edges_of = _TargetEdges(target_ids if by_view else {})
     chains = _core.reference_walk(roots, set(target_ids), _EXTRA_TYPES, edges_of.children, skip, max_paths,
                                   max(0.0, deadline - time.monotonic()))
     return [OwnerPath(label, _name_hops(chain, edges_of), describe_tensor(chain[-1])) for label, chain in chains]
+
+
+def _namespace(module):
+    try:
+        return vars(module)
+    except TypeError:  # an object in sys.modules without a __dict__
+        return None
 
 
 def _name_hops(chain: list, edges_of) -> list[str]:
