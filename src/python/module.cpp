@@ -79,7 +79,7 @@ NB_MODULE(_core, m) {
             opt.window = window;
             opt.warmup_steps = warmup;
             opt.device_memory = device_memory;
-            return to_json(analyze(load_any(path), opt));
+            return to_json(analyze_file(path, opt));
         },
         nb::arg("path"), nb::arg("window") = 1, nb::arg("warmup") = -1, nb::arg("device_memory") = 0,
         "Analyse a trace or torch snapshot; returns the findings JSON.");
@@ -96,7 +96,7 @@ NB_MODULE(_core, m) {
             nb::gil_scoped_release release;
             AnalysisOptions opt;
             opt.device_memory = device_memory;
-            Findings f = analyze(load_any(path), opt);
+            Findings f = analyze_file(path, opt);
             return std::make_pair(render_summary(f, color), to_json(f));
         },
         nb::arg("path"), nb::arg("device_memory") = 0, nb::arg("color") = false,
