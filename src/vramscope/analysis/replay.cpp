@@ -9,8 +9,7 @@ Replay::Replay(const Trace& t, StepCuts cuts, uint32_t window, uint64_t last_ste
     slot_of_device_.fill(-1);
 }
 
-size_t Replay::device_slot(uint8_t device) {
-    if (slot_of_device_[device] >= 0) return size_t(slot_of_device_[device]);
+size_t Replay::add_device(uint8_t device) {
     size_t i = 0;
     while (i < devices.size() && devices[i].device != device) ++i;
     if (i == devices.size()) {

@@ -9,7 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "analysis/flat_map.h"
+#include "common/address_map.h"
 #include "analysis/sites.h"
 #include "analysis/steps.h"
 #include "events/trace.h"
@@ -68,7 +68,7 @@ class Replay {
 public:
     Replay(const Trace& context, StepCuts cuts, uint32_t window, uint64_t last_step);
     // The next event. The context's tables (stacks, streams, devices) hold what it refers to.
-    void feed(const Event& e);
+    [[gnu::flatten]] void feed(const Event& e);
     // False once the step range asked for has ended: later events change nothing.
     bool wants_more() const { return last_step_ == UINT64_MAX || step_ <= last_step_; }
     // Ends the unfinished step, if any; then the accessors below hold the whole trace.
@@ -90,7 +90,10 @@ private:
         int64_t allocated, reserved, pending, peak;
         std::vector<int64_t> by_stream;  // by stream index
     };
-    size_t device_slot(uint8_t device);
+    size_t device_slot(uint8_t device) {
+        return slot_of_device_[device] >= 0 ? size_t(slot_of_device_[device]) : add_device(device);
+    }
+    size_t add_device(uint8_t device);
     uint32_t site_of(uint8_t device, uint32_t stack);
     void change(SiteSeries& s, int64_t bytes);
     void start();

@@ -8,6 +8,8 @@ void StepFinder::see(const Event& e) {
     const size_t i = index_++;
     if (e.kind == EventKind::step) {
         markers_.push_back(i);
+    } else if (!markers_.empty()) {
+        return;  // markers win: nothing else is needed any more
     } else if (e.kind == EventKind::annotation_end) {
         if (e.name >= kind_of_name_.size()) kind_of_name_.resize(e.name + 1, -1);
         int8_t& kind = kind_of_name_[e.name];

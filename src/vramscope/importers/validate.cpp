@@ -1,6 +1,5 @@
 #include "importers/validate.h"
 
-#include <unordered_map>
 
 namespace vramscope {
 
@@ -32,15 +31,18 @@ void EventValidator::see(const Trace& t, const Event& e) {
     const uint64_t key = uint64_t(e.device) << 56 ^ e.addr;
     switch (e.kind) {
     case EventKind::alloc:
-        if (!live_.try_emplace(key, e.size).second) tally_.add("allocations at an address already allocated and not freed");
-        else if ((live_bytes_[e.device] += e.size) >= kImpossibleSize) tally_.add("allocations past 1 PiB live on a device");
+        // A live size is under kImpossibleSize, never the map's kMissing.
+        if (live_.get(key) != live_.kMissing) {
+            tally_.add("allocations at an address already allocated and not freed");
+        } else {
+            live_.put(key, e.size);
+            if ((live_bytes_[e.device] += e.size) >= kImpossibleSize) tally_.add("allocations past 1 PiB live on a device");
+        }
         break;
     case EventKind::free_completed:
     case EventKind::free:
-        if (auto it = live_.find(key); it != live_.end()) {  // a block from before the trace began is fine
-            live_bytes_[e.device] -= it->second;
-            live_.erase(it);
-        }
+        if (const uint64_t size = live_.take(key); size != live_.kMissing)  // a block from before the trace began is fine
+            live_bytes_[e.device] -= size;
         break;
     default: break;
     }

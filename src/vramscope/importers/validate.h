@@ -5,8 +5,9 @@
 #include <map>
 #include <string>
 #include <string_view>
-#include <unordered_map>
+#include <array>
 
+#include "common/address_map.h"
 #include "events/trace.h"
 
 namespace vramscope {
@@ -43,8 +44,8 @@ public:
 private:
     void see_devices(const Trace& t);
     FaultTally tally_;
-    std::unordered_map<uint64_t, uint64_t> live_;  // (device << 56) ^ address -> size, of each live block
-    std::unordered_map<uint16_t, uint64_t> live_bytes_;
+    AddressMapOf<uint64_t> live_{4096};  // (device << 56) ^ address -> size, of each live block
+    std::array<uint64_t, 256> live_bytes_{};  // by device
     uint64_t size_total_ = 0;
     size_t devices_seen_ = 0;
 };
