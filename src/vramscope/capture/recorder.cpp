@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "analysis/sites.h"
@@ -152,12 +153,31 @@ uint32_t Recorder::stack_of(const RawFrame* frames, size_t n, const char* node, 
     }
 }
 
+Recorder::ThreadBuffer& Recorder::thread_buffer() {
+    thread_local std::shared_ptr<ThreadBuffer> mine;
+    thread_local uint64_t mine_for = 0;
+    if (mine_for != id_) {
+        mine = std::make_shared<ThreadBuffer>();
+        mine_for = id_;
+        std::lock_guard lock(buffers_mutex_);
+        buffers_.push_back(mine);
+    }
+    return *mine;
+}
+
+uint64_t Recorder::allocations() const {
+    std::lock_guard lock(buffers_mutex_);
+    uint64_t n = 0;
+    for (const auto& b : buffers_) n += b->allocations.load(std::memory_order_relaxed);
+    return n;
+}
+
 void Recorder::allocator_event(EventKind kind, uint8_t device, uint64_t addr, uint64_t size, uint64_t stream,
                                const char* node) noexcept {
     if (stopped_.load(std::memory_order_relaxed)) return;
     try {
         thread_local RawFrame frames[kMaxFrames];
-        Queued q{Event{}, 0};
+        Queued q{Event{}, 0, 0};
         Event& e = q.event;
         e.kind = kind;
         e.device = device;
@@ -167,27 +187,52 @@ void Recorder::allocator_event(EventKind kind, uint8_t device, uint64_t addr, ui
         const bool wants_stack = has_stack(kind);
         const size_t n =
             wants_stack && python_stacks_.load(std::memory_order_relaxed) ? walk_python_frames(frames, kMaxFrames) : 0;
-        // Streams are few: each thread keeps the ones it met, so a free takes no shared lock.
+        // Each thread keeps the streams and stacks it met, so that only a new one takes the
+        // shared tables' lock.
+        struct ThreadStack {
+            std::vector<RawFrame> frames;
+            const char* node;
+            uint32_t stack, site;
+        };
         thread_local std::pair<uint64_t, uint16_t> known_streams[8];
         thread_local size_t known = 0;
+        thread_local std::unordered_map<uint64_t, ThreadStack> known_stacks;
         thread_local uint64_t known_for = 0;
-        if (known_for != id_) known_for = id_, known = 0;
+        if (known_for != id_) known_for = id_, known = 0, known_stacks.clear();
         size_t i = 0;
         while (i < known && known_streams[i].first != stream) ++i;
         if (i < known) e.stream = known_streams[i].second;
-        if (i == known || (wants_stack && (n || node))) {
+        ThreadStack* cached = nullptr;
+        uint64_t hash = 0;
+        if (wants_stack && (n || node)) {
+            hash = hash_stack(frames, n, node);
+            auto it = known_stacks.find(hash);
+            if (it != known_stacks.end() && it->second.node == node && it->second.frames.size() == n &&
+                std::equal(frames, frames + n, it->second.frames.begin()))
+                cached = &it->second;
+        }
+        if (i == known || (wants_stack && (n || node) && !cached)) {
             std::lock_guard lock(intern_mutex_);
             if (!writer_) return;  // closed while this event was on its way
             if (i == known) {
                 e.stream = stream_index(stream);
                 if (known < 8) known_streams[known++] = {stream, e.stream};
             }
-            if (wants_stack && (n || node)) e.stack = stack_of(frames, n, node, q.site);
+            if (wants_stack && (n || node) && !cached) {
+                uint32_t site = 0;
+                const uint32_t stack = stack_of(frames, n, node, site);
+                cached = &(known_stacks[hash] = ThreadStack{std::vector<RawFrame>(frames, frames + n), node, stack, site});
+            }
         }
-        if (kind == EventKind::alloc) allocations_.fetch_add(1, std::memory_order_relaxed);
+        if (cached) e.stack = cached->stack, q.site = cached->site;
+        ThreadBuffer& buffer = thread_buffer();
+        if (kind == EventKind::alloc)
+            buffer.allocations.store(buffer.allocations.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
         {
-            std::lock_guard lock(queue_mutex_);
-            queue_.push_back(q);
+            std::lock_guard lock(buffer.mutex);
+            // Numbered last, once nothing can fail: the drain waits for every number it hands out.
+            q.seq = device_seq_[device].next.fetch_add(1, std::memory_order_relaxed);
+            buffer.events.push_back(q);
         }
         if (kind == EventKind::oom) flush();  // on disk before the exception reaches anyone
     } catch (const std::exception& ex) {
@@ -197,13 +242,44 @@ void Recorder::allocator_event(EventKind kind, uint8_t device, uint64_t addr, ui
     }
 }
 
-// Queued events into the file and the monitor, in the order the hook saw them.
-void Recorder::drain_locked() {
+// The threads' events into the file and the monitor: each device's in the order its allocator
+// numbered them, devices interleaved by time. An event numbered but not yet in its thread's
+// buffer holds back the later ones of its device until the next drain.
+void Recorder::drain_locked(bool all) {
+    draining_.swap(held_back_);
+    held_back_.clear();
     {
-        std::lock_guard lock(queue_mutex_);
-        std::swap(queue_, draining_);
+        std::lock_guard lock(buffers_mutex_);
+        for (const auto& b : buffers_) {
+            std::lock_guard buffer(b->mutex);
+            draining_.insert(draining_.end(), b->events.begin(), b->events.end());
+            b->events.clear();
+        }
     }
-    for (const Queued& q : draining_) {
+    std::sort(draining_.begin(), draining_.end(), [](const Queued& a, const Queued& b) {
+        return a.event.device != b.event.device ? a.event.device < b.event.device : a.seq < b.seq;
+    });
+    // Each device's run that is ready: up to its first gap.
+    std::vector<std::pair<size_t, size_t>> runs;  // [begin, end) in draining_
+    for (size_t k = 0; k < draining_.size();) {
+        const uint8_t device = draining_[k].event.device;
+        size_t end = k;
+        while (end < draining_.size() && draining_[end].event.device == device &&
+               (all || draining_[end].seq == next_seq_[device]))
+            next_seq_[device] = draining_[end++].seq + 1;
+        runs.emplace_back(k, end);
+        size_t next = end;
+        while (next < draining_.size() && draining_[next].event.device == device) held_back_.push_back(draining_[next++]);
+        k = next;
+    }
+    while (true) {  // the earliest head among the devices' runs, one event at a time
+        size_t best = runs.size();
+        for (size_t r = 0; r < runs.size(); ++r)
+            if (runs[r].first < runs[r].second &&
+                (best == runs.size() || draining_[runs[r].first].event.time_us < draining_[runs[best].first].event.time_us))
+                best = r;
+        if (best == runs.size()) break;
+        const Queued& q = draining_[runs[best].first++];
         const Event& e = q.event;
         writer_->event(e);
         if (e.kind == EventKind::alloc) monitor_.alloc(e.device, e.addr, e.size, q.site);
@@ -298,14 +374,14 @@ void Recorder::close() {
     std::lock_guard lock(mutex_);
     if (!writer_) return;
     const bool healthy = !stopped_.exchange(true);
-    if (healthy) drain_locked();
+    if (healthy) drain_locked(true);
     std::unique_ptr<TraceWriter> w;
     {
         std::lock_guard intern(intern_mutex_);  // no hook call is inside with the writer now
         w = std::move(writer_);
     }
     w->close();  // may throw (disk full): the caller reports it
-    if (allocations_.load(std::memory_order_relaxed) == 0) ::unlink(path_.c_str());
+    if (allocations() == 0) ::unlink(path_.c_str());
 }
 
 void Recorder::abandon() noexcept {
