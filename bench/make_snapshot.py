@@ -1,6 +1,6 @@
 """Writes a synthetic torch memory snapshot (what torch.cuda.memory._dump_snapshot writes: a dict
 of plain lists, dicts, strings and ints), for the import figures when no recorded one is at hand:
-    python bench/make_snapshot.py OUT.pickle --entries 1000000 [--protocol 4] [--gzip]
+    python bench/make_snapshot.py OUT.pickle --entries 1000000 [--frames 5] [--protocol 4] [--gzip]
 A training loop of 40 allocation sites (5-frame Python stacks, as stacks="python" records them),
 each block freed within its step, one site leaking 64 KiB a step (frame dicts shared, a list per
 allocation, as torch writes them); entries carry the fields torch
@@ -13,6 +13,9 @@ import pickle
 MiB = 1 << 20
 
 
+FRAMES = 5  # per stack; deeper stacks make bigger files (--frames)
+
+
 def frames_for(site, cache={}):
     # As torch writes them: frame dicts shared by every entry (memo references), a new list per
     # allocation, which its frees share.
@@ -22,7 +25,8 @@ def frames_for(site, cache={}):
 
 
 def _frames(site):
-    return [
+    callers = [{"filename": f"/home/u/lib/layer_{k}.py", "line": 20 + k, "name": f"call_{k}"} for k in range(FRAMES - 5)]
+    return callers + [
         {"filename": "/usr/lib/python3.12/site-packages/torch/nn/modules/linear.py", "line": 125, "name": "forward"},
         {"filename": f"/home/u/model_{site % 8}.py", "line": 10 + site, "name": f"block_{site}"},
         {"filename": "/home/u/model.py", "line": 88, "name": "forward"},
@@ -55,7 +59,10 @@ def main():
     ap.add_argument("--entries", type=int, default=1_000_000)
     ap.add_argument("--protocol", type=int, default=pickle.DEFAULT_PROTOCOL)
     ap.add_argument("--gzip", action="store_true")
+    ap.add_argument("--frames", type=int, default=5)
     a = ap.parse_args()
+    global FRAMES
+    FRAMES = max(5, a.frames)
     data = pickle.dumps(snapshot(a.entries), protocol=a.protocol)
     with (gzip.open(a.out, "wb", compresslevel=6) if a.gzip else open(a.out, "wb")) as f:
         f.write(data)
