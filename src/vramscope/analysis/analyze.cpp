@@ -43,12 +43,9 @@ size_t machinery_frames(const std::vector<SourceLine>& stack) {
     return first_python < stack.size() ? first_python : 0;
 }
 
-// A site the judge reads: one that left survivors, its series made dense.
+// A site the judge reads: one that left survivors.
 struct JudgedSite {
     SiteSeries* s;
-    std::vector<double> survived;  // bytes allocated in step k still live at the end of k+window
-    std::vector<double> held;      // bytes from this site live at each full step's end
-    std::vector<double> aged;      // of those, allocated `window` or more steps before: what the judge reads
     std::map<uint64_t, uint64_t> stream_bytes;  // of its blocks never freed
     std::vector<std::pair<uint64_t, uint64_t>> live_blocks;
 };
@@ -183,7 +180,7 @@ Findings conclude(Replay& r, const Steps& steps, const AnalysisOptions& opt,
                   [](const SiteSeries* a, const SiteSeries* b) { return a->first_survivor < b->first_survivor; });
         for (SiteSeries* s : with_survivors) {
             series_of[size_t(s - r.sites.data())] = series.size();
-            series.push_back(JudgedSite{s, {}, {}, {}, {}, {}});
+            series.push_back(JudgedSite{s, {}, {}});
         }
     }
     for (const LiveAlloc& a : live) {
@@ -211,10 +208,11 @@ Findings conclude(Replay& r, const Steps& steps, const AnalysisOptions& opt,
         SiteSeries& s = *js.s;
         // Made dense one site at a time: sites × steps never exist at once.
         s.record_held(uint32_t(S));
-        js.held = dense_held(s, S);
-        js.aged = dense_aged(s.aged_deltas, S);
-        js.survived.assign(S, 0);
-        for (const auto& [k, bytes] : s.survived) js.survived[k] += double(bytes);
+        const std::vector<double> held = dense_held(s, S);  // bytes from this site live at each full step's end
+        // Of those, allocated `window` or more steps before: what the judge reads.
+        const std::vector<double> aged = dense_aged(s.aged_deltas, S);
+        std::vector<double> survived(S, 0);  // bytes allocated in step k still live at the end of k+window
+        for (const auto& [k, bytes] : s.survived) survived[k] += double(bytes);
         SiteFinding sf;
         sf.device = s.device;
         sf.site = source_line(t.stacks, s.site_frame);
@@ -228,19 +226,19 @@ Findings conclude(Replay& r, const Steps& steps, const AnalysisOptions& opt,
         for (const auto& [stream, bytes] : js.stream_bytes)
             if (bytes > stream_best) stream_best = bytes, sf.stream = stream;
         sf.surviving_allocations = s.surviving_allocations;
-        sf.live_bytes = uint64_t(js.held[S - 1]);
-        sf.peak_bytes = uint64_t(*std::max_element(js.held.begin(), js.held.end()));
+        sf.live_bytes = uint64_t(held[S - 1]);
+        sf.peak_bytes = uint64_t(*std::max_element(held.begin(), held.end()));
         sf.live_blocks = std::move(js.live_blocks);
-        sf.held.assign(js.held.begin(), js.held.end());
+        sf.held.assign(held.begin(), held.end());
         size_t recurring = 0;
         bool first_set = false;
         for (size_t k = 0; k <= last_judged; ++k) {
-            if (js.survived[k] <= 0) continue;
+            if (survived[k] <= 0) continue;
             if (!first_set) sf.first_step = k, first_set = true;
             if (k >= s0) ++recurring;
         }
         sf.recurrence = judged ? double(recurring) / double(judged) : 0;
-        const Judgement j = judge(std::span<const double>(js.aged).subspan(s0));
+        const Judgement j = judge(std::span<const double>(aged).subspan(s0));
         sf.shape = j.shape;
         sf.bytes_per_step = j.bytes_per_step;
         sf.recent_bytes_per_step = j.recent_bytes_per_step;
