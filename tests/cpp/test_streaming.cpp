@@ -53,8 +53,9 @@ std::vector<fs::path> fixtures() {
 
 std::string stem(const fs::path& p) { return p.filename().string().substr(0, p.filename().string().size() - 10); }
 
-// A loop with markers: parameters, activations freed within the step, and a leak of 1 MiB a step.
-Trace marked_loop(int steps) {
+// A loop with markers (or none: its steps are then inferred from its period): parameters,
+// activations freed within the step, and a leak of 1 MiB a step.
+Trace marked_loop(int steps, bool markers = true) {
     vramscope::testing::TraceBuilder b;
     const uint32_t params = b.stack({{"/home/u/train.py", 5, "build_model"}});
     const uint32_t act = b.stack({{"/home/u/model.py", 12, "forward"}, {"/home/u/train.py", 25, "train"}});
@@ -66,7 +67,7 @@ Trace marked_loop(int steps) {
         b.alloc(base, 8 << 20, act);
         b.alloc(base + 0x1000000, 1 << 20, leak);
         b.free(base, 8 << 20);
-        b.step();
+        if (markers) b.step();
     }
     return b.t;
 }
@@ -90,11 +91,13 @@ TEST(Streaming, FindingsOfEveryFixtureAreThoseOfThePreviousAnalysis) {
 TEST(Streaming, AFileReadAsItIsAnalysedSaysWhatTheTraceInMemorySays) {
     const fs::path dir = fs::temp_directory_path() / "vramscope_streaming";
     fs::create_directories(dir);
-    // Converted snapshots (steps from annotations: the file is read twice) and a live-like
-    // trace with markers (read once), in small chunks so that many chunk boundaries pass.
+    // Converted snapshots (steps guessed from the optimizer's annotations as they pass), a
+    // live-like trace (markers), and one whose steps only its period tells (the file is read a
+    // second time), in small chunks so that many chunk boundaries pass.
     std::vector<std::pair<std::string, Trace>> traces;
     for (const fs::path& f : fixtures()) traces.emplace_back(stem(f), load_any(f.string()));
     traces.emplace_back("marked_loop", marked_loop(40));
+    traces.emplace_back("unmarked_loop", marked_loop(40, false));
     for (auto& [name, t] : traces) {
         const std::string path = (dir / (name + ".vscope")).string();
         write_trace(t, path, 4096);

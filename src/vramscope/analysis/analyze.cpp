@@ -11,6 +11,7 @@
 #include "analysis/fit.h"
 #include "analysis/judge.h"
 #include "analysis/replay.h"
+#include "analysis/step_cuts.h"
 #include "analysis/sites.h"
 #include "analysis/steps.h"
 #include "common/chunk_source.h"
@@ -399,10 +400,11 @@ Findings analyze(const Trace& t, const AnalysisOptions& opt) {
                                 return is_block_event(e.kind);
                             }));
     const Steps steps = find_steps(t);
-    Replay r(t, StepCuts::from(steps), std::max<uint32_t>(1, opt.window), opt.last_step);
+    Replay r(t, std::max<uint32_t>(1, opt.window), opt.last_step);
+    PlacedSteps cuts(steps);
     for (const Event& e : t.events) {
         if (!r.wants_more()) break;
-        r.feed(e);
+        cuts.feed(r, e);
     }
     return conclude(r, steps, opt, started);
 }
@@ -421,13 +423,16 @@ Findings analyze_file(const std::string& path, const AnalysisOptions& opt, const
             return f;
         }
     }
-    // A live trace marks its steps: the replay cuts at the markers as they come, while a
-    // StepFinder looks at every source. Only when it finds no markers (a converted snapshot) is
-    // the file read again, cut where the finder placed the steps.
+    // The steps are guessed as the events pass (our markers, else the first optimizer's steps)
+    // while a StepFinder looks at every source: only when its answer differs (no markers and no
+    // optimizer annotations, or several optimizers) is the file read again, cut where it placed them.
     std::optional<Steps> placed;
     while (true) {
         Trace t;
-        Replay r(t, placed ? StepCuts::from(*placed) : StepCuts::markers(), std::max<uint32_t>(1, opt.window), opt.last_step);
+        Replay r(t, std::max<uint32_t>(1, opt.window), opt.last_step);
+        std::optional<PlacedSteps> placed_cuts;
+        if (placed) placed_cuts.emplace(*placed);
+        GuessedSteps guess(t.stacks);
         StepFinder finder(t.stacks);
         EventValidator validator;
         uint64_t entries = 0;
@@ -440,8 +445,12 @@ Findings analyze_file(const std::string& path, const AnalysisOptions& opt, const
                 validator.see(chunk, e);
                 // Nothing past a fault is analysed: its numbers could overflow.
                 if (validator.faulted() || !r.wants_more()) continue;
-                if (!placed) finder.see(e);
-                r.feed(e);
+                if (placed_cuts) {
+                    placed_cuts->feed(r, e);
+                } else {
+                    finder.see(e);
+                    guess.feed(r, e);
+                }
             }
             chunk.events.clear();
             return validator.faulted() || r.wants_more();
@@ -449,9 +458,9 @@ Findings analyze_file(const std::string& path, const AnalysisOptions& opt, const
         validator.finish(t);
         if (!t.faults.empty()) return cannot_judge(t, entries, allocated_any);
         if (placed) return conclude(r, *placed, opt, started);
+        guess.finish(r);
         Steps found = finder.finish();
-        if (found.source == StepsSource::markers || found.source == StepsSource::none)
-            return conclude(r, found, opt, started);
+        if (!found.period_anchor && found.ends == guess.ends()) return conclude(r, found, opt, started);
         placed = std::move(found);
     }
 }

@@ -4,8 +4,8 @@
 
 namespace vramscope {
 
-Replay::Replay(const Trace& t, StepCuts cuts, uint32_t window, uint64_t last_step)
-    : context(t), resolver(t.stacks), cuts_(std::move(cuts)), window_(window), last_step_(last_step), live_(4096) {
+Replay::Replay(const Trace& t, uint32_t window, uint64_t last_step)
+    : context(t), resolver(t.stacks), window_(window), last_step_(last_step), live_(4096) {
     slot_of_device_.fill(-1);
 }
 
@@ -51,6 +51,11 @@ void Replay::change(SiteSeries& s, int64_t bytes) {
     s.live += bytes;
     s.touched = step_;
     s.ever_touched = true;
+}
+
+void Replay::end_step() {
+    start();
+    cut();
 }
 
 void Replay::cut() {
@@ -103,20 +108,10 @@ void Replay::start() {
     for (const DeviceInfo& d : context.devices) device_slot(uint8_t(d.device));
 }
 
-void Replay::feed(const Event& e) {
+void Replay::take(const Event& e) {
     start();
-    if (cuts_.period_anchor && e.kind == EventKind::alloc && period_key(e) == *cuts_.period_anchor) {
-        if (anchor_seen_) cut();  // a step ends just before its successor starts
-        anchor_seen_ = true;
-    }
     process(e);
     events_since_cut_ = true;
-    if (cuts_.at_markers ? e.kind == EventKind::step
-                         : next_end_ < cuts_.ends.size() && cuts_.ends[next_end_] == index_) {
-        cut();
-        ++next_end_;
-    }
-    ++index_;
 }
 
 void Replay::process(const Event& e) {

@@ -11,21 +11,10 @@
 
 #include "common/address_map.h"
 #include "analysis/sites.h"
-#include "analysis/steps.h"
 #include "events/trace.h"
 #include "findings/findings.h"
 
 namespace vramscope {
-
-// How the replay cuts steps: at our step markers as they come (what a live trace has; a
-// StepFinder beside it then confirms the guess), or where a StepFinder placed them.
-struct StepCuts {
-    bool at_markers = false;
-    std::vector<size_t> ends;                 // event indices, as Steps::ends
-    std::optional<uint64_t> period_anchor;    // as Steps::period_anchor
-    static StepCuts markers() { return StepCuts{true, {}, {}}; }
-    static StepCuts from(const Steps& s) { return StepCuts{false, s.ends, s.period_anchor}; }
-};
 
 // A block still live, with what its free will need.
 struct LiveAlloc {
@@ -66,9 +55,11 @@ struct SiteSeries {
 
 class Replay {
 public:
-    Replay(const Trace& context, StepCuts cuts, uint32_t window, uint64_t last_step);
+    Replay(const Trace& context, uint32_t window, uint64_t last_step);
     // The next event. The context's tables (stacks, streams, devices) hold what it refers to.
-    [[gnu::flatten]] void feed(const Event& e);
+    [[gnu::flatten]] void take(const Event& e);
+    // The step ends here (analysis/step_cuts.h says where).
+    void end_step();
     // False once the step range asked for has ended: later events change nothing.
     bool wants_more() const { return last_step_ == UINT64_MAX || step_ <= last_step_; }
     // Ends the unfinished step, if any; then the accessors below hold the whole trace.
@@ -102,7 +93,6 @@ private:
     void process(const Event& e);
     void released(const LiveAlloc& a);
 
-    StepCuts cuts_;
     const uint32_t window_;
     const uint64_t last_step_;
     std::vector<DeviceState> state_;
@@ -116,8 +106,7 @@ private:
     uint64_t seq_ = 0;
     uint64_t cuts_before_memory_ = 0;
     uint32_t step_ = 0;
-    size_t index_ = 0, next_end_ = 0;
-    bool anchor_seen_ = false, events_since_cut_ = false, started_ = false;
+    bool events_since_cut_ = false, started_ = false;
 };
 
 }  // namespace vramscope

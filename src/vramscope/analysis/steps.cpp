@@ -4,6 +4,16 @@
 
 namespace vramscope {
 
+AnnotationKinds::Kind AnnotationKinds::of(uint32_t name) {
+    if (name >= kind_.size()) kind_.resize(name + 1, -1);
+    int8_t& kind = kind_[name];
+    if (kind < 0) {
+        const std::string_view text = names_.string(name);
+        kind = text.starts_with("Optimizer.step#") ? optimizer_step : text.starts_with("Optimizer.zero_grad#") ? zero_grad : other;
+    }
+    return Kind(kind);
+}
+
 void StepFinder::see(const Event& e) {
     const size_t i = index_++;
     if (e.kind == EventKind::step) {
@@ -11,14 +21,9 @@ void StepFinder::see(const Event& e) {
     } else if (!markers_.empty()) {
         return;  // markers win: nothing else is needed any more
     } else if (e.kind == EventKind::annotation_end) {
-        if (e.name >= kind_of_name_.size()) kind_of_name_.resize(e.name + 1, -1);
-        int8_t& kind = kind_of_name_[e.name];
-        if (kind < 0) {
-            const std::string_view name = stacks_.string(e.name);
-            kind = name.starts_with("Optimizer.step#") ? 1 : name.starts_with("Optimizer.zero_grad#") ? 2 : 0;
-        }
-        if (kind == 1) optimizer_ends_.push_back({i, e.name, e.device, SIZE_MAX});
-        if (kind == 2) zero_grad_ends_.push_back(i);
+        const AnnotationKinds::Kind kind = annotations_.of(e.name);
+        if (kind == AnnotationKinds::optimizer_step) optimizer_ends_.push_back({i, e.name, e.device, SIZE_MAX});
+        if (kind == AnnotationKinds::zero_grad) zero_grad_ends_.push_back(i);
     } else if (e.kind == EventKind::alloc) {
         for (; waiting_for_alloc_ < optimizer_ends_.size(); ++waiting_for_alloc_) optimizer_ends_[waiting_for_alloc_].next_alloc = i;
         auto [it, first] = period_.try_emplace(period_key(e), 0, i);
@@ -44,8 +49,8 @@ bool StepFinder::optimizer_stack(uint32_t stack) {
     return known == 1;
 }
 
-// torch wraps every optimizer.step() in record_function("Optimizer.step#<Class>.step"), which the
-// memory recorder keeps as START/END annotations. With several optimizers, the most frequent one
+// The memory recorder keeps the optimizer's record_function regions as START/END annotations
+// (AnnotationKinds). With several optimizers, the most frequent one
 // (first seen on a tie) stands for the step, on the device that recorded it first.
 bool StepFinder::from_optimizer_annotations(Steps& out) const {
     if (optimizer_ends_.empty()) return false;

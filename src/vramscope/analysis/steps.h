@@ -28,10 +28,23 @@ struct Steps {
 // What the period counts: an allocation's stack, or its size when it has none.
 inline uint64_t period_key(const Event& e) { return e.stack ? uint64_t(e.stack) : (uint64_t(1) << 63) | e.size; }
 
+// What an annotation's name says: torch wraps optimizer.step() and zero_grad() in
+// record_function("Optimizer.step#<Class>.step") and ("Optimizer.zero_grad#<Class>.zero_grad").
+class AnnotationKinds {
+public:
+    enum Kind : int8_t { other, optimizer_step, zero_grad };
+    explicit AnnotationKinds(const StackTable& names) : names_(names) {}
+    Kind of(uint32_t name);  // by string id, each looked at once
+
+private:
+    const StackTable& names_;
+    std::vector<int8_t> kind_;  // -1: not looked at yet
+};
+
 // Collects, in one pass, what each source needs; memory: a few words per step and per stack.
 class StepFinder {
 public:
-    explicit StepFinder(const StackTable& stacks) : stacks_(stacks) {}
+    explicit StepFinder(const StackTable& stacks) : stacks_(stacks), annotations_(stacks) {}
     void see(const Event& e);  // the next event (its stack already in the table)
     // The best source; an inferred period comes back as period_anchor, without ends.
     Steps finish() const;
@@ -50,7 +63,7 @@ private:
     const StackTable& stacks_;
     size_t index_ = 0;
     std::vector<size_t> markers_;
-    std::vector<int8_t> kind_of_name_;  // by string id: -1 unknown, 0 other, 1 optimizer step, 2 zero_grad
+    AnnotationKinds annotations_;
     std::vector<OptimizerEnd> optimizer_ends_;
     size_t waiting_for_alloc_ = 0;       // optimizer_ends_ from here on have no next_alloc yet
     std::vector<size_t> zero_grad_ends_;
