@@ -1,6 +1,7 @@
 """Commands timed side by side on a busy machine: each run in a fresh process, the commands
 interleaved (order rotated every round), RUNS rounds; prints the median wall time, its range, and
-the median peak RSS, as a markdown table with each command's ratio to the first.
+the median peak RSS and CPU time (less moved by other load than wall time), as a markdown table
+with each command's ratio to the first (by wall time).
 
   python bench/side_by_side.py --runs 5 'pickle.load=python3 -c "import pickle; pickle.load(open(\\"f\\",\\"rb\\"))"' \\
       'before=/tmp/wt-base/build/bench/vramscope-core analyze f' 'after=build/bench/vramscope-core analyze f'
@@ -17,15 +18,15 @@ import sys
 import time
 
 
-def run(cmd: str) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MB) of one fresh process."""
+def run(cmd: str) -> tuple[float, float, float]:
+    """Wall seconds, peak RSS (MB) and CPU seconds (user + system) of one fresh process."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, shell=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(proc.pid, 0)
     seconds = time.perf_counter() - t0
     if os.waitstatus_to_exitcode(status) not in (0, 1):  # 1: a leak was found
         raise SystemExit(f"failed: {cmd}\n{proc.stderr.read().decode()}")
-    return seconds, usage.ru_maxrss / 1024
+    return seconds, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
 
 
 def main() -> int:
@@ -39,15 +40,17 @@ def main() -> int:
         order = labelled[r % len(labelled):] + labelled[: r % len(labelled)]
         for label, cmd in order:
             results[label].append(run(cmd))
-    base = statistics.median(s for s, _ in results[labelled[0][0]])
+    base = statistics.median(r[0] for r in results[labelled[0][0]])
     print(f"{a.runs} runs each, interleaved, fresh processes; median (min-max)\n")
-    print(f"| command | seconds | peak RSS, MB | vs {labelled[0][0]} |")
-    print("|---|---|---|---|")
+    print(f"| command | seconds | CPU seconds | peak RSS, MB | vs {labelled[0][0]} |")
+    print("|---|---|---|---|---|")
     for label, _ in labelled:
-        secs = [s for s, _ in results[label]]
-        rss = statistics.median(m for _, m in results[label])
+        secs = [r[0] for r in results[label]]
+        cpu = [r[2] for r in results[label]]
+        rss = statistics.median(r[1] for r in results[label])
         med = statistics.median(secs)
-        print(f"| {label} | {med:.3f} ({min(secs):.3f}-{max(secs):.3f}) | {rss:.0f} | {base / med:.1f}x |")
+        print(f"| {label} | {med:.3f} ({min(secs):.3f}-{max(secs):.3f}) | {statistics.median(cpu):.3f} "
+              f"({min(cpu):.3f}-{max(cpu):.3f}) | {rss:.0f} | {base / med:.1f}x |")
     return 0
 
 

@@ -136,8 +136,7 @@ void Replay::process(const Event& e) {
         const uint32_t site = site_of(e.device, e.stack);
         pool_[slot] = LiveAlloc{e.addr, e.size, seq_++, e.stack, site, step_, e.stream, e.device, false};
         // An address allocated again without a free: the older block is forgotten, as a map would.
-        if (const uint32_t old = live_.take(key); old != AddressMap::kMissing) free_slots_.push_back(old);
-        live_.put(key, slot);
+        if (const uint32_t old = live_.put(key, slot); old != AddressMap::kMissing) free_slots_.push_back(old);
         change(sites[site], int64_t(e.size));
         s.allocated += int64_t(e.size);
         if (e.stream >= s.by_stream.size()) s.by_stream.resize(context.streams.size(), 0);

@@ -14,12 +14,15 @@ public:
 
     explicit AddressMapOf(size_t capacity_hint = 1024) { rehash(grow_to(capacity_hint * 2)); }
 
-    void put(uint64_t key, Value value) {
+    // Sets key's value; returns the one it replaced (kMissing if none): one probe for both.
+    Value put(uint64_t key, Value value) {
         if ((size_ + 1) * 4 > slots_.size() * 3) rehash(slots_.size() * 2);
         size_t i = slot(key);
         while (slots_[i].used && slots_[i].key != key) i = (i + 1) & mask_;
+        const Value old = slots_[i].used ? slots_[i].value : kMissing;
         if (!slots_[i].used) ++size_;
         slots_[i] = {key, value, true};
+        return old;
     }
 
     Value get(uint64_t key) const {

@@ -32,11 +32,11 @@ void EventValidator::see(const Trace& t, const Event& e) {
     switch (e.kind) {
     case EventKind::alloc:
         // A live size is under kImpossibleSize, never the map's kMissing.
-        if (live_.get(key) != live_.kMissing) {
+        if (const uint64_t before = live_.put(key, e.size); before != live_.kMissing) {
+            live_.put(key, before);  // the first block stays the one its free will name
             tally_.add("allocations at an address already allocated and not freed");
-        } else {
-            live_.put(key, e.size);
-            if ((live_bytes_[e.device] += e.size) >= kImpossibleSize) tally_.add("allocations past 1 PiB live on a device");
+        } else if ((live_bytes_[e.device] += e.size) >= kImpossibleSize) {
+            tally_.add("allocations past 1 PiB live on a device");
         }
         break;
     case EventKind::free_completed:
