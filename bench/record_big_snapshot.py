@@ -172,6 +172,7 @@ def sub(args, tag):
 
 
 def main():
+    global MAX_ENTRIES
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "out"))
     ap.add_argument("--tmp", default="/tmp/vramscope_big")
@@ -185,7 +186,6 @@ def main():
     ap.add_argument("--calibrate", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--record", type=int, default=0, help=argparse.SUPPRESS)
     a = ap.parse_args()
-    global MAX_ENTRIES
     MAX_ENTRIES = a.max_entries
     passed = ["--tmp", a.tmp, "--out", a.out, "--max-entries", str(a.max_entries), "--gz-level", str(a.gz_level)]
     os.makedirs(a.out, exist_ok=True)
