@@ -1,18 +1,18 @@
 #include "analysis/analyze.h"
 
 #include <algorithm>
-#include <array>
 #include <chrono>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "analysis/fit.h"
 #include "analysis/judge.h"
 #include "analysis/replay.h"
-#include "analysis/step_cuts.h"
 #include "analysis/sites.h"
+#include "analysis/step_cuts.h"
 #include "analysis/steps.h"
 #include "common/chunk_source.h"
 #include "common/format.h"

@@ -5,12 +5,11 @@
 #include <array>
 #include <cstdint>
 #include <map>
-#include <optional>
 #include <unordered_map>
 #include <vector>
 
-#include "common/address_map.h"
 #include "analysis/sites.h"
+#include "common/address_map.h"
 #include "events/trace.h"
 #include "findings/findings.h"
 
