@@ -387,6 +387,7 @@ Findings conclude(Replay& r, const Steps& steps, const AnalysisOptions& opt,
     if (!has_memory_events) f.input_faults.push_back(t.source + ": no memory events: nothing to judge");
     f.devices = std::move(r.devices);
     f.allocated_any = r.has_block_events;
+    f.first_step_shown = opt.first_step;
     f.analysis_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     return f;
 }
