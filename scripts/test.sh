@@ -13,6 +13,9 @@ python3 -m pip install -q "nanobind>=2.0" "scikit-build-core>=0.10" "pytest>=7" 
 # torch for the capture tests, pinned: here it resolves to a CPU build (an unpinned one pulls
 # several GB of CUDA).
 python3 -m pip install -q "torch==2.13.0"
+# The frameworks the training callbacks are tested with (tests/python/test_integrations*.py), pinned to
+# the versions on the GPU machine; accelerate is what transformers' Trainer needs.
+python3 -m pip install -q "transformers==5.17.0" "accelerate==1.15.0" "lightning==2.6.6"
 
 cmake -S . -B build/tests -G Ninja -DVRAMSCOPE_TESTS=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build/tests

@@ -7,9 +7,10 @@ import os
 
 from ._core import __version__, analyze_json as _analyze_json, convert
 from .capture import Capture, LeakError, mark, step, track
+from .prevent import CannotJudgeError, LeakCheck, PeakError, assert_no_leak
 
-__all__ = ["__version__", "Capture", "LeakError", "analyze", "convert", "explain", "mark", "step", "track",
-           "who_holds"]
+__all__ = ["__version__", "CannotJudgeError", "Capture", "LeakCheck", "LeakError", "PeakError", "analyze", "assert_no_leak",
+           "convert", "explain", "mark", "step", "track", "who_holds"]
 
 
 def __getattr__(name: str):

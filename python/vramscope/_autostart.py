@@ -8,6 +8,7 @@ never do, and write nothing.
 from __future__ import annotations
 
 import atexit
+import importlib
 import importlib.abc
 import importlib.util
 import json
@@ -20,7 +21,7 @@ def _start(config: dict) -> None:
 
     launched_directly = os.getppid() == config.get("launcher")
     capture = Capture(config["output"], summary=False, device_memory=config.get("device_memory", 0),
-                      shared_name=launched_directly, analyse_at_end=False)
+                      shared_name=launched_directly, analyse_at_end=False, max_steps=config.get("max_steps", 0))
     capture.start()
     atexit.register(capture.stop)
 
@@ -50,12 +51,33 @@ class _AfterTorchImport(importlib.abc.MetaPathFinder):
         return spec
 
 
+def _preload(modules: list[str]) -> None:
+    """The modules a run asked for before its script (a monkeypatch under test in `vramscope
+    compare`): a name on sys.path, or a .py file. One that fails ends the process, as the run
+    without it would not be the run asked for."""
+    import runpy
+    import traceback
+
+    for module in modules:
+        try:
+            if module.endswith(".py"):
+                runpy.run_path(module, run_name=os.path.basename(module)[:-3])
+            else:
+                importlib.import_module(module)
+        except BaseException:
+            traceback.print_exc()
+            print(f"vramscope: the preloaded module {module} failed (above); the run stops", file=sys.stderr,
+                  flush=True)
+            os._exit(3)  # an exception here would only be printed by site.py, and the run go on
+
+
 def _install() -> None:
     try:
         config = json.loads(os.environ["VRAMSCOPE_RUN"])
     except (KeyError, ValueError) as e:
         print(f"vramscope: ignoring a malformed VRAMSCOPE_RUN ({e})", file=sys.stderr)
         return
+    _preload(config.get("preload", []))
     if "torch" in sys.modules:
         _start(config)
     else:

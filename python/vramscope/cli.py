@@ -16,6 +16,10 @@ def main(argv: list[str] | None = None) -> int:
         from .launch import run
 
         return run(args[1:])
+    if args[:1] == ["compare"]:
+        from .compare import main as compare
+
+        return compare(args[1:])
     try:
         if args[:1] == ["demo"]:
             print(

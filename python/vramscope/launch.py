@@ -18,7 +18,8 @@ from pathlib import Path
 from . import _core
 from .capture import naming
 
-USAGE = """usage: vramscope run [-o OUT.vscope] [--fail-on-leak] [--device-memory SIZE] [--json OUT] [--html OUT] -- COMMAND...
+USAGE = """usage: vramscope run [-o OUT.vscope] [--fail-on-leak] [--device-memory SIZE] [--max-steps N] [--json OUT]
+                     [--html OUT] -- COMMAND...
 
   Runs COMMAND (python train.py ..., torchrun ..., or a script.py) with live capture of every
   CUDA caching-allocator event, warns as soon as a leak is confirmed, and analyses the traces
@@ -27,17 +28,19 @@ USAGE = """usage: vramscope run [-o OUT.vscope] [--fail-on-leak] [--device-memor
   (--html to choose).
   --fail-on-leak   exit 1 when the run leaked, 2 when it could not be judged (the command's own
                    failure code wins)
+  --max-steps N    end each process cleanly (exit 0) after N optimizer steps
 """
 
 
 def parse(args: list[str]) -> tuple[dict, list[str]]:
-    opts = {"output": "vramscope.vscope", "fail_on_leak": False, "device_memory": None, "json": None, "html": None}
+    opts = {"output": "vramscope.vscope", "fail_on_leak": False, "device_memory": None, "json": None, "html": None,
+            "max_steps": None}
     i = 0
     while i < len(args):
         a = args[i]
         if a == "--":
             return opts, args[i + 1:]
-        if a in ("-o", "--output", "--device-memory", "--json", "--html"):
+        if a in ("-o", "--output", "--device-memory", "--json", "--html", "--max-steps"):
             if i + 1 >= len(args):
                 raise SystemExit(f"vramscope run: {a} needs a value\n\n{USAGE}")
             key = {"-o": "output", "--output": "output"}.get(a, a[2:].replace("-", "_"))
@@ -86,6 +89,15 @@ def add_owners_to_json(path: Path, files) -> None:
     path.write_text(json.dumps(findings, indent=1) + "\n")
 
 
+def run_environment(output: Path, *, device_memory: int = 0, max_steps: int = 0, preload=(), base=None) -> dict:
+    """The environment under which vramscope_run.pth captures each Python process of a command
+    started by this process."""
+    env = dict(os.environ if base is None else base)
+    env["VRAMSCOPE_RUN"] = json.dumps({"output": str(output), "launcher": os.getpid(), "device_memory": device_memory,
+                                       "max_steps": max_steps, "preload": list(preload)})
+    return env
+
+
 def run(args: list[str]) -> int:
     opts, command = parse(args)
     if not command:
@@ -98,10 +110,12 @@ def run(args: list[str]) -> int:
     except ValueError as e:
         print(f"vramscope run: --device-memory: {e}", file=sys.stderr)
         return 2
+    max_steps = opts["max_steps"] or "0"
+    if not max_steps.isdigit():
+        print(f"vramscope run: --max-steps: {max_steps!r} is not a number of steps", file=sys.stderr)
+        return 2
     output = Path(opts["output"]).absolute()
-    env = dict(os.environ)
-    env["VRAMSCOPE_RUN"] = json.dumps({"output": str(output), "launcher": os.getpid(),
-                                       "device_memory": device_memory})
+    env = run_environment(output, device_memory=device_memory, max_steps=int(max_steps))
     started = time.time() - 1  # file times have coarse resolution on some filesystems
     try:
         child = subprocess.Popen(command, env=env)

@@ -1,6 +1,7 @@
 // The Python face of the C++ core: the CLI, analysis and the live recorder cross here.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/vector.h>
 
@@ -92,14 +93,15 @@ NB_MODULE(_core, m) {
         nb::arg("source"), nb::arg("destination"), "Convert a torch snapshot to a .vscope trace.");
     m.def(
         "summary",
-        [](const std::string& path, uint64_t device_memory, bool color) {
+        [](const std::string& path, uint64_t device_memory, bool color, int warmup) {
             nb::gil_scoped_release release;
             AnalysisOptions opt;
             opt.device_memory = device_memory;
+            opt.warmup_steps = warmup;
             Findings f = analyze_file(path, opt);
             return std::make_pair(render_summary(f, color), to_json(f));
         },
-        nb::arg("path"), nb::arg("device_memory") = 0, nb::arg("color") = false,
+        nb::arg("path"), nb::arg("device_memory") = 0, nb::arg("color") = false, nb::arg("warmup") = -1,
         "Analyse a trace; returns (terminal summary, findings JSON).");
 
     m.def(
@@ -163,6 +165,17 @@ NB_MODULE(_core, m) {
         .def("leaking", [](Recorder& r) { return live_findings(r.leaking()); },
              "The live monitor's last word: the sites it holds as leaking now (same dicts as end_step).")
         .def("set_python_stacks", &Recorder::set_python_stacks)
+        .def("event",
+             [](Recorder& r, EventKind kind, int device, uint64_t addr, uint64_t size) {
+                 r.allocator_event(kind, uint8_t(device), addr, size, 0, nullptr);
+             },
+             nb::arg("kind"), nb::arg("device"), nb::arg("addr"), nb::arg("size"),
+             nb::call_guard<nb::gil_scoped_release>(),
+             "An event from a source other than the allocator hook (the live tensors of a CPU run), "
+             "stacked from the calling thread's Python frames as the hook's are.")
+        .def_prop_ro("projected_oom_step", &Recorder::projected_oom_step,
+                     "The step at which a device runs out at the recent rates of the leaks held now; None "
+                     "without a leak or a capacity.")
         .def("flush", &Recorder::flush, nb::call_guard<nb::gil_scoped_release>())
         .def("close", &Recorder::close, nb::call_guard<nb::gil_scoped_release>())
         .def("abandon", &Recorder::abandon)

@@ -292,3 +292,26 @@ TEST(Analysis, StepMarkersWinOverAnnotations) {
     t.events.insert(t.events.begin() + 3, marker);
     EXPECT_EQ(find_steps(t).source, StepsSource::markers);
 }
+
+// A live-tensor capture records from inside a dispatch mode: its frames, and the wrappers torch
+// calls it through, are kept in the stack but not shown; it is shown from the op's caller.
+TEST(Analysis, ALeakRecordedInsideADispatchModeIsShownFromTheOpsCaller) {
+    TraceBuilder b;
+    const char* torch = "/usr/lib/python3.11/site-packages/torch/";
+    const std::string eval_frame = std::string(torch) + "_dynamo/eval_frame.py", compile = std::string(torch) + "_compile.py";
+    const uint32_t kept = b.stack({{"/usr/lib/python3.11/site-packages/vramscope/capture/live_tensors.py", 79, "created"},
+                                   {"/usr/lib/python3.11/site-packages/vramscope/capture/live_tensors.py", 35, "__torch_dispatch__"},
+                                   {eval_frame.c_str(), 1446, "_fn"},
+                                   {compile.c_str(), 54, "inner"},
+                                   {"/home/u/train.py", 9, "forward"},
+                                   {"/home/u/train.py", 27, "train"}});
+    for (uint64_t step = 0; step < 16; ++step) {
+        b.alloc(0x1000'0000 + step * MiB, MiB, kept);
+        b.step();
+    }
+    const Findings f = analyze(b.t);
+    ASSERT_EQ(f.leaks.size(), 1u);
+    EXPECT_EQ(f.leaks[0].site.function, "forward");
+    EXPECT_EQ(f.leaks[0].stack.size(), 6u);
+    EXPECT_EQ(f.leaks[0].stack_shown_from, 4u);
+}

@@ -163,3 +163,26 @@ TEST(Judge, LiveOomProjectionUsesTheRecentRateAsOfflineDoes) {
     }
     FAIL() << "the slowing leak was never confirmed";
 }
+
+// Memory allocated before capture began (the model, loaded first) counts toward the peak the OOM
+// is projected from, and the projection follows the run step by step, not only when a leak is said.
+TEST(Judge, LiveOomProjectionCountsMemoryFromBeforeCaptureAndFollowsTheRun) {
+    constexpr uint64_t kCapacity = uint64_t(1) << 30;
+    constexpr uint64_t kBefore = 512 * MiB, kLeak = 8 * MiB;
+    LiveMonitor with_model, without;
+    with_model.set_capacity(0, kCapacity, kBefore);
+    without.set_capacity(0, kCapacity);
+    for (uint64_t step = 0; step < 20; ++step) {
+        with_model.alloc(0, 0x1000'0000 + step * kLeak, kLeak, 7);
+        without.alloc(0, 0x1000'0000 + step * kLeak, kLeak, 7);
+        with_model.end_step();
+        without.end_step();
+        if (!with_model.projected_oom_step()) continue;
+        // The leak's recent rate is the judge's (kLeak a step): the steps left are the room over it.
+        const uint64_t held = (step + 1) * kLeak;
+        EXPECT_EQ(with_model.projected_oom_step(), projected_oom_step(step + 1, kCapacity, kBefore + held, double(kLeak)));
+        EXPECT_EQ(without.projected_oom_step(), projected_oom_step(step + 1, kCapacity, held, double(kLeak)));
+    }
+    ASSERT_TRUE(with_model.projected_oom_step()) << "the leak was never confirmed";
+    EXPECT_EQ(*without.projected_oom_step() - *with_model.projected_oom_step(), kBefore / kLeak);
+}

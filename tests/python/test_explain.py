@@ -60,6 +60,33 @@ def test_a_kept_loss_reaches_a_custom_functions_ctx_attribute():
     assert lines and lines[0].startswith("__main__.METRICS[2].grad_fn.next_functions[0][0].kept  → Tensor 8.0 KiB"), lines
 
 
+def test_an_output_saved_by_autograd_is_found_through_the_graph():
+    """A node hands out a saved output as a new Python object at each access: the path is found by
+    the memory it shares with the target, not by identity (the seeds' eval without no_grad)."""
+    lines = explain_in_fresh_process("""
+        import torch
+        w = torch.randn(64, 64, requires_grad=True)
+        EVAL_TOTAL = 0.0
+        for step in range(3):
+            EVAL_TOTAL = EVAL_TOTAL + torch.exp(torch.randn(32, 64) @ w).mean()
+        TARGET_OF = lambda: EVAL_TOTAL.grad_fn.next_functions[1][0].next_functions[0][0]._saved_result
+    """)
+    assert lines and lines[0].startswith(
+        "__main__.EVAL_TOTAL.grad_fn.next_functions[1][0].next_functions[0][0]._saved_result  → Tensor 8.0 KiB"), lines
+
+
+def test_an_output_its_own_node_saved_is_no_cycle_through_autograd():
+    """exp() saves its output (without the grad_fn, so no cycle): reaching that saved copy from the
+    tensor's own graph must not read as a cycle that is never freed."""
+    import time
+
+    from vramscope.ownership.paths import _autograd_cycle
+
+    out = torch.exp(torch.randn(32, 64, requires_grad=True))
+    assert out.grad_fn._saved_result.data_ptr() == out.data_ptr()
+    assert _autograd_cycle([out], time.monotonic() + 5) == []
+
+
 def test_objects_behind_saved_tensors_hooks():
     lines = explain_in_fresh_process("""
         import torch

@@ -1,5 +1,5 @@
 """Live capture: allocator events of a running PyTorch process into a .vscope trace."""
 
-from .session import Capture, LeakError, active, mark, step, track
+from .session import Capture, LeakError, Source, active, mark, step, track
 
-__all__ = ["Capture", "LeakError", "active", "mark", "step", "track"]
+__all__ = ["Capture", "LeakError", "Source", "active", "mark", "step", "track"]

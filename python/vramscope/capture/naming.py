@@ -3,20 +3,34 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 SUFFIX = ".vscope"
 
 
+def process_rank(env=os.environ) -> int | None:
+    """This process's rank: RANK (torchrun), else torch.distributed's once its group is up (Lightning's
+    launcher sets no RANK); None outside a distributed run."""
+    rank = env.get("RANK")
+    if rank is not None and rank.isdigit():
+        return int(rank)
+    dist = sys.modules.get("torch.distributed")  # never imported here: `vramscope run` starts before torch
+    try:
+        return dist.get_rank() if dist is not None and dist.is_available() and dist.is_initialized() else None
+    except Exception:
+        return None
+
+
 def trace_path(base: str | os.PathLike, *, env=os.environ, shared_name: bool = True) -> Path:
-    """`run.vscope` for a single process; `run.rank3.vscope` under torchrun (RANK set); and
+    """`run.vscope` for a single process; `run.rank3.vscope` for rank 3 of a distributed run; and
     `run.pid1234.vscope` for any other process of a launched run (shared_name=False), so that
     nothing two processes write ever lands in one file."""
     base = Path(base)
     stem = base.name[: -len(SUFFIX)] if base.name.endswith(SUFFIX) else base.name
-    rank = env.get("RANK")
-    if rank is not None and rank.isdigit():
-        return base.with_name(f"{stem}.rank{int(rank)}{SUFFIX}")
+    rank = process_rank(env)
+    if rank is not None:
+        return base.with_name(f"{stem}.rank{rank}{SUFFIX}")
     if not shared_name:
         return base.with_name(f"{stem}.pid{os.getpid()}{SUFFIX}")
     return base.with_name(stem + SUFFIX)

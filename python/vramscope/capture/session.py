@@ -8,6 +8,8 @@ and training goes on untouched.
 
 from __future__ import annotations
 
+import contextlib
+import enum
 import json
 import os
 import platform
@@ -33,8 +35,31 @@ def _budget_from_env() -> float:
         return 5.0
 
 
+class Source(enum.Enum):
+    """What a capture records. Both feed the same recorder, trace and judge."""
+
+    allocator = "CUDA allocator events"  # every event of the caching allocator (the hook)
+    live_tensors = "live tensors"  # without CUDA: tensor storages, created by ops, freed by their last reference
+
+    @classmethod
+    def here(cls) -> "Source":
+        """The allocator where this process has CUDA; live tensors where it has none."""
+        try:
+            import torch
+
+            return cls.allocator if torch.cuda.is_available() else cls.live_tensors
+        except ImportError:
+            return cls.allocator  # nothing to capture either way: start() says so
+
+
 class LeakError(AssertionError):
-    """Raised at the end of `track(fail_on_leak=True)` when the run leaked."""
+    """The run leaked: raised at the end of `track(fail_on_leak=True)`, and by `assert_no_leak` and the
+    pytest markers when a site leaks more than their limit (the message is the finding)."""
+
+
+class StepLimitReached(SystemExit):
+    """Ends the process at the end of step N of a run given a step limit (`vramscope run
+    --max-steps`, each cell of `vramscope compare`): exit code 0, the trace complete."""
 
 
 def warn(message: str, key: str | None = None) -> None:
@@ -54,7 +79,8 @@ class Capture:
 
     def __init__(self, path="vramscope.vscope", *, fail_on_leak=False, summary=True, live_warnings=True,
                  device_memory: int = 0, shared_name=True, explain=True, explain_budget: float | None = None,
-                 analyse_at_end=True):
+                 analyse_at_end=True, source: Source = Source.allocator, warmup: int = -1, optimizer_steps=True,
+                 max_steps: int = 0):
         self.requested_path = os.fspath(path)
         self.path: str | None = None  # the file actually written (rank in its name)
         self.fail_on_leak = fail_on_leak
@@ -63,6 +89,9 @@ class Capture:
         self.device_memory = device_memory
         self.shared_name = shared_name
         self.analyse_at_end = analyse_at_end  # off under `vramscope run`: its launcher analyses each trace once
+        self.source = source
+        self.warmup = warmup  # steps the analysis at the end does not judge; -1: its default
+        self.max_steps = max_steps  # > 0: the process ends after this many steps (StepLimitReached)
         # Who holds each leak: searched on the training thread at the step a leak is confirmed, while
         # the loop's frames and locals live, and again at the end if its tensors are still there.
         self.explain = explain
@@ -75,9 +104,12 @@ class Capture:
         self.live_leaks: list[str] = []
         self._recorder = None
         self._hook = None
+        self._tensors = None  # the live-tensor source, when that is what is recorded
         self._undo: list = []
-        self._step_source = None  # the optimizer whose steps count, or "explicit"
+        # The optimizer whose steps count, or "explicit": step() only (from the start, without optimizer_steps).
+        self._step_source = None if optimizer_steps else "explicit"
         self._oom_reported = False
+        self.off_reason = ""  # why this capture did not start, or stepped aside
 
     # -- lifecycle ---------------------------------------------------------------------------
     def __enter__(self):
@@ -96,21 +128,18 @@ class Capture:
         try:
             import torch
         except ImportError:
-            warn("torch is not installed: nothing to capture", "no-torch")
-            return self
+            return self._off("torch is not installed: nothing to capture", "no-torch")
         try:
-            if not torch.cuda.is_available():
-                warn("no CUDA device is available, so there is no GPU memory to capture; the run goes on "
-                     "without vramscope", "no-cuda")
-                return self
-            backend = torch.cuda.get_allocator_backend()
-            if backend != "native":
-                warn(f"PyTorch uses the {backend} allocator backend (PYTORCH_CUDA_ALLOC_CONF); vramscope captures "
-                     "the native caching allocator only, so capture is off for this run", "backend")
-                return self
+            if self.source is Source.allocator:  # live tensors need neither CUDA nor its allocator
+                if not torch.cuda.is_available():
+                    return self._off("no CUDA device is available, so there is no GPU memory to capture; the run "
+                                     "goes on without vramscope", "no-cuda")
+                if (backend := torch.cuda.get_allocator_backend()) != "native":
+                    return self._off(f"PyTorch uses the {backend} allocator backend (PYTORCH_CUDA_ALLOC_CONF); "
+                                     "vramscope captures the native caching allocator only, so capture is off for "
+                                     "this run", "backend")
             if _active is not None:
-                warn("a capture is already running in this process; this one is ignored", "nested")
-                return self
+                return self._off("a capture is already running in this process; this one is ignored", "nested")
             _active = _last = self
             self._undo.append(torch_hooks.on_optimizer_step(self._on_optimizer_step))
             self._undo.append(torch_hooks.on_backward(self._on_backward))
@@ -119,8 +148,10 @@ class Capture:
             ref = weakref.ref(self)
             if hasattr(os, "register_at_fork"):
                 os.register_at_fork(after_in_child=lambda: (c := ref()) is not None and c._forked())
+            if self.source is Source.live_tensors:
+                self._attach_live_tensors()
             # The per-device allocators exist only once CUDA is initialised: attach then.
-            if torch.cuda.is_initialized():
+            elif torch.cuda.is_initialized():
                 self._attach()
             else:
                 torch.cuda._lazy_call(self._attach)
@@ -138,24 +169,39 @@ class Capture:
                 self._hook = load_allocator_hook()
             except HookUnavailable as e:
                 return self._step_aside(str(e))
-            path = naming.trace_path(self.requested_path, shared_name=self.shared_name)
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                recorder = _core.Recorder(str(path))
-            except Exception as e:
-                return self._step_aside(f"cannot write the trace: {e}")
-            problem = _core.python_frames_self_check()
-            if problem:
-                recorder.set_python_stacks(False)
-                warn(f"Python stacks are off for this interpreter ({problem}); events are still captured",
-                     "frames")
-            self._describe(recorder)
-            self.path = str(path)
-            self._recorder = recorder
-            recorder.activate()
-            self._hook.install(_core.allocator_sink())
+            recorder = self._open_recorder()
+            if recorder is not None:
+                recorder.activate()
+                self._hook.install(_core.allocator_sink())
         except Exception as e:
             self._step_aside(f"capture could not attach ({type(e).__name__}: {e})")
+
+    def _attach_live_tensors(self) -> None:
+        from .live_tensors import LiveTensors
+
+        recorder = self._open_recorder()
+        if recorder is not None:
+            self._tensors = LiveTensors(recorder)
+            self._tensors.start()
+            self._undo.append(self._tensors.stop)
+
+    def _open_recorder(self):
+        """The recorder, described and ready; None when the trace cannot be written (stepped aside)."""
+        path = naming.trace_path(self.requested_path, shared_name=self.shared_name)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            recorder = _core.Recorder(str(path))
+        except Exception as e:
+            return self._step_aside(f"cannot write the trace: {e}")
+        problem = _core.python_frames_self_check()
+        if problem:
+            recorder.set_python_stacks(False)
+            warn(f"Python stacks are off for this interpreter ({problem}); events are still captured",
+                 "frames")
+        self._describe(recorder)
+        self.path = str(path)
+        self._recorder = recorder
+        return recorder
 
     def _describe(self, recorder) -> None:
         import torch
@@ -168,18 +214,27 @@ class Capture:
             "host": socket.gethostname(),
             "pid": str(os.getpid()),
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "capture": "vramscope live",
+            "capture": "vramscope live" if self.source is Source.allocator else "vramscope live tensors",
         }
         for key, env in (("rank", "RANK"), ("world_size", "WORLD_SIZE"), ("local_rank", "LOCAL_RANK")):
             if os.environ.get(env) is not None:
                 meta[key] = os.environ[env]
+        if "rank" not in meta and (rank := naming.process_rank()) is not None:  # a group up without RANK
+            meta["rank"] = str(rank)
+            meta["world_size"] = str(torch.distributed.get_world_size())
         for key, value in meta.items():
             recorder.meta(key, value)
-        for d in range(torch.cuda.device_count()):
-            props = torch.cuda.get_device_properties(d)
-            recorder.meta(f"device.{d}", props.name)
-            capacity = self.device_memory or props.total_memory
-            recorder.device(d, capacity, torch.cuda.memory_allocated(d), torch.cuda.memory_reserved(d))
+        if self.source is Source.live_tensors:
+            from .live_tensors import CPU_DEVICE
+
+            recorder.meta(f"device.{CPU_DEVICE}", "cpu")
+            recorder.device(CPU_DEVICE, self.device_memory, 0, 0)
+        else:
+            for d in range(torch.cuda.device_count()):
+                props = torch.cuda.get_device_properties(d)
+                recorder.meta(f"device.{d}", props.name)
+                recorder.device(d, self.device_memory or _capacity(torch, d, props.total_memory),
+                                torch.cuda.memory_allocated(d), torch.cuda.memory_reserved(d))
         recorder.name_stream(0, "default stream")
 
     def stop(self, raise_on_leak: bool = False) -> None:
@@ -225,7 +280,14 @@ class Capture:
         recorder.deactivate()
         _retired.append(recorder)
 
+    def _off(self, why: str, key: str) -> "Capture":
+        """Capture never starts: said once per process, kept for whoever asks this capture."""
+        self.off_reason = why
+        warn(why, key)
+        return self
+
     def _step_aside(self, why: str) -> None:
+        self.off_reason = why
         warn(f"{why}; capture is off and the run goes on without it", "aside")
         recorder, self._recorder = self._recorder, None
         if recorder is not None:
@@ -244,6 +306,8 @@ class Capture:
             recorder.deactivate()
             recorder.abandon()
             _retired.append(recorder)
+        if self._tensors is not None:
+            self._tensors.recording = False  # the forking thread's dispatch mode came along; it records nothing
         self._undo.clear()
         _active = None
 
@@ -259,7 +323,7 @@ class Capture:
         text = ""
         if analyse:
             try:
-                text, findings = _core.summary(self.path, self.device_memory, False)
+                text, findings = _core.summary(self.path, self.device_memory, False, self.warmup)
                 self.findings = json.loads(findings)
                 self.leaked = self.findings["verdict"] == _core.Verdict.leak.spelling
             except Exception as e:
@@ -295,7 +359,8 @@ class Capture:
         out = []
         for leak in leaks[:max_leaks]:
             blocks = [tuple(b) for b in leak.get("live_blocks", [])][::-1]  # newest first
-            owners, note = owners_of_blocks(leak["device"], blocks, budget=self.explain_budget)
+            owners, note = owners_of_blocks(leak["device"], blocks, budget=self.explain_budget,
+                                            device_type=self._device_type)
             now = explained(leak["site"], leak["device"], leak["bytes_per_step"], owners, note)
             then = next((e for e in self.live_owners if same_site(e, now) and e["owners"]), None)
             out.append(now if owners or then is None else {**then, "bytes_per_step": leak["bytes_per_step"]})
@@ -309,10 +374,11 @@ class Capture:
         try:
             said = recorder.end_step()
             for live in said:
+                live["line"] = self._spoken(live)
                 self.live_leaks.append(live["line"])
                 if self.live_warnings:
                     print(f"vramscope: {live['line']}", file=sys.stderr, flush=True)
-            fault = recorder.fault()
+            fault = recorder.fault() or (self._tensors.fault if self._tensors is not None else "")
         except Exception as e:
             said, fault = [], f"capture stopped ({type(e).__name__}: {e})"
         if fault:
@@ -320,6 +386,11 @@ class Capture:
         confirmed = [live for live in said if live["shape"].is_leak]
         if confirmed and self.explain:
             self._explain_live(confirmed, recorder.steps)
+        if self.max_steps and recorder.steps >= self.max_steps:
+            print(f"vramscope: step limit reached ({self.max_steps:,} steps): the run stops here", file=sys.stderr,
+                  flush=True)
+            self.stop()
+            raise StepLimitReached(0)
 
     def _explain_live(self, confirmed: list[dict], step: int) -> None:
         """On the training thread, at the step a leak is confirmed: one search per new site, within
@@ -328,7 +399,9 @@ class Capture:
 
         for live in confirmed:
             try:
-                owners, note = owners_of_blocks(live["device"], live["blocks"], budget=self.explain_budget)
+                with self._own_work():
+                    owners, note = owners_of_blocks(live["device"], live["blocks"], budget=self.explain_budget,
+                                                    device_type=self._device_type)
             except Exception as e:  # never the run's problem
                 owners, note = [], f"the owner search failed ({type(e).__name__}: {e})"
             answer = explained(live["site"], live["device"], live["bytes_per_step"], owners, note, step)
@@ -336,6 +409,39 @@ class Capture:
             if self.live_warnings:
                 held = answer["owner_lines"][0] if owners else note
                 print(f"vramscope:   held by {held}", file=sys.stderr, flush=True)
+
+    @property
+    def _device_type(self) -> str:
+        return "cpu" if self.source is Source.live_tensors else "cuda"
+
+    def _own_work(self):
+        """vramscope's own tensors on the training thread are not the run's."""
+        return self._tensors.paused() if self._tensors is not None else contextlib.nullcontext()
+
+    def _spoken(self, live: dict) -> str:
+        """The monitor's line, with the device spelled as this source records it."""
+        if self.source is Source.live_tensors:
+            return live["line"].replace(f"(cuda:{live['device']}", "(cpu live tensors", 1)
+        return live["line"]
+
+    def projected_oom_step(self) -> int | None:
+        """The step at which a device runs out at the recent rates of the leaks held now (None: no
+        leak, or no capacity); it follows the run, from the last step's peak."""
+        recorder = self._recorder
+        return recorder.projected_oom_step if recorder is not None else None
+
+    def leaking(self) -> list[dict]:
+        """The live monitor's last word: the sites it holds as leaking now (the dicts end_step says)."""
+        recorder = self._recorder
+        found = recorder.leaking() if recorder is not None else []
+        for live in found:
+            live["line"] = self._spoken(live)
+        return found
+
+    @property
+    def steps(self) -> int:
+        recorder = self._recorder
+        return recorder.steps if recorder is not None else 0
 
     def _on_optimizer_step(self, optimizer) -> None:
         if self._step_source is None:
@@ -373,6 +479,16 @@ class Capture:
         recorder = self._recorder
         if recorder is not None:
             recorder.marker(_core.EventKind.annotation_start, name)
+
+
+def _capacity(torch, device: int, total: int) -> int:
+    """What this process may allocate on a device: its total, under a cap set with
+    torch.cuda.set_per_process_memory_fraction (where this torch can say)."""
+    fraction = getattr(torch.cuda, "get_per_process_memory_fraction", None)
+    try:
+        return int(total * fraction(device)) if fraction is not None else total
+    except Exception:
+        return total
 
 
 def track(path="vramscope.vscope", *, fail_on_leak=False, summary=True, live_warnings=True,

@@ -16,8 +16,9 @@ from .paths import OwnerPath, holders_of
 BLOCKS_TRIED = 8  # the newest live blocks of a leak: the ones its latest steps left
 
 
-def live_tensors_by_block(device: int, blocks) -> dict:
-    """(addr, end) of each block -> a tensor whose storage starts inside it."""
+def live_tensors_by_block(device: int, blocks, device_type: str = "cuda") -> dict:
+    """(addr, end) of each block -> a tensor whose storage starts inside it. `device_type` "cpu": the
+    blocks of a live-tensor capture, which has no device number of its own."""
     import torch
 
     spans = sorted((addr, addr + size) for addr, size in blocks)
@@ -30,7 +31,8 @@ def live_tensors_by_block(device: int, blocks) -> dict:
         if not issubclass(type(obj), torch.Tensor):
             continue
         try:
-            if not obj.is_cuda or obj.device.index != device:
+            where = obj.device
+            if where.type != device_type or (device_type == "cuda" and where.index != device):
                 continue
             ptr = obj.untyped_storage().data_ptr()
         except Exception:  # a tensor subclass or fake tensor without storage
@@ -49,13 +51,13 @@ def _bulk(tensors: list) -> list:
 
 
 def owners_of_blocks(device: int, blocks, *, max_paths: int = 3, budget: float = 5.0,
-                     skip_frames: set | None = None) -> tuple[list[OwnerPath], str]:
+                     skip_frames: set | None = None, device_type: str = "cuda") -> tuple[list[OwnerPath], str]:
     """Who holds the tensors in these (address, size) blocks: one walk for all of them. Returns
     the paths and a note ("" when the search ran its course)."""
     deadline = time.monotonic() + budget
     with warnings.catch_warnings():  # a scan of every object touches deprecated ones
         warnings.simplefilter("ignore")
-        tensors = _bulk(list(live_tensors_by_block(device, list(blocks)[:BLOCKS_TRIED]).values()))
+        tensors = _bulk(list(live_tensors_by_block(device, list(blocks)[:BLOCKS_TRIED], device_type).values()))
         if not tensors:
             return [], "no live tensor of this leak was found from Python (freed since, or held by C++ state)"
         skip = {id(sys._getframe())} | (skip_frames or set())

@@ -147,29 +147,58 @@ def holders_of(targets: list, skip_frames: set, max_paths: int, deadline: float)
     return found[:max_paths]
 
 
-def _breadth_first(roots, target_ids: dict, max_paths: int, deadline: float) -> list[OwnerPath]:
+class _TargetEdges:
+    """A node's edges with each tensor that is a target in another Python object (same memory,
+    shape and strides) standing for that target. An autograd node hands out its saved tensors as new
+    objects at every access (a saved output always): never the target's identity."""
+
+    def __init__(self, target_ids: dict):
+        import torch
+
+        self._tensor = torch.Tensor
+        self._targets_by_view = {}
+        for t in target_ids.values():
+            self._targets_by_view.setdefault(self._key(t), t)
+
+    def __call__(self, obj) -> list:
+        return [(label, self._as_target(child)) for label, child in _safe_edges(obj)]
+
+    def children(self, obj) -> list:
+        return [child for _, child in self(obj)]
+
+    @staticmethod
+    def _key(t) -> tuple:
+        return t.device, t.data_ptr(), tuple(t.shape), t.stride()
+
+    def _as_target(self, child):
+        if not issubclass(type(child), self._tensor):
+            return child
+        try:
+            return self._targets_by_view.get(self._key(child), child)
+        except Exception:  # a tensor without storage (fake, meta, sparse)
+            return child
+
+
+def _breadth_first(roots, target_ids: dict, max_paths: int, deadline: float, by_view: bool = True) -> list[OwnerPath]:
     """The walk itself runs in C++ (_core.reference_walk); only the hops of the paths it returns
-    are named here."""
+    are named here. by_view: a target's saved copies count as the target (_TargetEdges)."""
     roots = list(roots)  # also closes the generator, which would otherwise hold our frames
     skip = {id(vars(m)) for m in list(sys.modules.values()) if m is not None}
     skip |= {id(sys.modules), id(roots), id(target_ids)}
-    chains = _core.reference_walk(roots, set(target_ids), _EXTRA_TYPES, _extra_children, skip, max_paths,
+    edges_of = _TargetEdges(target_ids if by_view else {})
+    chains = _core.reference_walk(roots, set(target_ids), _EXTRA_TYPES, edges_of.children, skip, max_paths,
                                   max(0.0, deadline - time.monotonic()))
-    return [OwnerPath(label, _name_hops(chain), describe_tensor(chain[-1])) for label, chain in chains]
+    return [OwnerPath(label, _name_hops(chain, edges_of), describe_tensor(chain[-1])) for label, chain in chains]
 
 
-def _extra_children(obj):
-    return [child for _, child in edges(obj)]
-
-
-def _name_hops(chain: list) -> list[str]:
+def _name_hops(chain: list, edges_of) -> list[str]:
     """Labels for parent → child hops. gc's edges pass through objects Python spelling skips
     (an instance's __dict__, a closure's cell, a module's _modules dict): a label that reaches a
     later object of the chain directly stands for the hops in between."""
     labels, i = [], 0
     while i < len(chain) - 1:
         reachable = {}
-        for label, child in _safe_edges(chain[i]):
+        for label, child in edges_of(chain[i]):
             reachable.setdefault(id(child), label)
         for skip in (1, 2, 3):
             if i + skip < len(chain) and id(chain[i + skip]) in reachable:
@@ -230,8 +259,9 @@ def _cycle_through(start, members: dict) -> list:
 def _autograd_cycle(targets, deadline: float) -> list[OwnerPath]:
     """A tensor reachable from itself through its autograd graph: gc cannot see those edges."""
     for t in targets:
+        # Identity only: a node keeps its own output saved without the grad_fn, which is no cycle.
         found = _breadth_first([("<tensor>", t.grad_fn)] if t.grad_fn is not None else [],
-                               {id(t): t}, 1, deadline)
+                               {id(t): t}, 1, deadline, by_view=False)
         if found:
             p = found[0]
             return [OwnerPath("<cycle through its own graph> .grad_fn", p.edges, p.target,

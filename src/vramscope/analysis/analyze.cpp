@@ -37,11 +37,21 @@ std::vector<SourceLine> stack_lines(const StackTable& table, uint32_t stack) {
 }
 
 // Leading frames to skip when a stack is shown: the C++ frames (unwinder, allocator, dispatcher)
-// that torch's stacks="all" puts before the first Python frame. A stack of C++ alone shows whole.
+// that torch's stacks="all" puts before the first Python frame, and a dispatch mode's own frames
+// with the wrappers torch calls it through (a live-tensor capture records from inside one): shown
+// from the op's caller. A stack of machinery alone shows whole.
 size_t machinery_frames(const std::vector<SourceLine>& stack) {
-    size_t first_python = 0;
-    while (first_python < stack.size() && is_cpp_file(stack[first_python].file)) ++first_python;
-    return first_python < stack.size() ? first_python : 0;
+    size_t first = 0;
+    while (first < stack.size() && is_cpp_file(stack[first].file)) ++first;
+    for (size_t i = first; i < stack.size() && i < first + 4; ++i) {
+        if (stack[i].function != "__torch_dispatch__") continue;
+        const auto wrapper = [](const std::string& file) {
+            return file.ends_with("/torch/_dynamo/eval_frame.py") || file.ends_with("/torch/_compile.py");
+        };
+        for (first = i + 1; first < stack.size() && wrapper(stack[first].file);) ++first;
+        break;
+    }
+    return first < stack.size() ? first : 0;
 }
 
 // A site the judge reads: one that left survivors.

@@ -34,7 +34,21 @@ void LiveMonitor::release(uint8_t device, uint64_t addr) {
     free_slots_.push_back(slot);
 }
 
-void LiveMonitor::set_capacity(uint8_t device, uint64_t bytes) { devices_[device].capacity = bytes; }
+void LiveMonitor::set_capacity(uint8_t device, uint64_t capacity, uint64_t allocated_before) {
+    Device& d = devices_[device];
+    d.capacity = capacity;
+    d.allocated += int64_t(allocated_before);
+    d.peak = std::max(d.peak, d.allocated);
+}
+
+std::optional<uint64_t> LiveMonitor::projected_oom_step() const {
+    std::optional<uint64_t> first;
+    for (const Device& d : devices_) {
+        const auto at = vramscope::projected_oom_step(step_, d.capacity, uint64_t(std::max<int64_t>(0, d.last_peak)), d.leak_rate);
+        if (at && (!first || *at < *first)) first = at;
+    }
+    return first;
+}
 
 Judgement LiveMonitor::judge_recent(const Series& s) const {
     const size_t n = std::min(s.count, kRecentSteps);
@@ -110,11 +124,14 @@ std::vector<LiveLeak> LiveMonitor::end_step() {
     for (LiveLeak& leak : found) {
         if (!is_leak(leak.shape)) continue;
         const Device& d = devices_[leak.device];
-        leak.projected_oom_step = projected_oom_step(step_, d.capacity, uint64_t(std::max<int64_t>(0, d.peak)), d.leak_rate);
+        leak.projected_oom_step = vramscope::projected_oom_step(step_, d.capacity, uint64_t(std::max<int64_t>(0, d.peak)), d.leak_rate);
         leak.newest_blocks = newest_blocks(leak.device, leak.site);
         series_[key(leak.device, leak.site)].last = leak;
     }
-    for (Device& d : devices_) d.peak = d.allocated;
+    for (Device& d : devices_) {
+        d.last_peak = d.peak;
+        d.peak = d.allocated;
+    }
     for (auto& [k, bytes] : fresh_) bytes = 0;
     return found;
 }

@@ -36,12 +36,19 @@ public:
 
     void alloc(uint8_t device, uint64_t addr, uint64_t size, uint32_t site);
     void release(uint8_t device, uint64_t addr);
-    void set_capacity(uint8_t device, uint64_t bytes);
+    // A device's capacity and the bytes allocated on it before capture began: they count toward
+    // its peak, as the offline replay counts the trace's baseline, or a model loaded before the
+    // capture would put the projected OOM far too late.
+    void set_capacity(uint8_t device, uint64_t capacity, uint64_t allocated_before = 0);
     // Closes a step; returns the sites confirmed as leaking at this step and those withdrawn.
     std::vector<LiveLeak> end_step();
     // The sites whose last word is "leak", with their newest blocks as they are now.
     std::vector<LiveLeak> leaking() const;
     uint64_t steps() const { return step_; }
+    // The earliest step at which a device runs out, at the recent rates of the leaks held now and
+    // from the peak of the last step; none without a leak or a capacity. Unlike a confirmed leak's
+    // projection, which is said once, this one follows the run.
+    std::optional<uint64_t> projected_oom_step() const;
 
 private:
     struct Block {
@@ -58,6 +65,7 @@ private:
     };
     struct Device {
         int64_t allocated = 0, peak = 0;
+        int64_t last_peak = 0;  // the peak of the last step that ended
         uint64_t capacity = 0;
         double leak_rate = 0;  // recent rates of the leaks held now: what the OOM projection uses
     };

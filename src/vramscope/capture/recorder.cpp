@@ -78,7 +78,7 @@ void Recorder::device(uint8_t device, uint64_t total_memory, uint64_t allocated,
     if (!writer_) return;
     writer_->device(DeviceInfo{device, total_memory, allocated, reserved});
     std::lock_guard lock(mutex_);
-    monitor_.set_capacity(device, total_memory);
+    monitor_.set_capacity(device, total_memory, allocated);
 }
 
 void Recorder::name_stream(uint64_t handle, std::string_view label) {
@@ -351,6 +351,11 @@ std::vector<LiveFinding> Recorder::described(std::vector<LiveLeak> leaks) {
 uint64_t Recorder::steps() const {
     std::lock_guard lock(mutex_);
     return monitor_.steps();
+}
+
+std::optional<uint64_t> Recorder::projected_oom_step() const {
+    std::lock_guard lock(mutex_);
+    return monitor_.projected_oom_step();
 }
 
 void Recorder::flush() {

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -66,6 +67,8 @@ public:
     std::string fault() const;
     uint64_t allocations() const;
     uint64_t steps() const;
+    // The live monitor's projection as of the last step end (LiveMonitor::projected_oom_step).
+    std::optional<uint64_t> projected_oom_step() const;
     const std::string& path() const { return path_; }
 
 private:

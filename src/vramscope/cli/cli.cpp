@@ -17,6 +17,8 @@
 #include "common/file.h"
 #include "common/format.h"
 #include "common/progress.h"
+#include "compare/cells.h"
+#include "compare/table.h"
 #include "findings/json.h"
 #include "findings/json_reader.h"
 #include "importers/torch_snapshot.h"
@@ -53,6 +55,11 @@ constexpr const char* kUsage = R"(usage: vramscope COMMAND ...
   convert IN OUT.vscope [--chunk-size SIZE]
         Convert a torch snapshot to the compact .vscope trace format; chunks of SIZE (default
         64KiB, at most 16MiB) are what a cut file loses at most.
+  compare [MATRIX.toml] [--variant NAME=KIND:VALUE]... [--mode NAME=ARGS]... [-- COMMAND...]
+        Candidate fixes x modes, each in a fresh process under live capture: which fixes the
+        leak (see `vramscope compare --help`).
+  compare-table OUT/compare.json [--markdown OUT.md] [--json OUT.json] [--html OUT.html]
+        The table of a compare run again (statuses from its cells' findings).
   demo                    Analyse a bundled real trace of a leaking training run.
 
 Limits on reading one input (analyze, report, export, convert), each error naming the limit:
@@ -303,6 +310,33 @@ int convert_command(const std::vector<std::string>& args) {
     return 0;
 }
 
+// `compare-table RESULTS.json`: the table a compare run prints, and its other forms.
+int compare_table_command(const std::vector<std::string>& args) {
+    std::string results, markdown, json, html;
+    for (size_t i = 0; i < args.size(); ++i) {
+        const std::string& a = args[i];
+        auto value = [&]() -> const std::string& {
+            if (i + 1 >= args.size()) throw UsageError(a + " needs a value");
+            return args[++i];
+        };
+        if (a == "--markdown") markdown = value();
+        else if (a == "--json") json = value();
+        else if (a == "--html") html = value();
+        else if (!a.empty() && a[0] == '-') throw UsageError("compare-table: unknown option " + a);
+        else if (results.empty()) results = a;
+        else throw UsageError("compare-table takes one compare.json");
+    }
+    if (results.empty()) throw UsageError("compare-table needs the compare.json of a compare run");
+    const CompareRun run = read_compare(results);
+    if (!markdown.empty()) write_file(markdown, render_compare_markdown(run), "Markdown table");
+    if (!json.empty()) write_file(json, render_compare_json(run), "table JSON");
+    if (!html.empty()) write_file(html, render_compare_html(run), "table page");
+    write_stdout(render_compare_terminal(run));
+    for (const auto& [path, what] : {std::pair{markdown, "Markdown"}, {html, "page"}, {json, "JSON"}})
+        if (!path.empty()) write_stdout(std::string(what) + ": " + path + "\n");
+    return 0;
+}
+
 }  // namespace
 
 int run_cli(const std::vector<std::string>& args) {
@@ -316,6 +350,7 @@ int run_cli(const std::vector<std::string>& args) {
         if (args[0] == "report") return analyze_command(rest, true);
         if (args[0] == "convert") return convert_command(rest);
         if (args[0] == "export") return export_command(rest);
+        if (args[0] == "compare-table") return compare_table_command(rest);
         if (args[0] == "version") {
             std::cout << "vramscope " VRAMSCOPE_VERSION "\n";
             return 0;

@@ -1,0 +1,232 @@
+"""Runs the cells of a matrix, each in a fresh process under live capture: one GPU per cell
+(CUDA_VISIBLE_DEVICES) with a queue when there are more cells than GPUs, or a launcher prefix per
+cell (srun ...). Each cell's trace, log, findings and report stay in OUT/cells/MODE/VARIANT/;
+cell.json says how it ended and is what --resume trusts."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..capture import naming
+from ..launch import add_owners_to_json, run_environment
+from .isolation import SetupError, prepare
+from .matrix import Cell, Matrix
+
+# How a cell's process ended; the C++ side (compare/cells.h) reads these spellings.
+FINISHED, FAILED, OUT_OF_MEMORY, TIMED_OUT, NOT_RUN, INTERRUPTED = (
+    "finished", "failed", "out-of-memory", "timed-out", "not-run", "interrupted")
+_OOM_MARKS = ("torch.OutOfMemoryError", "CUDA out of memory", "vramscope: CUDA out of memory")
+_GRACE_SECONDS = 20  # after SIGTERM, for the cell to write its trace's end
+
+
+@dataclass
+class Options:
+    out: Path
+    gpus: list  # one slot each: CUDA_VISIBLE_DEVICES for its cells, or None (unpinned: one at a time, or --jobs)
+    launcher: list[str]
+    resume: bool = False
+    keep_trees: bool = False
+
+
+def visible_gpus() -> list:
+    """The GPUs cells may use: CUDA_VISIBLE_DEVICES if set, else those nvidia-smi lists."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [g.strip() for g in visible.split(",") if g.strip()] or [None]
+    try:
+        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return [None]
+    return [str(i) for i, line in enumerate(l for l in listed.splitlines() if l.startswith("GPU "))] or [None]
+
+
+def cell_dir(out: Path, cell: Cell) -> Path:
+    return out / "cells" / cell.mode.name / cell.variant.name
+
+
+class Runner:
+    def __init__(self, matrix: Matrix, options: Options):
+        self.matrix, self.options = matrix, options
+        self.results: dict[str, dict] = {}
+        self.running: dict[str, subprocess.Popen] = {}
+        self.stopping = threading.Event()
+        self.lock = threading.Lock()
+
+    # -- one cell ----------------------------------------------------------------------------
+    def finished_before(self, cell: Cell) -> dict | None:
+        path = cell_dir(self.options.out, cell) / "cell.json"
+        try:
+            result = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+        done = result.get("state") not in (INTERRUPTED, None)
+        return result if done and result.get("fingerprint") == cell.fingerprint(self.matrix) else None
+
+    def run_cell(self, cell: Cell, gpu) -> dict:
+        directory = cell_dir(self.options.out, cell)
+        if directory.exists():
+            shutil.rmtree(directory)
+        directory.mkdir(parents=True)
+        result = {"mode": cell.mode.name, "variant": cell.variant.name, "fingerprint": cell.fingerprint(self.matrix),
+                  "gpu": gpu, "state": NOT_RUN, "rc": None, "wall_seconds": 0.0, "reason": "", "trees": {},
+                  "findings": None, "report": None, "log": "log.txt"}
+        try:
+            workspace = prepare(self.matrix, cell.variant, directory, self.options.out)
+        except (SetupError, OSError) as e:
+            result["reason"] = str(e)
+            return self._save(directory, result)
+        result["trees"] = {copy: tree for tree, copy in workspace.copies.items()}  # sites name the copies
+        output = directory / "trace.vscope"
+        env = {**os.environ, **dict(cell.mode.env), **dict(cell.variant.env)}
+        env = run_environment(output, device_memory=self.matrix.device_memory, max_steps=self.matrix.steps,
+                              preload=cell.variant.preload, base=env)
+        if workspace.pythonpath:
+            env["PYTHONPATH"] = os.pathsep.join([*workspace.pythonpath, *filter(None, [env.get("PYTHONPATH")])])
+        if gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = gpu
+        command = workspace.command([*self.matrix.command, *cell.mode.args, *cell.variant.args])
+        if command[0].endswith(".py"):
+            command = [sys.executable, *command]
+        started = time.time() - 1  # file times have coarse resolution on some filesystems
+        t0 = time.monotonic()
+        with open(directory / "log.txt", "wb") as log:
+            log.write(f"$ {' '.join([*self.options.launcher, *command])}\n".encode())
+            log.flush()
+            result["state"], result["rc"] = self._wait(cell, [*self.options.launcher, *command], workspace.cwd, env, log)
+        result["wall_seconds"] = round(time.monotonic() - t0, 3)
+        if result["state"] == FAILED and _mentions_oom(directory / "log.txt"):
+            result["state"] = OUT_OF_MEMORY
+        self._analyse(directory, naming.run_files(output, started), result)
+        if not self.options.keep_trees:
+            shutil.rmtree(directory / "trees", ignore_errors=True)
+        return self._save(directory, result)
+
+    def _wait(self, cell: Cell, command: list[str], cwd: str, env: dict, log) -> tuple[str, int | None]:
+        if self.stopping.is_set():
+            return INTERRUPTED, None
+        try:
+            proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+        except OSError as e:
+            log.write(f"vramscope compare: cannot start {command[0]}: {e}\n".encode())
+            return FAILED, None
+        with self.lock:
+            self.running[cell.key] = proc
+        try:
+            rc = proc.wait(timeout=self.matrix.timeout)
+            state = FINISHED if rc == 0 else FAILED
+        except subprocess.TimeoutExpired:
+            stop_group(proc)
+            state, rc = TIMED_OUT, proc.returncode
+        finally:
+            with self.lock:
+                self.running.pop(cell.key, None)
+        return (INTERRUPTED, rc) if self.stopping.is_set() and state != FINISHED else (state, rc)
+
+    def _analyse(self, directory: Path, traces: list[Path], result: dict) -> None:
+        """Each trace analysed once, in its own process, its output kept in analysis.txt; the owners
+        the cell's processes found go into the findings."""
+        if not traces:
+            if not result["reason"]:
+                result["reason"] = "no trace was written (the command did not use CUDA, or not through torch)"
+            return
+        findings, report = directory / "findings.json", directory / "report.html"
+        cli = [sys.executable, "-m", "vramscope", "analyze", *map(str, traces), "--json", str(findings),
+               "--html", str(report), "--skip-empty"]
+        if self.matrix.device_memory:
+            cli += ["--device-memory", f"{self.matrix.device_memory}B"]
+        with open(directory / "analysis.txt", "wb") as out:
+            subprocess.run(cli, stdout=out, stderr=subprocess.STDOUT)
+        if findings.exists():
+            add_owners_to_json(findings, traces)
+            result["findings"], result["report"] = findings.name, report.name
+        else:
+            result["reason"] = result["reason"] or "the analysis failed (analysis.txt says why)"
+
+    def _save(self, directory: Path, result: dict) -> dict:
+        (directory / "cell.json").write_text(json.dumps(result, indent=1) + "\n")
+        return result
+
+    # -- the matrix ---------------------------------------------------------------------------
+    def run(self, progress) -> bool:
+        """Runs every cell (--resume: those not finished before); False when interrupted."""
+        cells = self.matrix.cells()
+        todo: queue.Queue = queue.Queue()
+        for cell in cells:
+            earlier = self.finished_before(cell) if self.options.resume else None
+            if earlier is not None:
+                self.results[cell.key] = {**earlier, "resumed": True}
+            else:
+                todo.put(cell)
+        def worker(gpu):
+            while not self.stopping.is_set():
+                try:
+                    cell = todo.get_nowait()
+                except queue.Empty:
+                    return
+                with self.lock:
+                    self.results[cell.key] = {"state": "running"}
+                result = self.run_cell(cell, gpu)
+                with self.lock:
+                    self.results[cell.key] = result
+                progress.cell_done(cell, result)
+
+        threads = [threading.Thread(target=worker, args=(gpu,), daemon=True) for gpu in self.options.gpus]
+        for t in threads:
+            t.start()
+        try:
+            while any(t.is_alive() for t in threads):
+                progress.show(self.counts(len(cells)))
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            self.stopping.set()
+            progress.note("interrupted: stopping the running cells; finished cells are kept (--resume goes on)")
+            with self.lock:
+                running = list(self.running.values())
+            for proc in running:
+                stop_group(proc)
+            for t in threads:
+                t.join()
+        progress.show(self.counts(len(cells)), final=True)
+        return not self.stopping.is_set()
+
+    def counts(self, total: int) -> dict:
+        with self.lock:
+            states = [r.get("state") for r in self.results.values()]
+        running = states.count("running")
+        done = len(states) - running
+        return {"done": done, "running": running, "queued": total - done - running, "total": total}
+
+
+def stop_group(proc: subprocess.Popen) -> None:
+    """SIGTERM to the cell's whole process group, SIGKILL after the grace period."""
+    for sig, wait in ((signal.SIGTERM, _GRACE_SECONDS), (signal.SIGKILL, None)):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _mentions_oom(log: Path) -> bool:
+    try:
+        with open(log, "rb") as f:
+            f.seek(max(0, os.path.getsize(log) - 256 * 1024))  # the end says how it died
+            tail = f.read().decode(errors="replace")
+    except OSError:
+        return False
+    return any(mark in tail for mark in _OOM_MARKS)

@@ -1,0 +1,104 @@
+"""What a test or a run may hold, and a judged capture held to it. Policy only: the verdicts and
+per-site rates are the analysis's (the one judge); this file parses sizes, compares and words it.
+
+Sizes are written as pytest-memray's markers write them ("24 MB", "1 MiB", "512KB", "+1.5 GiB") and
+mean what they mean everywhere in vramscope (`--device-memory`): MB is 10^6 bytes, MiB 2^20.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import re
+from dataclasses import dataclass
+
+from .. import _core
+from ..capture import Source
+
+SIZE = re.compile(r"\+?(\d+\.?\d*|\.\d+)\s*([kmgt]i?b|[kmgt]|b)?", re.IGNORECASE)
+STACK_SHOWN = 4  # frames of a leak's stack in a report
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def parse_size(size: str | int) -> int:
+    """Bytes in a size such as "24 MB" or "1 MiB" (an int is bytes); a clear ValueError otherwise."""
+    if isinstance(size, int) and size >= 0:
+        return size
+    if not isinstance(size, str) or not SIZE.fullmatch(size.strip()):
+        raise ValueError(f"vramscope: {size!r} is not a size; write it as \"24 MB\", \"1 MiB\" or \"512 KiB\" "
+                         "(MB is 10^6 bytes, MiB 2^20)")
+    return _core.parse_bytes(size.strip().lstrip("+"))
+
+
+@dataclass
+class Judged:
+    """One capture, analysed: the findings (docs/findings.md), what was recorded, the peak."""
+
+    source: Source
+    findings: dict | None  # None: nothing was captured, `problem` says why
+    peak_allocated: int = 0
+    problem: str = ""
+
+    @property
+    def how(self) -> str:
+        return f"judged from {self.source.value}" + (", no CUDA here" if self.source is Source.live_tensors else "")
+
+
+class Broken(enum.Enum):
+    """Which limit a check broke, or that it could not be checked."""
+
+    leak = "leak"
+    peak = "peak"
+    cannot_judge = "cannot judge"
+
+
+@dataclass
+class Failure:
+    broken: Broken
+    text: str  # what the report says
+
+
+def leaks_over(judged: Judged, limit: int) -> list[dict]:
+    """The leaking sites (the judge's verdict) whose bytes/step exceed the limit."""
+    return [leak for leak in (judged.findings or {}).get("leaks", []) if leak["bytes_per_step"] > limit]
+
+
+def failures(judged: Judged, *, leak_limit: int | None = None, memory_limit: int | None = None) -> list[Failure]:
+    """What breaks the limits, as the report says it; empty when within them."""
+    if judged.findings is None:
+        return [Failure(Broken.cannot_judge, f"vramscope could not measure this ({judged.problem}), so it cannot "
+                                             "say there is no leak")]
+    out = []
+    if leak_limit is not None:
+        if judged.findings["verdict"] == _core.Verdict.cannot_judge.spelling:
+            why = "; ".join(judged.findings.get("input_faults") or judged.findings.get("notes") or [])
+            out.append(Failure(Broken.cannot_judge, f"vramscope cannot judge this ({judged.how}): {why}"))
+        out += [Failure(Broken.leak, leak_report(leak, leak_limit, judged)) for leak in leaks_over(judged, leak_limit)]
+    if memory_limit is not None and judged.peak_allocated > memory_limit:
+        out.append(Failure(Broken.peak, f"peak allocated {_core.format_bytes(judged.peak_allocated)} is over the "
+                                        f"limit of {_core.format_bytes(memory_limit)} ({judged.how})"))
+    return out
+
+
+def leak_report(leak: dict, limit: int, judged: Judged) -> str:
+    """A leaking site as a failing test shows it: rate, site, stream, stack, who holds it."""
+    site = leak["site"]
+    where = f"{os.path.basename(site['file'])}:{site['line']} {site['function']}"
+    stream = "host memory" if judged.source is Source.live_tensors else f"{leak['stream_kind']} stream"
+    lines = [f"leak: +{_core.format_bytes(leak['bytes_per_step'])}/step at {where}, over the limit of "
+             f"{_core.format_bytes(limit)}/step ({judged.how})",
+             f"  {leak['shape']} since step {leak['first_step']}, {stream}, confidence {leak['confidence']:.2f}, "
+             f"{_core.format_bytes(leak['live_bytes'])} held at the end"]
+    stack = leak["stack"][leak.get("stack_shown_from", 0):]
+    # From the site out: the frames inside it are torch's and vramscope's own (a live-tensor capture).
+    at_site = next((i for i, f in enumerate(stack) if (f["file"], f["line"]) == (site["file"], site["line"])), 0)
+    # Up to the caller's outermost frame before vramscope's own (assert_no_leak, the pytest plugin).
+    ours = next((i for i in range(at_site, len(stack)) if stack[i]["file"].startswith(PACKAGE_DIR)), len(stack))
+    shown = stack[at_site:ours][:STACK_SHOWN]
+    lines += [f"  at {frame['function']}  {frame['file']}:{frame['line']}" for frame in shown]
+    owners = leak.get("owners") or []
+    lines += [f"  held by {o['path']}  → {o['target']}" + ("" if o["kind"] == "reachable" else f"   ({o['kind']})")
+              for o in owners]
+    if not owners:
+        lines.append("  held by: not found from Python (freed since, or held by C++ state)")
+    return "\n".join(lines)

@@ -1,0 +1,132 @@
+"""The pytest plugin (entry point pytest11): on with `--vramscope` or the ini option `vramscope = true`;
+off, its markers do nothing and `vram_steps` only iterates. Plumbing only: the limits, their
+wording and the check are limits.py's and check.py's.
+
+    @pytest.mark.limit_gpu_leaks("1 MiB")            # bytes a step any allocation site may grow by
+    @pytest.mark.limit_gpu_memory("2 GiB")           # peak allocated
+    def test_training_does_not_leak(vram_steps):
+        for batch in vram_steps(batches):            # a step ends after each item
+            train_step(batch)
+
+A test without `vram_steps` is called warmup + steps times (marker keywords), a step each; once when
+only its peak is limited.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from .. import _core
+from .check import LeakCheck
+
+LEAKS_MARKER = "limit_gpu_leaks"
+MEMORY_MARKER = "limit_gpu_memory"
+STEPS, WARMUP = 8, 2  # judged steps and warm-up steps, as assert_no_leak's
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("vramscope", "GPU memory leaks (vramscope)")
+    group.addoption("--vramscope", action="store_true", default=False,
+                    help="hold tests marked limit_gpu_leaks / limit_gpu_memory to their limits")
+    parser.addini("vramscope", type="bool", default=False, help="the same as --vramscope")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", f"{LEAKS_MARKER}(limit, steps={STEPS}, warmup={WARMUP}): fail when an "
+                            "allocation site's surviving memory grows by more than `limit` a step (with --vramscope)")
+    config.addinivalue_line("markers", f"{MEMORY_MARKER}(limit): fail when the peak allocated memory is over "
+                            "`limit` (with --vramscope)")
+    if config.getoption("vramscope") or config.getini("vramscope"):
+        config.pluginmanager.register(LimitsPlugin(), "vramscope-limits")
+
+
+class StepMarkers:
+    """What `vram_steps` gives a test: `for x in vram_steps(items)` ends a step after each item (an int
+    n: range(n)); the plugin points it at the check it runs, if any."""
+
+    def __init__(self):
+        self.check: LeakCheck | None = None
+
+    def __call__(self, items):
+        for item in range(items) if isinstance(items, int) else items:
+            yield item
+            if self.check is not None:
+                self.check.step()
+
+
+@pytest.fixture
+def vram_steps() -> StepMarkers:
+    return StepMarkers()
+
+
+class LimitsPlugin:
+    def __init__(self):
+        self.outcomes: list[tuple[str, LeakCheck]] = []
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_pyfunc_call(self, pyfuncitem):
+        leaks = pyfuncitem.get_closest_marker(LEAKS_MARKER)
+        memory = pyfuncitem.get_closest_marker(MEMORY_MARKER)
+        if leaks is None and memory is None:
+            yield
+            return
+        options = dict(leaks.kwargs) if leaks is not None else {}
+        try:
+            check = LeakCheck(limit=_limit(leaks), peak_limit=_limit(memory), warmup=options.pop("warmup", WARMUP))
+            steps = options.pop("steps", STEPS)
+            if options:
+                raise TypeError(f"{LEAKS_MARKER}: unknown keyword(s) {', '.join(options)} (steps, warmup)")
+        except (TypeError, ValueError) as e:  # the marker is wrong, not the test
+            pytest.fail(str(e), pytrace=False)
+        markers = pyfuncitem.funcargs.get("vram_steps")
+        test = pyfuncitem.obj
+
+        def measured(**kwargs):
+            __tracebackhide__ = True
+            check.start()
+            try:
+                if isinstance(markers, StepMarkers):
+                    markers.check = check
+                    test(**kwargs)
+                else:  # the test body is one step, repeated when its leaks are judged
+                    for _ in range(check.warmup + steps if leaks is not None else 1):
+                        test(**kwargs)
+                        check.step()
+            finally:
+                if isinstance(markers, StepMarkers):
+                    markers.check = None
+                check.stop()
+            self.outcomes.append((pyfuncitem.nodeid, check))
+            if check.failures:
+                pyfuncitem.add_report_section("call", "vramscope", check.report())
+            check.raise_failures(brief=True)
+
+        pyfuncitem.obj = measured
+        try:
+            yield
+        finally:
+            pyfuncitem.obj = test
+
+    def pytest_terminal_summary(self, terminalreporter):
+        if not self.outcomes:
+            return
+        terminalreporter.write_sep("=", "vramscope")
+        for nodeid, check in self.outcomes:
+            if check.failures:
+                terminalreporter.write_line(f"FAIL {nodeid}: {check.failures[0].text.splitlines()[0]}")
+                continue
+            judged = check.judged
+            said = f"peak {_core.format_bytes(judged.peak_allocated)} ({judged.how})"
+            if check.limit is not None:
+                worst = max((leak["bytes_per_step"] for leak in judged.findings["leaks"]), default=0)
+                said = (f"leaks +{_core.format_bytes(worst)}/step, within the limit" if worst else "no leak") + "; " + said
+            terminalreporter.write_line(f"ok   {nodeid}: {said}")
+
+
+def _limit(marker):
+    """The marker's limit, as written (LeakCheck parses it: a bad size is the test's error)."""
+    if marker is None:
+        return None
+    if len(marker.args) != 1:
+        raise TypeError(f"{marker.name} takes one size, such as \"1 MiB\"; got {marker.args!r}")
+    return marker.args[0]

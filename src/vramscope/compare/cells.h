@@ -1,0 +1,62 @@
+// A `vramscope compare` run as its runner left it (OUT/compare.json, written by
+// python/vramscope/compare) with each cell's findings read: what the statuses and the table use.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "findings/vocabulary.h"
+
+namespace vramscope {
+
+// How a cell's process ended (the runner spells these; anything else is an error).
+enum class CellOutcome : uint8_t { finished, failed, out_of_memory, timed_out, not_run, interrupted };
+std::string_view name(CellOutcome o);
+
+struct CellLeak {
+    std::string site;      // "train.py:42 forward", as people say it
+    std::string site_key;  // file (in the user's tree, not the cell's copy) and function: the same code across cells
+    bool side_stream = false;
+    double bytes_per_step = 0;
+    int64_t first_step = 0;
+    std::string owner;  // the first owner path, "" when none was found
+};
+
+struct CellResult {
+    std::string mode, variant;
+    CellOutcome outcome = CellOutcome::not_run;
+    std::optional<int64_t> exit_code;
+    double wall_seconds = 0;
+    std::string reason;                  // why it did not run or was not analysed
+    bool analysed = false;               // findings were read
+    Verdict verdict = Verdict::cannot_judge;
+    double leak_bytes_per_step = 0;      // the largest over its processes (ranks)
+    uint64_t peak_allocated = 0, peak_reserved = 0;
+    int64_t steps = 0;                   // steps judged in the trace
+    std::optional<int64_t> oom_step, projected_oom_step, growth_start_step;
+    std::vector<CellLeak> leaks;         // largest first
+    std::string report, log;             // relative to compare.json
+};
+
+struct CompareRow {
+    std::string name, label;
+    std::vector<std::string> changes;
+};
+
+struct CompareRun {
+    std::vector<std::string> command;
+    int64_t step_limit = 0;
+    double wall_seconds = 0;
+    bool complete = true;
+    std::vector<std::string> modes;
+    std::vector<CompareRow> rows;   // baseline first
+    std::vector<CellResult> cells;  // mode by mode, rows in order
+    const CellResult* cell(std::string_view mode, std::string_view row) const;
+};
+
+// Throws std::runtime_error naming the file (compare.json or a cell's findings) and what is wrong.
+CompareRun read_compare(const std::string& path);
+
+}  // namespace vramscope

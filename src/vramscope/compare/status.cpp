@@ -1,0 +1,63 @@
+#include "compare/status.h"
+
+#include <cmath>
+
+namespace vramscope {
+namespace {
+
+bool ran_to_the_end(const CellResult& c) { return c.outcome == CellOutcome::finished && !c.oom_step; }
+bool out_of_memory(const CellResult& c) { return c.outcome == CellOutcome::out_of_memory || c.oom_step.has_value(); }
+
+std::string how_it_broke(const CellResult& c) {
+    if (out_of_memory(c)) return c.oom_step ? "out of memory at step " + std::to_string(*c.oom_step) : "out of memory";
+    if (c.outcome == CellOutcome::failed && c.exit_code) return "exit code " + std::to_string(*c.exit_code);
+    if (!c.reason.empty() && c.outcome == CellOutcome::not_run) return c.reason;
+    return std::string(name(c.outcome));
+}
+
+std::string percent_of_baseline(double ratio) {
+    return "rate " + std::to_string(int(std::lround(ratio * 100))) + "% of the baseline's";
+}
+
+}  // namespace
+
+std::string_view name(CellStatus s) {
+    switch (s) {
+        case CellStatus::baseline: return "baseline";
+        case CellStatus::fix: return "root-cause fix";
+        case CellStatus::partial: return "partial";
+        case CellStatus::no_effect: return "no effect";
+        case CellStatus::worse: return "worse";
+        case CellStatus::broken: return "broken";
+        case CellStatus::unknown: return "unknown";
+    }
+    return "?";
+}
+
+CellJudgement judge_against(const CellResult& cell, const CellResult& baseline) {
+    if (&cell == &baseline) return {CellStatus::baseline, 0, ""};
+    // A leak that kills the baseline kills a variant that changes nothing too: that is no effect,
+    // not breakage. Out of memory counts against a variant only where the baseline survived.
+    bool broke = !ran_to_the_end(cell) && !(out_of_memory(cell) && out_of_memory(baseline));
+    if (broke) return {CellStatus::broken, 0, how_it_broke(cell)};
+    if (!cell.analysed || cell.verdict == Verdict::cannot_judge)
+        return {CellStatus::unknown, 0, cell.reason.empty() ? "could not be judged" : cell.reason};
+    if (!baseline.analysed || baseline.verdict == Verdict::cannot_judge)
+        return {CellStatus::unknown, 0, "the baseline could not be judged"};
+    const double base = baseline.leak_bytes_per_step, rate = cell.leak_bytes_per_step;
+    const double saved = (base - rate) * double(baseline.steps);
+    if (base <= 0) {
+        if (rate <= 0) return {CellStatus::no_effect, 0, "no leak, as the baseline"};
+        return {CellStatus::worse, saved, "leaks where the baseline did not"};
+    }
+    const double ratio = rate / base;
+    CellStatus status = ratio <= kFixAtMost       ? CellStatus::fix
+                        : ratio <= kPartialAtMost ? CellStatus::partial
+                        : ratio >= kWorseAtLeast  ? CellStatus::worse
+                                                  : CellStatus::no_effect;
+    if (status == CellStatus::fix && out_of_memory(cell))
+        return {CellStatus::partial, saved, "still out of memory"};  // a fix lets the run finish
+    return {status, saved, rate <= 0 ? "no leak left" : percent_of_baseline(ratio)};
+}
+
+}  // namespace vramscope

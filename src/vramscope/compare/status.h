@@ -1,0 +1,35 @@
+// What a candidate fix did, from the numbers against its mode's baseline, never from its name.
+// The thresholds are the policy; docs/compare.md states them.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "compare/cells.h"
+
+namespace vramscope {
+
+enum class CellStatus : uint8_t {
+    baseline,   // the row the others are measured against
+    fix,        // the leak is gone: at most kFixAtMost of the baseline's rate, and no OOM
+    partial,    // the leak is smaller: at most kPartialAtMost of the baseline's rate
+    no_effect,  // within the noise of the baseline's rate (or no leak either way)
+    worse,      // at least kWorseAtLeast of the baseline's rate, or a leak where the baseline had none
+    broken,     // crashed, timed out, not run, or out of memory where the baseline was not
+    unknown,    // this cell or its baseline could not be judged
+};
+std::string_view name(CellStatus s);
+
+inline constexpr double kFixAtMost = 0.05;
+inline constexpr double kPartialAtMost = 0.80;
+inline constexpr double kWorseAtLeast = 1.20;
+
+struct CellJudgement {
+    CellStatus status = CellStatus::unknown;
+    double saved_bytes = 0;  // growth saved over the baseline's steps: (baseline rate - this rate) × steps
+    std::string why;         // one short clause: "rate 48% of the baseline's", "exit code 1"
+};
+
+CellJudgement judge_against(const CellResult& cell, const CellResult& baseline);
+
+}  // namespace vramscope

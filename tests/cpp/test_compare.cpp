@@ -1,0 +1,149 @@
+// compare/: the status rules against the baseline, and the table read from a compare run whose
+// cells' findings are the real fixtures' (recorded on a GPU).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "analysis/analyze.h"
+#include "compare/cells.h"
+#include "compare/status.h"
+#include "compare/table.h"
+#include "findings/json.h"
+#include "importers/torch_snapshot.h"
+
+using namespace vramscope;
+namespace fs = std::filesystem;
+
+namespace {
+
+CellResult judged(double rate, Verdict verdict = Verdict::leak, int64_t steps = 30) {
+    CellResult c;
+    c.outcome = CellOutcome::finished;
+    c.analysed = true;
+    c.verdict = rate > 0 ? verdict : Verdict::no_leak;
+    c.leak_bytes_per_step = rate;
+    c.steps = steps;
+    return c;
+}
+
+TEST(CompareStatus, RatesAgainstTheBaselineGiveEachStatus) {
+    const CellResult base = judged(2 << 20);
+    EXPECT_EQ(judge_against(base, base).status, CellStatus::baseline);
+    EXPECT_EQ(judge_against(judged(0), base).status, CellStatus::fix);
+    EXPECT_EQ(judge_against(judged(0.05 * (2 << 20)), base).status, CellStatus::fix);
+    EXPECT_EQ(judge_against(judged(0.06 * (2 << 20)), base).status, CellStatus::partial);
+    EXPECT_EQ(judge_against(judged(1 << 20), base).status, CellStatus::partial);
+    EXPECT_EQ(judge_against(judged(0.81 * (2 << 20)), base).status, CellStatus::no_effect);
+    EXPECT_EQ(judge_against(judged(1.19 * (2 << 20)), base).status, CellStatus::no_effect);
+    EXPECT_EQ(judge_against(judged(1.2 * (2 << 20)), base).status, CellStatus::worse);
+    // Growth saved: the baseline's rate minus this one's, over the baseline's steps.
+    EXPECT_DOUBLE_EQ(judge_against(judged(1 << 20), base).saved_bytes, double(1 << 20) * 30);
+    EXPECT_EQ(judge_against(judged(1 << 20), base).why, "rate 50% of the baseline's");
+}
+
+TEST(CompareStatus, NoLeakInTheBaselineMakesAnyLeakWorse) {
+    const CellResult clean = judged(0);
+    EXPECT_EQ(judge_against(judged(0), clean).status, CellStatus::no_effect);
+    EXPECT_EQ(judge_against(judged(1 << 20), clean).status, CellStatus::worse);
+}
+
+TEST(CompareStatus, CrashesTimeoutsAndNewOutOfMemoryAreBroken) {
+    const CellResult base = judged(2 << 20);
+    CellResult crashed = judged(0);
+    crashed.outcome = CellOutcome::failed;
+    crashed.exit_code = 1;
+    EXPECT_EQ(judge_against(crashed, base).status, CellStatus::broken);
+    EXPECT_EQ(judge_against(crashed, base).why, "exit code 1");
+    CellResult slow = judged(0);
+    slow.outcome = CellOutcome::timed_out;
+    EXPECT_EQ(judge_against(slow, base).status, CellStatus::broken);
+    CellResult oom = judged(2 << 20);
+    oom.outcome = CellOutcome::out_of_memory;
+    oom.oom_step = 19;
+    EXPECT_EQ(judge_against(oom, base).status, CellStatus::broken);
+    EXPECT_EQ(judge_against(oom, base).why, "out of memory at step 19");
+    CellResult unpatched = judged(0);
+    unpatched.outcome = CellOutcome::not_run;
+    unpatched.analysed = false;
+    unpatched.reason = "patch fix.patch does not apply to 0-trl: ...";
+    EXPECT_EQ(judge_against(unpatched, base).status, CellStatus::broken);
+}
+
+TEST(CompareStatus, OutOfMemoryLikeTheBaselineIsJudgedByRate) {
+    CellResult base = judged(2 << 20);
+    base.outcome = CellOutcome::out_of_memory;
+    base.oom_step = 19;
+    CellResult same = base;
+    EXPECT_EQ(judge_against(same, base).status, CellStatus::no_effect);  // changes nothing, dies as the baseline
+    CellResult fixed = judged(0);
+    EXPECT_EQ(judge_against(fixed, base).status, CellStatus::fix);
+    CellResult still_dies = judged(0.01 * (2 << 20));
+    still_dies.outcome = CellOutcome::out_of_memory;
+    EXPECT_EQ(judge_against(still_dies, base).status, CellStatus::partial);  // a fix lets the run finish
+}
+
+TEST(CompareStatus, CannotJudgeIsUnknownNeverNoEffect) {
+    CellResult short_run = judged(0);
+    short_run.verdict = Verdict::cannot_judge;
+    EXPECT_EQ(judge_against(short_run, judged(2 << 20)).status, CellStatus::unknown);
+    EXPECT_EQ(judge_against(judged(0), short_run).status, CellStatus::unknown);
+}
+
+// A compare run as the runner writes it, each cell's findings from a real fixture.
+fs::path write_run(const fs::path& dir, const std::vector<std::pair<std::string, std::string>>& cells) {
+    fs::create_directories(dir);
+    std::string json = R"({"schema": "vramscope.compare", "schema_version": 1, "command": ["python", "train.py"],
+        "steps": 30, "complete": true, "wall_seconds": 12.5, "modes": ["text"], "rows": [)";
+    for (size_t i = 0; i < cells.size(); ++i)
+        json += std::string(i ? "," : "") + R"({"name": ")" + cells[i].first + R"(", "label": "", "changes": ["X=1"]})";
+    json += R"(], "cells": [)";
+    for (size_t i = 0; i < cells.size(); ++i) {
+        const Findings f = analyze(load_any(std::string(VRAMSCOPE_TEST_DATA) + "/" + cells[i].second + ".pickle.gz"));
+        std::ofstream(dir / (cells[i].first + ".json")) << to_json(f);
+        json += std::string(i ? "," : "") + R"({"mode": "text", "variant": ")" + cells[i].first +
+                R"(", "state": "finished", "rc": 0, "wall_seconds": 3.0, "findings": ")" + cells[i].first +
+                R"(.json", "trees": {}})";
+    }
+    std::ofstream(dir / "compare.json") << json + "]}";
+    return dir / "compare.json";
+}
+
+TEST(CompareTable, FromRealFindingsTheFixIsNamedAndTheChainSaysWhatRemovesTheLeak) {
+    const fs::path dir = fs::path(testing::TempDir()) / "compare_table";
+    const CompareRun run = read_compare(write_run(dir, {{"baseline", "leak_ctx_losses"},
+                                                        {"fix", "clean_adamw_accum"},
+                                                        {"harmless", "leak_ctx_losses"}}).string());
+    ASSERT_EQ(run.cells.size(), 3u);
+    EXPECT_NEAR(run.cells[0].leak_bytes_per_step, 2.5 * (1 << 20), 0.1 * (1 << 20));
+    const std::string text = render_compare_terminal(run);
+    EXPECT_NE(text.find("fix             no leak"), std::string::npos) << text;
+    EXPECT_NE(text.find("root-cause fix"), std::string::npos) << text;
+    EXPECT_NE(text.find("harmless        LEAK"), std::string::npos) << text;
+    EXPECT_NE(text.find("no effect"), std::string::npos) << text;
+    EXPECT_NE(text.find("gone with: fix\n"), std::string::npos) << text;  // not `harmless`
+    for (size_t start = 0, end; (end = text.find('\n', start)) != std::string::npos; start = end + 1)
+        EXPECT_LE(end - start, 100u) << text.substr(start, end - start);
+    const std::string md = render_compare_markdown(run);
+    EXPECT_NE(md.find("| fix | X=1 | no leak |"), std::string::npos) << md;
+    const std::string json = render_compare_json(run);
+    EXPECT_NE(json.find(R"("row":"fix","outcome":"finished","verdict":"no-leak")"), std::string::npos) << json;
+    EXPECT_NE(render_compare_html(run).find("<tr class=\"fix\">"), std::string::npos);
+}
+
+TEST(CompareTable, AMissingCellOrAnUnknownStateIsAnErrorNamingTheFile) {
+    const fs::path dir = fs::path(testing::TempDir()) / "compare_bad";
+    fs::path path = write_run(dir, {{"baseline", "clean_varlen"}});
+    std::ofstream(path) << R"({"schema": "vramscope.compare", "modes": ["a"], "rows": [{"name": "baseline"}],
+        "cells": [{"mode": "a", "variant": "baseline", "state": "exploded"}]})";
+    try {
+        read_compare(path.string());
+        FAIL() << "an unknown state was read";
+    } catch (const std::runtime_error& e) {
+        EXPECT_NE(std::string(e.what()).find("compare.json: unknown cell state \"exploded\""), std::string::npos);
+    }
+    std::ofstream(path) << R"({"schema": "vramscope.compare", "modes": ["a"], "rows": [{"name": "baseline"}], "cells": []})";
+    EXPECT_THROW(read_compare(path.string()), std::runtime_error);
+}
+
+}  // namespace
