@@ -137,5 +137,14 @@ TEST(Streaming, AStepRangeIsJudgedAsATraceThatEndsThere) {
     const fs::path path = fs::temp_directory_path() / "vramscope_range.vscope";
     write_trace(t, path.string(), 4096);
     EXPECT_EQ(comparable(to_json(analyze_file(path.string(), range))), comparable(to_json(analyze(read_trace(path.string()), range))));
+    // Steps from the optimizer's annotations, each extended to its zero_grad(): the range ends
+    // where the file is no longer read.
+    write_trace(load_any((kData / "leak_ctx_losses.pickle.gz").string()), path.string(), 4096);
+    AnalysisOptions middle;
+    middle.first_step = 5;
+    middle.last_step = 24;
+    const Findings streamed = analyze_file(path.string(), middle);
+    EXPECT_EQ(streamed.step_count, 25u);
+    EXPECT_EQ(comparable(to_json(streamed)), comparable(to_json(analyze(read_trace(path.string()), middle))));
     fs::remove(path);
 }
