@@ -98,7 +98,23 @@ private:
         std::vector<Queued> events;
         std::atomic<uint64_t> allocations{0};  // written by the owner alone
     };
-    ThreadBuffer& thread_buffer();
+    // A stack as one hook thread met it.
+    struct ThreadStack {
+        std::vector<RawFrame> frames;
+        const char* node;
+        uint32_t stack, site;
+    };
+    static constexpr size_t kMaxFrames = 256;
+    // All a hook thread keeps for the recorder it feeds (hook_thread(): registered on first use).
+    struct HookThread {
+        uint64_t recorder = 0;  // the id these are for
+        RawFrame frames[kMaxFrames];
+        std::pair<uint64_t, uint16_t> streams[8];
+        size_t known_streams = 0;
+        std::unordered_map<uint64_t, ThreadStack> stacks;
+        std::shared_ptr<ThreadBuffer> buffer;
+    };
+    HookThread& hook_thread();
     uint32_t stack_of(const RawFrame* frames, size_t n, const char* node, uint32_t& site);
     uint32_t intern(const RawFrame* frames, size_t n, const char* node, uint32_t& site);
     uint32_t frame_of(const RawFrame& f, bool& internal);
@@ -106,6 +122,9 @@ private:
     std::vector<LiveFinding> described(std::vector<LiveLeak> leaks);
     // Everything when `all` (no hook is inside any more), else up to the first gap per device.
     void drain_locked(bool all = false);
+    bool numbered_in_order(const std::vector<Queued>& events);
+    void merge_in_order(bool all);
+    void record(const Queued& q);  // into the file and the monitor
     void fail(const std::string& why) noexcept;
     void worker();
 
@@ -123,6 +142,7 @@ private:
 
     mutable std::mutex mutex_;  // the drain: monitor and step state
     LiveMonitor monitor_;
+    std::vector<std::vector<Queued>> taken_;   // each thread's events, as the drain took them
     std::vector<Queued> draining_, held_back_;  // held back: behind an event still on its way
     std::array<uint64_t, 256> next_seq_{};     // the next number each device's drain expects
 
