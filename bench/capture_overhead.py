@@ -8,6 +8,8 @@ per-process medians.
 
   python bench/capture_overhead.py --reps 5 --steps 200 --out bench/out/overhead.json
   python bench/capture_overhead.py --interleaved 30 10 30      # one process, variants alternating
+      (each round runs every variant once; a round's ratio is its variant's median step over its
+      "none" median: the rounds' median ratio and spread are the figures, beside torch's recorder)
   python bench/capture_overhead.py --alloc-cost 200000          # ns per allocation, by state
 """
 
@@ -138,25 +140,36 @@ def interleaved(name: str, rounds: int, block: int, warmup: int) -> dict:
     hook, recorder, sink = capture._hook, capture._recorder, _core.allocator_sink()
     variants = VARIANTS + ["vramscope-no-stacks"]
     times = {v: [] for v in variants}
+    round_ratios = {v: [] for v in variants}
     for r in range(rounds):
+        in_round = {}
         for variant in variants[r % 4:] + variants[: r % 4]:
             hook.install(sink) if variant.startswith("vramscope") else hook.uninstall()
             recorder.set_python_stacks(variant == "vramscope")
             if variant == "torch-recorder":
                 torch.cuda.memory._record_memory_history(stacks="python")
+            block_times = []
             for i in range(block + 2):
                 torch.cuda.synchronize()
                 t0 = time.perf_counter()
                 step()
                 torch.cuda.synchronize()
                 if i >= 2:  # the first steps after a switch settle caches
-                    times[variant].append(1e3 * (time.perf_counter() - t0))
+                    block_times.append(1e3 * (time.perf_counter() - t0))
+            times[variant] += block_times
+            in_round[variant] = statistics.median(block_times)
             torch.cuda.memory._record_memory_history(enabled=None)
+        for variant in variants:
+            round_ratios[variant].append(in_round[variant] / in_round["none"])
     hook.install(sink)
     capture.stop()
     base = statistics.median(times["none"])
     return {v: {"median_ms": statistics.median(t), "ratio_to_none": statistics.median(t) / base,
-                "quartiles_ms": statistics.quantiles(t, n=4), "steps": len(t)} for v, t in times.items()}
+                "quartiles_ms": statistics.quantiles(t, n=4), "steps": len(t),
+                "round_ratio_median": statistics.median(round_ratios[v]),
+                "round_ratio_quartiles": statistics.quantiles(round_ratios[v], n=4),
+                "round_ratio_range": [min(round_ratios[v]), max(round_ratios[v])], "rounds": rounds}
+            for v, t in times.items()}
 
 
 def drive(args) -> int:
@@ -217,8 +230,10 @@ def main() -> int:
         result = {name: interleaved(name, *args.interleaved) for name in args.workloads}
         for name, variants in result.items():
             for v, r in variants.items():
-                print(f"{name:13s} {v:15s} median {r['median_ms']:7.2f} ms  x{r['ratio_to_none']:.3f}  "
-                      f"quartiles {r['quartiles_ms'][0]:.2f}..{r['quartiles_ms'][2]:.2f} ms  ({r['steps']} steps)")
+                q = r["round_ratio_quartiles"]
+                print(f"{name:13s} {v:19s} median {r['median_ms']:7.2f} ms  x{r['ratio_to_none']:.3f} pooled;  "
+                      f"per round x{r['round_ratio_median']:.3f} (quartiles {q[0]:.3f}..{q[2]:.3f}, "
+                      f"range {r['round_ratio_range'][0]:.3f}..{r['round_ratio_range'][1]:.3f}, {r['rounds']} rounds)")
         if args.out:
             with open(args.out, "w") as f:
                 json.dump(result, f, indent=1)

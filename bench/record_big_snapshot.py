@@ -6,7 +6,10 @@ input randn(2, 64, 128) on CUDA, AdamW. One step = forward, out.pow(2).mean(), b
 opt.step(), opt.zero_grad(set_to_none=True).
 
 Recorder: torch.cuda.memory._record_memory_history(enabled="all", context="all",
-stacks="python", max_entries=3_000_000), started before the model is put on the GPU.
+stacks="python", max_entries=--max-entries), started before the model is put on the GPU.
+
+The 5 M-entry snapshot of issue 12 (about 1,050 steps; on the H100, well under 10 minutes):
+    python3 bench/record_big_snapshot.py --out $OUT --min-events 5000000 --max-entries 6000000 --gz-level 6
 
 1. A short calibration recording measures trace entries per step.
 2. The real recording runs max(--min-steps, enough for --min-events * 1.05) steps, dumps the
@@ -113,7 +116,7 @@ def record(steps, plain_path):
     return truth_steps, t_train, t_dump
 
 
-def load_and_gzip(plain_path, gz_path):
+def load_and_gzip(plain_path, gz_path, level=9):
     t0 = time.perf_counter()
     with open(plain_path, "rb") as f:
         snap = pickle.load(f)
@@ -125,7 +128,7 @@ def load_and_gzip(plain_path, gz_path):
     pickle.loads(raw)
     t_loads = time.perf_counter() - t0
     t0 = time.perf_counter()
-    gz = gzip.compress(raw, compresslevel=9, mtime=0)
+    gz = gzip.compress(raw, compresslevel=level, mtime=0)
     t_gz = time.perf_counter() - t0
     with open(gz_path, "wb") as f:
         f.write(gz)
@@ -169,6 +172,7 @@ def sub(args, tag):
 
 
 def main():
+    global MAX_ENTRIES
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "out"))
     ap.add_argument("--tmp", default="/tmp/vramscope_big")
@@ -177,9 +181,13 @@ def main():
     ap.add_argument("--max-gz", type=int, default=16 * 1024 * 1024 - 256 * 1024)
     ap.add_argument("--budget-s", type=float, default=400.0,
                     help="re-record with fewer steps only if it would end within this many seconds")
+    ap.add_argument("--max-entries", type=int, default=MAX_ENTRIES, help="the recorder's ring buffer")
+    ap.add_argument("--gz-level", type=int, default=9)
     ap.add_argument("--calibrate", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--record", type=int, default=0, help=argparse.SUPPRESS)
     a = ap.parse_args()
+    MAX_ENTRIES = a.max_entries
+    passed = ["--tmp", a.tmp, "--out", a.out, "--max-entries", str(a.max_entries), "--gz-level", str(a.gz_level)]
     os.makedirs(a.out, exist_ok=True)
     os.makedirs(a.tmp, exist_ok=True)
     plain = os.path.join(a.tmp, "big_snapshot.pickle")
@@ -193,7 +201,7 @@ def main():
     if a.record:
         torch.cuda.init()
         truth_steps, t_train, t_dump = record(a.record, plain)
-        info = load_and_gzip(plain, gz_path)
+        info = load_and_gzip(plain, gz_path, a.gz_level)
         os.remove(plain)
         with open(os.path.join(a.tmp, "steps.json"), "w") as f:
             json.dump(truth_steps, f)
@@ -201,14 +209,14 @@ def main():
         return 0
 
     print(f"torch {torch.__version__} on {torch.cuda.get_device_name(0)}", flush=True)
-    cal = sub(["--calibrate", "--tmp", a.tmp, "--out", a.out], "calibrate")
+    cal = sub(["--calibrate"] + passed, "calibrate")
     n0, per_step = cal["n0"], cal["per_step"]
     need = math.ceil((a.min_events * 1.05 - n0) / per_step) + 2
     steps = max(a.min_steps, need)
     print(f"plan: {steps} steps (>= {a.min_steps}; {need} needed for {a.min_events * 1.05:,.0f} entries)",
           flush=True)
     t_rec = time.time()
-    rec = sub(["--record", str(steps), "--tmp", a.tmp, "--out", a.out], f"record {steps}")
+    rec = sub(["--record", str(steps)] + passed, f"record {steps}")
     t_rec = time.time() - t_rec
     info = rec["info"]
     if info["gz_bytes"] > a.max_gz:
@@ -221,7 +229,7 @@ def main():
         print(f"elapsed {elapsed:.0f}s, re-recording would fit the {a.budget_s}s budget: {fits_time}", flush=True)
         if fewer < steps and predicted <= a.max_gz * 0.97 and fits_time:
             steps = fewer
-            rec = sub(["--record", str(steps), "--tmp", a.tmp, "--out", a.out], f"record {steps}")
+            rec = sub(["--record", str(steps)] + passed, f"record {steps}")
             info = rec["info"]
     with open(os.path.join(a.tmp, "steps.json")) as f:
         truth_steps = json.load(f)
@@ -257,6 +265,7 @@ def main():
         "device_name": torch.cuda.get_device_name(0),
         "device_total_memory": torch.cuda.get_device_properties(0).total_memory,
         "recorder": {"enabled": "all", "context": "all", "stacks": "python", "max_entries": MAX_ENTRIES},
+        "gz_level": a.gz_level,
     }
     with open(os.path.join(a.out, "big_snapshot.truth.json"), "w") as f:
         json.dump(truth, f, indent=1)

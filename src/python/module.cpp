@@ -80,7 +80,7 @@ NB_MODULE(_core, m) {
             opt.window = window;
             opt.warmup_steps = warmup;
             opt.device_memory = device_memory;
-            return to_json(analyze(load_any(path), opt));
+            return to_json(analyze_file(path, opt));
         },
         nb::arg("path"), nb::arg("window") = 1, nb::arg("warmup") = -1, nb::arg("device_memory") = 0,
         "Analyse a trace or torch snapshot; returns the findings JSON.");
@@ -98,7 +98,7 @@ NB_MODULE(_core, m) {
             AnalysisOptions opt;
             opt.device_memory = device_memory;
             opt.warmup_steps = warmup;
-            Findings f = analyze(load_any(path), opt);
+            Findings f = analyze_file(path, opt);
             return std::make_pair(render_summary(f, color), to_json(f));
         },
         nb::arg("path"), nb::arg("device_memory") = 0, nb::arg("color") = false, nb::arg("warmup") = -1,

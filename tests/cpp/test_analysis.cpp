@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "analysis/analyze.h"
-#include "analysis/flat_map.h"
+#include "common/address_map.h"
 #include "analysis/steps.h"
 #include "trace_builder.h"
 

@@ -154,3 +154,37 @@ def test_report_of_hostile_strings_is_drawn_and_shows_them_as_text(source, tmp_p
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / f"report-hostile-{source.split('.')[0]}.png"), full_page=True)
     page.close()
+
+
+def test_the_chart_shows_the_step_range_the_reader_picks(tmp_path, browser):
+    fixture = next(f for f in FIXTURES if f.name.startswith("leak_ctx_losses"))
+    page_file = tmp_path / "report.html"
+    vramscope("report", str(fixture), "-o", str(page_file))
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(page_file.as_uri())
+    page.wait_for_selector(".chart polyline.allocated")
+    whole = len(page.get_attribute(".chart polyline.allocated", "points").split())
+    page.fill(".step-from", "10")
+    page.fill(".step-to", "19")
+    page.dispatch_event(".step-to", "change")
+    assert len(page.get_attribute(".chart polyline.allocated", "points").split()) == 10 < whole
+    labels = page.text_content(".chart svg")
+    assert "step 10" in labels and "step 19" in labels
+    assert page.locator(".leak-area").count() >= 1, "the leak's area is drawn over the range too"
+    assert errors == [], errors
+    page.close()
+
+
+def test_report_of_a_step_range_draws_every_step_of_it(tmp_path, browser):
+    fixture = next(f for f in FIXTURES if f.name.startswith("leak_ctx_losses"))
+    page_file = tmp_path / "report.html"
+    vramscope("report", str(fixture), "--steps", "10:19", "-o", str(page_file))
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(page_file.as_uri())
+    page.wait_for_selector(".chart polyline.allocated")
+    assert len(page.get_attribute(".chart polyline.allocated", "points").split()) == 10
+    assert page.input_value(".step-from") == "10" and page.input_value(".step-to") == "19"
+    assert "20 steps (" in page.inner_text("body"), "the run is read up to step 19's end"
+    page.close()

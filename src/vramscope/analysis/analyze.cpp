@@ -1,153 +1,28 @@
 #include "analysis/analyze.h"
 
 #include <algorithm>
-#include <array>
 #include <chrono>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "analysis/fit.h"
-#include "analysis/flat_map.h"
 #include "analysis/judge.h"
+#include "analysis/replay.h"
 #include "analysis/sites.h"
+#include "analysis/step_cuts.h"
 #include "analysis/steps.h"
+#include "common/chunk_source.h"
 #include "common/format.h"
+#include "importers/torch_snapshot.h"
+#include "importers/validate.h"
+#include "trace/format.h"
+#include "trace/reader.h"
 
 namespace vramscope {
 namespace {
-
-constexpr uint32_t kNever = 0xFFFFFFFFu;
-
-struct Alloc {
-    uint64_t addr, size;
-    uint32_t stack;
-    uint32_t step;
-    uint32_t free_step = kNever;  // step in which the allocator got it back
-    uint16_t stream;              // index into Trace::streams
-    uint8_t device;
-};
-
-struct Replay {
-    std::vector<Alloc> allocs;
-    std::vector<DeviceSummary> devices;
-    size_t full_steps = 0;
-    size_t entries = 0;  // as torch counts them (Trace::entry_count)
-};
-
-size_t device_index(std::vector<DeviceSummary>& devs, uint16_t device) {
-    for (size_t i = 0; i < devs.size(); ++i)
-        if (devs[i].device == device) return i;
-    devs.push_back(DeviceSummary{device});
-    return devs.size() - 1;
-}
-
-Replay replay(const Trace& t, const Steps& steps) {
-    Replay r;
-    r.full_steps = steps.ends.size();
-    struct State {
-        int64_t allocated, reserved, pending, peak;
-        std::vector<int64_t> by_stream;  // by stream index
-    };
-    std::vector<State> state;
-    for (const DeviceInfo& d : t.devices) {
-        device_index(r.devices, d.device);
-        r.devices.back().total_memory = d.total_memory;
-        if (d.total_memory) r.devices.back().capacity_source = "trace";
-        const auto a = int64_t(d.baseline_allocated);
-        state.push_back({a, int64_t(d.baseline_reserved), 0, a, std::vector<int64_t>(t.streams.size(), 0)});
-    }
-    std::array<int16_t, 256> slot_of_device;  // the hot path's device lookup
-    slot_of_device.fill(-1);
-    auto dev = [&](uint8_t device) -> size_t {
-        if (slot_of_device[device] >= 0) return size_t(slot_of_device[device]);
-        size_t i = device_index(r.devices, device);
-        if (i >= state.size()) state.push_back({0, 0, 0, 0, std::vector<int64_t>(t.streams.size(), 0)});
-        slot_of_device[device] = int16_t(i);
-        return i;
-    };
-    std::vector<uint8_t> requested;  // by alloc index: free_requested seen
-    r.allocs.reserve(t.events.size() / 2);  // an alloc is rarely more than half the events
-    requested.reserve(t.events.size() / 2);
-    AddressMap live(4096);
-
-    uint32_t step = 0;
-    size_t next_end = 0;
-    auto close_step = [&] {
-        for (size_t i = 0; i < r.devices.size(); ++i) {
-            State& s = state[i];
-            StepPoint p{uint64_t(std::max<int64_t>(0, s.allocated)), uint64_t(std::max<int64_t>(0, s.reserved)),
-                        uint64_t(std::max<int64_t>(0, s.peak)), uint64_t(std::max<int64_t>(0, s.pending)), {}};
-            for (size_t k = 0; k < s.by_stream.size(); ++k)
-                if (s.by_stream[k] > 0) p.by_stream.emplace_back(t.streams[k], uint64_t(s.by_stream[k]));
-            r.devices[i].timeline.push_back(std::move(p));
-            s.peak = s.allocated;
-        }
-    };
-    for (size_t i = 0; i < t.events.size(); ++i) {
-        const Event& e = t.events[i];
-        const uint64_t key = e.addr ^ (uint64_t(e.device) << 56);
-        r.entries += 1 + (e.kind == EventKind::free);
-        switch (e.kind) {
-        case EventKind::alloc: {
-            State& s = state[dev(e.device)];
-            live.put(key, uint32_t(r.allocs.size()));
-            r.allocs.push_back(Alloc{e.addr, e.size, e.stack, step, kNever, e.stream, e.device});
-            requested.push_back(0);
-            s.allocated += int64_t(e.size);
-            s.by_stream[e.stream] += int64_t(e.size);
-            s.peak = std::max(s.peak, s.allocated);
-            break;
-        }
-        case EventKind::free_requested: {
-            const uint32_t a = live.get(key);
-            if (a != AddressMap::kMissing && !requested[a]) {
-                requested[a] = 1;
-                state[dev(e.device)].pending += int64_t(r.allocs[a].size);
-            }
-            break;
-        }
-        case EventKind::free_completed:
-        case EventKind::free: {
-            State& s = state[dev(e.device)];
-            const uint32_t a = live.take(key);
-            if (a != AddressMap::kMissing) {
-                r.allocs[a].free_step = step;
-                if (requested[a]) s.pending -= int64_t(r.allocs[a].size);
-                s.by_stream[r.allocs[a].stream] -= int64_t(r.allocs[a].size);
-            }
-            s.allocated -= int64_t(e.size);
-            break;
-        }
-        case EventKind::segment_alloc:
-        case EventKind::segment_map: state[dev(e.device)].reserved += int64_t(e.size); break;
-        case EventKind::segment_free:
-        case EventKind::segment_unmap: state[dev(e.device)].reserved -= int64_t(e.size); break;
-        case EventKind::oom: {
-            const size_t i = dev(e.device);
-            DeviceSummary& d = r.devices[i];
-            if (!d.oom_step) d.oom_step = step;
-            // Free memory the driver reported then, plus what torch held: the device's capacity,
-            // less other processes' share.
-            if (!d.total_memory) {
-                d.total_memory = e.addr + uint64_t(std::max<int64_t>(0, state[i].reserved));
-                d.capacity_source = "oom-event";
-            }
-            break;
-        }
-        default: break;
-        }
-        if (next_end < steps.ends.size() && steps.ends[next_end] == i) {
-            close_step();
-            ++step;
-            ++next_end;
-        }
-    }
-    const bool has_tail = steps.ends.empty() ? !t.events.empty() : steps.ends.back() + 1 < t.events.size();
-    if (has_tail) close_step();
-    return r;
-}
 
 SourceLine source_line(const StackTable& table, uint32_t frame) {
     if (frame == 0) return SourceLine{kNoPythonFrame, 0, ""};
@@ -179,17 +54,29 @@ size_t machinery_frames(const std::vector<SourceLine>& stack) {
     return first < stack.size() ? first : 0;
 }
 
-// One allocation site on one device, with the series analysis judges.
-struct SiteSeries {
-    uint16_t device;
-    uint32_t site_frame;
-    std::vector<double> survived;  // bytes allocated in step k still live at the end of k+window
-    std::vector<double> held;      // bytes from this site live at each full step's end
-    std::vector<double> aged;      // of those, allocated `window` or more steps before: what the judge reads
-    std::map<uint32_t, uint64_t> bytes_by_stack;
-    uint64_t surviving_allocations = 0;
+// A site the judge reads: one that left survivors.
+struct JudgedSite {
+    SiteSeries* s;
+    std::map<uint64_t, uint64_t> stream_bytes;  // of its blocks never freed
     std::vector<std::pair<uint64_t, uint64_t>> live_blocks;
 };
+
+// A run-length or delta series as one value per step end (0..S-1).
+std::vector<double> dense_held(const SiteSeries& s, size_t S) {
+    std::vector<double> out(S, 0);
+    for (size_t i = 0; i < s.held.size(); ++i) {
+        const size_t to = i + 1 < s.held.size() ? std::min<size_t>(s.held[i + 1].first, S) : S;
+        for (size_t k = s.held[i].first; k < to; ++k) out[k] = s.held[i].second;
+    }
+    return out;
+}
+std::vector<double> dense_aged(const std::vector<std::pair<uint32_t, double>>& deltas, size_t S) {
+    std::vector<double> out(S + 1, 0);
+    for (const auto& [k, d] : deltas) out[std::min<size_t>(k, S)] += d;
+    for (size_t k = 1; k <= S; ++k) out[k] += out[k - 1];
+    out.resize(S);
+    return out;
+}
 
 std::string mib(double bytes) { return format_bytes(bytes); }
 
@@ -219,48 +106,41 @@ Holders largest_holders(const std::vector<LiveBlock>& blocks, SiteResolver& reso
     return h;
 }
 
-}  // namespace
+Findings cannot_judge(const Trace& t, uint64_t entries, bool allocated_any) {
+    Findings f;
+    f.allocated_any = allocated_any;
+    f.source = t.source;
+    f.format = t.format;
+    f.warnings = t.warnings;
+    for (const auto& kv : t.meta) f.meta.push_back(kv);
+    // Input that cannot be trusted gets no verdict and no analysis (importers/validate.h says
+    // why): numbers from it would only mislead.
+    f.verdict = Verdict::cannot_judge;
+    f.input_faults = t.faults;
+    f.event_count = entries;
+    return f;
+}
 
-Findings analyze(const Trace& t, const AnalysisOptions& opt) {
-    const auto started = std::chrono::steady_clock::now();
+Findings conclude(Replay& r, const Steps& steps, const AnalysisOptions& opt,
+                  std::chrono::steady_clock::time_point started) {
+    const Trace& t = r.context;
+    r.finish();
     Findings f;
     f.source = t.source;
     f.format = t.format;
     f.warnings = t.warnings;
     f.window = std::max<uint32_t>(1, opt.window);
     for (const auto& kv : t.meta) f.meta.push_back(kv);
-    // Input that cannot be trusted gets no verdict and no analysis (importers/validate.h says
-    // why): numbers from it would only mislead.
-    if (!t.faults.empty()) {
-        f.verdict = Verdict::cannot_judge;
-        f.input_faults = t.faults;
-        f.event_count = t.entry_count();
-        return f;
-    }
-
-    Steps steps = find_steps(t);
     f.steps_source = steps.source;
     f.steps_detail = steps.detail;
-    size_t first_memory_event = t.events.size();
-    for (size_t i = 0; i < t.events.size(); ++i)
-        if (is_block_event(t.events[i].kind) || is_segment_event(t.events[i].kind)) {
-            first_memory_event = i;
-            break;
-        }
-    const bool has_memory_events = first_memory_event < t.events.size();
-    // Steps that ended before the first memory event were never seen (a ring buffer that wrapped
-    // keeps annotations of the whole run, entries of its end only): judging them would average
-    // the growth over steps the trace does not hold.
-    if (has_memory_events) {
-        const auto seen = std::lower_bound(steps.ends.begin(), steps.ends.end(), first_memory_event);
-        f.steps_before_trace = uint64_t(seen - steps.ends.begin());
-        steps.ends.erase(steps.ends.begin(), seen);
-    }
-    Replay r = replay(t, steps);
+    f.steps_before_trace = r.steps_before_trace;
+    const bool has_memory_events = r.has_memory_events;
     f.event_count = r.entries;
-    const size_t S = r.full_steps;
+    const size_t S = r.full_steps();
     f.step_count = S;
-    size_t s0 = opt.warmup_steps >= 0 ? std::min<size_t>(size_t(opt.warmup_steps), S) : warmup_steps(S);
+    size_t s0 = opt.first_step > 0           ? std::min<size_t>(opt.first_step, S)
+                : opt.warmup_steps >= 0     ? std::min<size_t>(size_t(opt.warmup_steps), S)
+                                            : warmup_steps(S);
     // The first step of a trace that starts mid-run is cut short: never judged.
     const bool starts_mid_run =
         f.steps_before_trace > 0 ||
@@ -293,58 +173,33 @@ Findings analyze(const Trace& t, const AnalysisOptions& opt) {
                           "or recording began late); rates and steps are judged over the steps it covers, counted "
                           "from its start.");
 
-    // Which sites ever left survivors: only those get per-step series.
-    SiteResolver resolver(t.stacks);
-    std::unordered_map<uint64_t, size_t> series_of;
-    std::vector<SiteSeries> series;
-    std::vector<uint32_t> site_of_alloc(r.allocs.size());
-    for (size_t i = 0; i < r.allocs.size(); ++i) {
-        const Alloc& a = r.allocs[i];
-        site_of_alloc[i] = resolver.site(a.stack);
-        if (!judgeable || a.step > last_judged) continue;
-        if (a.free_step != kNever && a.free_step <= a.step + w) continue;
-        const uint64_t key = uint64_t(a.device) << 32 | site_of_alloc[i];
-        auto [it, inserted] = series_of.try_emplace(key, series.size());
-        if (inserted) {
-            series.push_back(SiteSeries{a.device, site_of_alloc[i]});
-            series.back().survived.assign(S, 0);
-            series.back().held.assign(S + 1, 0);
-            series.back().aged.assign(S + 1, 0);
+    // The blocks never freed: survivors too when their window has passed inside the trace.
+    const std::vector<LiveAlloc> live = r.live_allocs();
+    if (judgeable)
+        for (const LiveAlloc& a : live) {
+            if (a.step <= last_judged) r.sites[a.site].add_survivor(a, uint32_t(w), uint32_t(S));
         }
-        SiteSeries& s = series[it->second];
-        s.survived[a.step] += double(a.size);
-        s.bytes_by_stack[a.stack] += a.size;
-        ++s.surviving_allocations;
-    }
-    // Live bytes per step end, from every allocation of those sites (difference array).
-    std::vector<std::map<uint64_t, uint64_t>> stream_bytes(series.size());
-    for (size_t i = 0; i < r.allocs.size(); ++i) {
-        const Alloc& a = r.allocs[i];
-        if (a.step >= S) continue;
-        auto it = series_of.find(uint64_t(a.device) << 32 | site_of_alloc[i]);
-        if (it == series_of.end()) continue;
-        SiteSeries& s = series[it->second];
-        // Held at a step end by blocks at least `window` steps old: what a step leaves behind,
-        // not the batch it is still working with (the judge's series, live and offline alike).
-        const size_t end = std::min<size_t>(a.free_step, S), from = a.step + w;
-        if (end > a.step) {
-            s.held[a.step] += double(a.size);
-            s.held[end] -= double(a.size);
-        }
-        if (end > from) {
-            s.aged[from] += double(a.size);
-            s.aged[end] -= double(a.size);
-        }
-        if (a.free_step == kNever) {
-            stream_bytes[it->second][t.streams[a.stream]] += a.size;
-            // Blocks the judge counted (a window old): the last steps' are still in loop locals.
-            if (s.live_blocks.size() < 4096 && from < S) s.live_blocks.emplace_back(a.addr, a.size);
+    // Sites that ever left survivors get per-step series, in the order their first survivor was
+    // allocated.
+    std::vector<JudgedSite> series;
+    std::vector<size_t> series_of(r.sites.size(), SIZE_MAX);
+    if (judgeable) {
+        std::vector<SiteSeries*> with_survivors;
+        for (SiteSeries& s : r.sites)
+            if (s.surviving_allocations) with_survivors.push_back(&s);
+        std::sort(with_survivors.begin(), with_survivors.end(),
+                  [](const SiteSeries* a, const SiteSeries* b) { return a->first_survivor < b->first_survivor; });
+        for (SiteSeries* s : with_survivors) {
+            series_of[size_t(s - r.sites.data())] = series.size();
+            series.push_back(JudgedSite{s, {}, {}});
         }
     }
-    for (SiteSeries& s : series) {
-        for (size_t k = 1; k <= S; ++k) s.held[k] += s.held[k - 1], s.aged[k] += s.aged[k - 1];
-        s.held.resize(S);
-        s.aged.resize(S);
+    for (const LiveAlloc& a : live) {
+        if (a.step >= S || series_of[a.site] == SIZE_MAX) continue;
+        JudgedSite& js = series[series_of[a.site]];
+        js.stream_bytes[t.streams[a.stream]] += a.size;
+        // Blocks the judge counted (a window old): the last steps' are still in loop locals.
+        if (js.live_blocks.size() < 4096 && a.step + w < S) js.live_blocks.emplace_back(a.addr, a.size);
     }
 
     // Device-level growth, for shares and for the not-leak explanations.
@@ -360,8 +215,15 @@ Findings analyze(const Trace& t, const AnalysisOptions& opt) {
     uint64_t warmup_bytes = 0;
     std::vector<std::pair<uint64_t, SourceLine>> warmup_sites;
     const size_t judged = judgeable ? last_judged - s0 + 1 : 0;
-    for (size_t si = 0; si < series.size(); ++si) {
-        SiteSeries& s = series[si];
+    for (JudgedSite& js : series) {
+        SiteSeries& s = *js.s;
+        // Made dense one site at a time: sites × steps never exist at once.
+        s.record_held(uint32_t(S));
+        const std::vector<double> held = dense_held(s, S);  // bytes from this site live at each full step's end
+        // Of those, allocated `window` or more steps before: what the judge reads.
+        const std::vector<double> aged = dense_aged(s.aged_deltas, S);
+        std::vector<double> survived(S, 0);  // bytes allocated in step k still live at the end of k+window
+        for (const auto& [k, bytes] : s.survived) survived[k] += double(bytes);
         SiteFinding sf;
         sf.device = s.device;
         sf.site = source_line(t.stacks, s.site_frame);
@@ -372,22 +234,22 @@ Findings analyze(const Trace& t, const AnalysisOptions& opt) {
         sf.stack = stack_lines(t.stacks, best_stack);
         sf.stack_shown_from = machinery_frames(sf.stack);
         uint64_t stream_best = 0;
-        for (const auto& [stream, bytes] : stream_bytes[si])
+        for (const auto& [stream, bytes] : js.stream_bytes)
             if (bytes > stream_best) stream_best = bytes, sf.stream = stream;
         sf.surviving_allocations = s.surviving_allocations;
-        sf.live_bytes = uint64_t(s.held[S - 1]);
-        sf.peak_bytes = uint64_t(*std::max_element(s.held.begin(), s.held.end()));
-        sf.live_blocks = std::move(s.live_blocks);
-        sf.held.assign(s.held.begin(), s.held.end());
+        sf.live_bytes = uint64_t(held[S - 1]);
+        sf.peak_bytes = uint64_t(*std::max_element(held.begin(), held.end()));
+        sf.live_blocks = std::move(js.live_blocks);
+        sf.held.assign(held.begin(), held.end());
         size_t recurring = 0;
         bool first_set = false;
         for (size_t k = 0; k <= last_judged; ++k) {
-            if (s.survived[k] <= 0) continue;
+            if (survived[k] <= 0) continue;
             if (!first_set) sf.first_step = k, first_set = true;
             if (k >= s0) ++recurring;
         }
         sf.recurrence = judged ? double(recurring) / double(judged) : 0;
-        const Judgement j = judge(std::span<const double>(s.aged).subspan(s0));
+        const Judgement j = judge(std::span<const double>(aged).subspan(s0));
         sf.shape = j.shape;
         sf.bytes_per_step = j.bytes_per_step;
         sf.recent_bytes_per_step = j.recent_bytes_per_step;
@@ -400,7 +262,7 @@ Findings analyze(const Trace& t, const AnalysisOptions& opt) {
             const LineFit& dfit = device_alloc_fit[s.device];
             sf.share_of_growth = dfit.slope > 0 ? std::min(1.0, j.bytes_per_step / dfit.slope) : 0;
             leak_rate[s.device] += j.recent_bytes_per_step;
-            for (const auto& [stream, bytes] : stream_bytes[si]) leaked_by_stream[s.device][stream] += bytes;
+            for (const auto& [stream, bytes] : js.stream_bytes) leaked_by_stream[s.device][stream] += bytes;
             f.leaks.push_back(std::move(sf));
         } else if (recurring == 0 || j.shape == Shape::warm_up) {
             warmup_bytes += sf.live_bytes;
@@ -445,8 +307,8 @@ Findings analyze(const Trace& t, const AnalysisOptions& opt) {
         }
         const uint64_t capacity = d.total_memory;
         std::map<uint64_t, uint64_t> live_by_stream;
-        for (const Alloc& a : r.allocs)
-            if (a.device == d.device && a.free_step == kNever) live_by_stream[t.streams[a.stream]] += a.size;
+        for (const LiveAlloc& a : live)
+            if (a.device == d.device) live_by_stream[t.streams[a.stream]] += a.size;
         for (const auto& [stream, bytes] : live_by_stream)
             d.streams.push_back(StreamUsage{stream, bytes, leaked_by_stream[d.device][stream]});
         if (!judgeable) continue;
@@ -494,7 +356,7 @@ Findings analyze(const Trace& t, const AnalysisOptions& opt) {
         }
     }
     if (!has_memory_events && !t.final_blocks.empty()) {
-        const Holders h = largest_holders(t.final_blocks, resolver, t.stacks);
+        const Holders h = largest_holders(t.final_blocks, r.resolver, t.stacks);
         f.notes.push_back("The snapshot shows " + mib(double(h.bytes)) + " allocated in " +
                           std::to_string(t.final_blocks.size()) + " blocks and " + mib(double(t.final_reserved)) +
                           " reserved. Largest holders:" + h.text);
@@ -502,8 +364,7 @@ Findings analyze(const Trace& t, const AnalysisOptions& opt) {
     if (has_memory_events && starts_mid_run) {
         // Blocks the snapshot still lists but the trace never saw allocated: they predate it.
         std::unordered_set<uint64_t> seen_live;
-        for (const Alloc& a : r.allocs)
-            if (a.free_step == kNever) seen_live.insert(a.addr ^ uint64_t(a.device) << 56);
+        for (const LiveAlloc& a : live) seen_live.insert(a.addr ^ uint64_t(a.device) << 56);
         std::vector<LiveBlock> before;
         for (const LiveBlock& b : t.final_blocks)
             if (!seen_live.count(b.addr ^ uint64_t(b.device) << 56)) before.push_back(b);
@@ -516,7 +377,7 @@ Findings analyze(const Trace& t, const AnalysisOptions& opt) {
                 n.bytes = baseline;
                 n.why = mib(double(baseline)) + " was allocated before the trace's first event; the trace cannot say where";
             } else {
-                const Holders h = largest_holders(before, resolver, t.stacks);
+                const Holders h = largest_holders(before, r.resolver, t.stacks);
                 n.bytes = h.bytes;
                 n.site = source_line(t.stacks, h.top_site);
                 n.why = mib(double(h.bytes)) + " in " + std::to_string(before.size()) +
@@ -535,8 +396,84 @@ Findings analyze(const Trace& t, const AnalysisOptions& opt) {
     // Nothing to judge is no "no leak" either: the notes above say what is missing.
     if (!has_memory_events) f.input_faults.push_back(t.source + ": no memory events: nothing to judge");
     f.devices = std::move(r.devices);
+    f.allocated_any = r.has_block_events;
+    f.first_step_shown = opt.first_step;
     f.analysis_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     return f;
+}
+
+}  // namespace
+
+Findings analyze(const Trace& t, const AnalysisOptions& opt) {
+    const auto started = std::chrono::steady_clock::now();
+    if (!t.faults.empty())
+        return cannot_judge(t, t.entry_count(), std::any_of(t.events.begin(), t.events.end(), [](const Event& e) {
+                                return is_block_event(e.kind);
+                            }));
+    const Steps steps = find_steps(t);
+    Replay r(t, std::max<uint32_t>(1, opt.window), opt.last_step);
+    PlacedSteps cuts(steps);
+    for (const Event& e : t.events) {
+        if (!r.wants_more()) break;
+        cuts.feed(r, e);
+    }
+    return conclude(r, steps, opt, started);
+}
+
+Findings analyze_file(const std::string& path, const AnalysisOptions& opt, const ReadLimits& limits) {
+    const auto started = std::chrono::steady_clock::now();
+    {
+        FileChunks probe(path, limits.max_decoded_bytes, format::kHeaderBytes);
+        std::string_view head;
+        probe.next(head);
+        if (!has_vscope_magic(head)) {
+            const Trace t = load_any(path, limits);
+            const double import_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+            Findings f = analyze(t, opt);
+            f.import_seconds = import_seconds;
+            return f;
+        }
+    }
+    // The steps are guessed as the events pass (our markers, else the first optimizer's steps)
+    // while a StepFinder looks at every source: only when its answer differs (no markers and no
+    // optimizer annotations, or several optimizers) is the file read again, cut where it placed them.
+    std::optional<Steps> placed;
+    while (true) {
+        Trace t;
+        Replay r(t, std::max<uint32_t>(1, opt.window), opt.last_step);
+        std::optional<PlacedSteps> placed_cuts;
+        if (placed) placed_cuts.emplace(*placed);
+        GuessedSteps guess(t.stacks);
+        StepFinder finder(t.stacks);
+        EventValidator validator;
+        uint64_t entries = 0;
+        bool allocated_any = false;
+        FileChunks file(path, limits.max_decoded_bytes);
+        stream_trace({}, file, file.size(), path, limits, t, [&](Trace& chunk) {
+            for (const Event& e : chunk.events) {
+                entries += 1 + (e.kind == EventKind::free);
+                allocated_any |= is_block_event(e.kind);
+                validator.see(chunk, e);
+                // Nothing past a fault is analysed: its numbers could overflow.
+                if (validator.faulted() || !r.wants_more()) continue;
+                if (placed_cuts) {
+                    placed_cuts->feed(r, e);
+                } else {
+                    finder.see(e);
+                    guess.feed(r, e);
+                }
+            }
+            chunk.events.clear();
+            return validator.faulted() || r.wants_more();
+        });
+        validator.finish(t);
+        if (!t.faults.empty()) return cannot_judge(t, entries, allocated_any);
+        if (placed) return conclude(r, *placed, opt, started);
+        guess.finish(r);
+        Steps found = finder.finish();
+        if (!found.period_anchor && found.ends == guess.ends()) return conclude(r, found, opt, started);
+        placed = std::move(found);
+    }
 }
 
 }  // namespace vramscope

@@ -1,6 +1,9 @@
 // Trace in, findings out: replays the events step by step and judges every allocation site.
 #pragma once
 #include <cstdint>
+#include <string>
+
+#include "common/limits.h"
 
 #include "events/trace.h"
 #include "findings/findings.h"
@@ -11,8 +14,15 @@ struct AnalysisOptions {
     uint32_t window = 1;          // an allocation of step k "survives" if still live at the end of k+window
     uint64_t device_memory = 0;   // capacity override for the OOM projection (bytes); 0: from the trace
     int warmup_steps = -1;        // steps not judged at the start; -1: kWarmupSteps (analysis/judge.h)
+    // --steps A:B: judge steps A..B only (A replaces the warm-up; the trace is read up to B's end).
+    uint64_t first_step = 0;
+    uint64_t last_step = UINT64_MAX;
 };
 
+// A trace in memory.
 Findings analyze(const Trace& trace, const AnalysisOptions& options = {});
+// A file, read as it is analysed: a .vscope trace streams through in bounded memory (events are
+// never all held); other inputs are loaded whole first. Throws what load_any throws.
+Findings analyze_file(const std::string& path, const AnalysisOptions& options = {}, const ReadLimits& limits = {});
 
 }  // namespace vramscope

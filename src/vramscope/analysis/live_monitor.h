@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "analysis/flat_map.h"
+#include "common/address_map.h"
 #include "analysis/judge.h"
 
 namespace vramscope {

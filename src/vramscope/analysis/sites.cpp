@@ -1,5 +1,7 @@
 #include "analysis/sites.h"
 
+#include <algorithm>
+
 #include <array>
 
 namespace vramscope {
@@ -35,6 +37,8 @@ FrameRank rank_frame(std::string_view file, std::string_view function) {
 
 uint32_t SiteResolver::site(uint32_t stack) {
     if (stack == 0) return 0;
+    // The table may grow while a trace streams in.
+    if (stack >= site_of_.size()) site_of_.resize(std::max<size_t>(table_.stack_count() + 1, stack + 1), kUnresolved);
     uint32_t& cached = site_of_[stack];
     if (cached != kUnresolved) return cached;
     if (rank_of_frame_.size() <= table_.frame_count()) rank_of_frame_.resize(table_.frame_count() + 1, -1);

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "analysis/sites.h"
@@ -10,7 +11,6 @@
 namespace vramscope::capture {
 namespace {
 
-constexpr size_t kMaxFrames = 256;
 constexpr const char* kAutogradFile = "<autograd engine>";
 
 uint64_t hash_stack(const RawFrame* frames, size_t n, const char* node) {
@@ -152,12 +152,34 @@ uint32_t Recorder::stack_of(const RawFrame* frames, size_t n, const char* node, 
     }
 }
 
+// One thread_local for all a hook thread keeps: a module loaded with dlopen pays a call for
+// each thread_local it touches.
+Recorder::HookThread& Recorder::hook_thread() {
+    thread_local HookThread t;
+    if (t.recorder != id_) {
+        t.recorder = id_;
+        t.known_streams = 0;
+        t.stacks.clear();
+        t.buffer = std::make_shared<ThreadBuffer>();
+        std::lock_guard lock(buffers_mutex_);
+        buffers_.push_back(t.buffer);
+    }
+    return t;
+}
+
+uint64_t Recorder::allocations() const {
+    std::lock_guard lock(buffers_mutex_);
+    uint64_t n = 0;
+    for (const auto& b : buffers_) n += b->allocations.load(std::memory_order_relaxed);
+    return n;
+}
+
 void Recorder::allocator_event(EventKind kind, uint8_t device, uint64_t addr, uint64_t size, uint64_t stream,
                                const char* node) noexcept {
     if (stopped_.load(std::memory_order_relaxed)) return;
     try {
-        thread_local RawFrame frames[kMaxFrames];
-        Queued q{Event{}, 0};
+        HookThread& t = hook_thread();
+        Queued q{Event{}, 0, 0};
         Event& e = q.event;
         e.kind = kind;
         e.device = device;
@@ -165,29 +187,45 @@ void Recorder::allocator_event(EventKind kind, uint8_t device, uint64_t addr, ui
         e.size = size;
         e.time_us = clock_.now_us();
         const bool wants_stack = has_stack(kind);
+        RawFrame* frames = t.frames;
         const size_t n =
             wants_stack && python_stacks_.load(std::memory_order_relaxed) ? walk_python_frames(frames, kMaxFrames) : 0;
-        // Streams are few: each thread keeps the ones it met, so a free takes no shared lock.
-        thread_local std::pair<uint64_t, uint16_t> known_streams[8];
-        thread_local size_t known = 0;
-        thread_local uint64_t known_for = 0;
-        if (known_for != id_) known_for = id_, known = 0;
+        // Each thread keeps the streams and stacks it met, so that only a new one takes the
+        // shared tables' lock.
         size_t i = 0;
-        while (i < known && known_streams[i].first != stream) ++i;
-        if (i < known) e.stream = known_streams[i].second;
-        if (i == known || (wants_stack && (n || node))) {
+        while (i < t.known_streams && t.streams[i].first != stream) ++i;
+        if (i < t.known_streams) e.stream = t.streams[i].second;
+        ThreadStack* cached = nullptr;
+        uint64_t hash = 0;
+        if (wants_stack && (n || node)) {
+            hash = hash_stack(frames, n, node);
+            auto it = t.stacks.find(hash);
+            if (it != t.stacks.end() && it->second.node == node && it->second.frames.size() == n &&
+                std::equal(frames, frames + n, it->second.frames.begin()))
+                cached = &it->second;
+        }
+        if (i == t.known_streams || (wants_stack && (n || node) && !cached)) {
             std::lock_guard lock(intern_mutex_);
             if (!writer_) return;  // closed while this event was on its way
-            if (i == known) {
+            if (i == t.known_streams) {
                 e.stream = stream_index(stream);
-                if (known < 8) known_streams[known++] = {stream, e.stream};
+                if (t.known_streams < 8) t.streams[t.known_streams++] = {stream, e.stream};
             }
-            if (wants_stack && (n || node)) e.stack = stack_of(frames, n, node, q.site);
+            if (wants_stack && (n || node) && !cached) {
+                uint32_t site = 0;
+                const uint32_t stack = stack_of(frames, n, node, site);
+                cached = &(t.stacks[hash] = ThreadStack{std::vector<RawFrame>(frames, frames + n), node, stack, site});
+            }
         }
-        if (kind == EventKind::alloc) allocations_.fetch_add(1, std::memory_order_relaxed);
+        if (cached) e.stack = cached->stack, q.site = cached->site;
+        ThreadBuffer& buffer = *t.buffer;
+        if (kind == EventKind::alloc)
+            buffer.allocations.store(buffer.allocations.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
         {
-            std::lock_guard lock(queue_mutex_);
-            queue_.push_back(q);
+            std::lock_guard lock(buffer.mutex);
+            // Numbered last, once nothing can fail: the drain waits for every number it hands out.
+            q.seq = device_seq_[device].next.fetch_add(1, std::memory_order_relaxed);
+            buffer.events.push_back(q);
         }
         if (kind == EventKind::oom) flush();  // on disk before the exception reaches anyone
     } catch (const std::exception& ex) {
@@ -197,19 +235,81 @@ void Recorder::allocator_event(EventKind kind, uint8_t device, uint64_t addr, ui
     }
 }
 
-// Queued events into the file and the monitor, in the order the hook saw them.
-void Recorder::drain_locked() {
+// The threads' events into the file and the monitor: each device's in the order its allocator
+// numbered them, devices interleaved by time. An event numbered but not yet in its thread's
+// buffer holds back the later ones of its device until the next drain.
+void Recorder::drain_locked(bool all) {
     {
-        std::lock_guard lock(queue_mutex_);
-        std::swap(queue_, draining_);
+        // Each thread's events taken whole: swapped for an empty vector that keeps its capacity.
+        std::lock_guard lock(buffers_mutex_);
+        taken_.resize(buffers_.size());
+        for (size_t k = 0; k < buffers_.size(); ++k) {
+            std::lock_guard buffer(buffers_[k]->mutex);
+            std::swap(buffers_[k]->events, taken_[k]);
+        }
     }
-    for (const Queued& q : draining_) {
-        const Event& e = q.event;
-        writer_->event(e);
-        if (e.kind == EventKind::alloc) monitor_.alloc(e.device, e.addr, e.size, q.site);
-        else if (is_release(e.kind)) monitor_.release(e.device, e.addr);
+    // The usual case, one thread allocating: its events are in order already.
+    const std::vector<Queued>* only = nullptr;
+    size_t nonempty = 0;
+    for (const auto& t : taken_)
+        if (!t.empty()) ++nonempty, only = &t;
+    if (nonempty == 1 && held_back_.empty() && (all || numbered_in_order(*only))) {
+        for (const Queued& q : *only) {
+            next_seq_[q.event.device] = q.seq + 1;
+            record(q);
+        }
+    } else if (nonempty > 0 || !held_back_.empty()) {
+        merge_in_order(all);
+    }
+    for (auto& t : taken_) t.clear();
+}
+
+// Whether a thread's events continue every device's numbering with no gap.
+bool Recorder::numbered_in_order(const std::vector<Queued>& events) {
+    std::array<uint64_t, 256> next = next_seq_;
+    for (const Queued& q : events)
+        if (q.seq != next[q.event.device]++) return false;
+    return true;
+}
+
+// Several threads (or a gap): every device's events sorted by number, up to its first gap, then
+// the devices' runs merged by time.
+void Recorder::merge_in_order(bool all) {
+    draining_.swap(held_back_);
+    held_back_.clear();
+    for (const auto& t : taken_) draining_.insert(draining_.end(), t.begin(), t.end());
+    std::sort(draining_.begin(), draining_.end(), [](const Queued& a, const Queued& b) {
+        return a.event.device != b.event.device ? a.event.device < b.event.device : a.seq < b.seq;
+    });
+    std::vector<std::pair<size_t, size_t>> runs;  // [begin, end) in draining_
+    for (size_t k = 0; k < draining_.size();) {
+        const uint8_t device = draining_[k].event.device;
+        size_t end = k;
+        while (end < draining_.size() && draining_[end].event.device == device &&
+               (all || draining_[end].seq == next_seq_[device]))
+            next_seq_[device] = draining_[end++].seq + 1;
+        runs.emplace_back(k, end);
+        size_t next = end;
+        while (next < draining_.size() && draining_[next].event.device == device) held_back_.push_back(draining_[next++]);
+        k = next;
+    }
+    while (true) {  // the earliest head among the devices' runs, one event at a time
+        size_t best = runs.size();
+        for (size_t r = 0; r < runs.size(); ++r)
+            if (runs[r].first < runs[r].second &&
+                (best == runs.size() || draining_[runs[r].first].event.time_us < draining_[runs[best].first].event.time_us))
+                best = r;
+        if (best == runs.size()) break;
+        record(draining_[runs[best].first++]);
     }
     draining_.clear();
+}
+
+void Recorder::record(const Queued& q) {
+    const Event& e = q.event;
+    writer_->event(e);
+    if (e.kind == EventKind::alloc) monitor_.alloc(e.device, e.addr, e.size, q.site);
+    else if (is_release(e.kind)) monitor_.release(e.device, e.addr);
 }
 
 void Recorder::marker(EventKind kind, std::string_view name) {
@@ -303,14 +403,14 @@ void Recorder::close() {
     std::lock_guard lock(mutex_);
     if (!writer_) return;
     const bool healthy = !stopped_.exchange(true);
-    if (healthy) drain_locked();
+    if (healthy) drain_locked(true);
     std::unique_ptr<TraceWriter> w;
     {
         std::lock_guard intern(intern_mutex_);  // no hook call is inside with the writer now
         w = std::move(writer_);
     }
     w->close();  // may throw (disk full): the caller reports it
-    if (allocations_.load(std::memory_order_relaxed) == 0) ::unlink(path_.c_str());
+    if (allocations() == 0) ::unlink(path_.c_str());
 }
 
 void Recorder::abandon() noexcept {

@@ -2,12 +2,16 @@
 //
 // The allocator hook calls allocator_event() under the caching allocator's lock, on whatever
 // thread allocated, without the GIL: so it never takes the GIL, never throws, and does only what
-// cannot wait — read the clock, walk the thread's frames while they exist, find the stack in a
-// cache — then queues the event. A worker thread drains the queue every 2 ms into the file and
-// the live monitor (a step end drains what is left first), and hands the file its chunk every
-// half second, so SIGKILL loses at most that. Any internal fault stops the capture (the run goes
-// on) and is reported once through fault().
+// cannot wait — read the clock, walk the thread's frames while they exist, find the stack in the
+// thread's own cache — then appends the event to the thread's own buffer, numbered in its
+// device's order. Nothing on that path is shared between threads but the device's counter, which
+// the allocator's lock already serialises; the shared stack table is locked only for a stack the
+// thread has not met. A worker thread drains the buffers every 2 ms, device by device in number
+// order, into the file and the live monitor (a step end drains what is left first), and hands the
+// file its chunk every half second, so SIGKILL loses at most that. Any internal fault stops the
+// capture (the run goes on) and is reported once through fault().
 #pragma once
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -61,7 +65,7 @@ public:
     void abandon() noexcept;
 
     std::string fault() const;
-    uint64_t allocations() const { return allocations_.load(std::memory_order_relaxed); }
+    uint64_t allocations() const;
     uint64_t steps() const;
     // The live monitor's projection as of the last step end (LiveMonitor::projected_oom_step).
     std::optional<uint64_t> projected_oom_step() const;
@@ -86,13 +90,41 @@ private:
     struct Queued {
         Event event;
         uint32_t site;
+        uint64_t seq;  // in its device's order
     };
+    // One hook thread's events, drained by the worker; outlives its thread until drained.
+    struct ThreadBuffer {
+        std::mutex mutex;  // the owner appends, the drain swaps: contended only at a drain
+        std::vector<Queued> events;
+        std::atomic<uint64_t> allocations{0};  // written by the owner alone
+    };
+    // A stack as one hook thread met it.
+    struct ThreadStack {
+        std::vector<RawFrame> frames;
+        const char* node;
+        uint32_t stack, site;
+    };
+    static constexpr size_t kMaxFrames = 256;
+    // All a hook thread keeps for the recorder it feeds (hook_thread(): registered on first use).
+    struct HookThread {
+        uint64_t recorder = 0;  // the id these are for
+        RawFrame frames[kMaxFrames];
+        std::pair<uint64_t, uint16_t> streams[8];
+        size_t known_streams = 0;
+        std::unordered_map<uint64_t, ThreadStack> stacks;
+        std::shared_ptr<ThreadBuffer> buffer;
+    };
+    HookThread& hook_thread();
     uint32_t stack_of(const RawFrame* frames, size_t n, const char* node, uint32_t& site);
     uint32_t intern(const RawFrame* frames, size_t n, const char* node, uint32_t& site);
     uint32_t frame_of(const RawFrame& f, bool& internal);
     uint16_t stream_index(uint64_t handle);
     std::vector<LiveFinding> described(std::vector<LiveLeak> leaks);
-    void drain_locked();
+    // Everything when `all` (no hook is inside any more), else up to the first gap per device.
+    void drain_locked(bool all = false);
+    bool numbered_in_order(const std::vector<Queued>& events);
+    void merge_in_order(bool all);
+    void record(const Queued& q);  // into the file and the monitor
     void fail(const std::string& why) noexcept;
     void worker();
 
@@ -101,12 +133,18 @@ private:
     EventClock clock_;
     std::unique_ptr<TraceWriter> writer_;  // thread-safe itself
 
-    std::mutex queue_mutex_;  // the hook's queue, swapped out whole by the drain
-    std::vector<Queued> queue_;
+    mutable std::mutex buffers_mutex_;  // taken once per thread, to register its buffer
+    std::vector<std::shared_ptr<ThreadBuffer>> buffers_;
+    struct alignas(64) DeviceCounter {
+        std::atomic<uint64_t> next{0};
+    };
+    std::array<DeviceCounter, 256> device_seq_;
 
     mutable std::mutex mutex_;  // the drain: monitor and step state
     LiveMonitor monitor_;
-    std::vector<Queued> draining_;
+    std::vector<std::vector<Queued>> taken_;   // each thread's events, as the drain took them
+    std::vector<Queued> draining_, held_back_;  // held back: behind an event still on its way
+    std::array<uint64_t, 256> next_seq_{};     // the next number each device's drain expects
 
     mutable std::mutex intern_mutex_;  // the hook's caches, below
     std::unordered_map<uint64_t, uint32_t> stack_by_hash_;  // -> index in stacks_
@@ -121,7 +159,6 @@ private:
     std::string fault_;
     std::atomic<bool> stopped_{false};
     std::atomic<bool> python_stacks_{true};
-    std::atomic<uint64_t> allocations_{0};
 
     std::mutex worker_mutex_;
     std::condition_variable worker_wake_;

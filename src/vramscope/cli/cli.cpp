@@ -33,13 +33,14 @@ namespace {
 
 constexpr const char* kUsage = R"(usage: vramscope COMMAND ...
 
-  analyze FILE... [--json OUT] [--html OUT] [--window W] [--warmup N] [--device-memory SIZE] [--fail-on-leak]
+  analyze FILE... [--json OUT] [--html OUT] [--window W] [--warmup N] [--steps A:B] [--device-memory SIZE] [--fail-on-leak]
         Decide whether memory leaks, where, and how fast. FILE: a .vscope trace or a torch
         memory snapshot (torch.cuda.memory._dump_snapshot; .pickle or .pickle.gz).
         --json OUT        also write the findings as JSON (- for stdout, no summary)
         --html OUT        also write the report page (what `report` writes)
         --window W        an allocation survives if still live W steps later (default 1)
         --warmup N        steps not judged at the start (default 3, as the live monitor)
+        --steps A:B       judge steps A to B only (read up to B's end; A replaces the warm-up)
         --device-memory   GPU capacity for the OOM projection, e.g. 80GiB (default: from trace)
         --fail-on-leak    exit 1 when a leak is found, 2 when the input cannot be judged (for CI)
   run [-o OUT] [--fail-on-leak] -- COMMAND...
@@ -122,6 +123,23 @@ Findings analyze_input(const Trace& trace, const AnalysisOptions& opt) {
         throw std::runtime_error(trace.source + ": out of memory while analysing it");
     }
 }
+// Reading and analysing one input at once (a .vscope trace streams through).
+Findings analyze_path(const std::string& path, const AnalysisOptions& opt, const ReadLimits& limits) {
+    try {
+        return analyze_file(path, opt, limits);
+    } catch (const std::bad_alloc&) {
+        throw std::runtime_error(path + ": out of memory while reading it (--max-memory bounds what reading holds)");
+    }
+}
+
+// --steps A:B (either end may be left out).
+void parse_step_range(const std::string& v, AnalysisOptions& opt) {
+    const size_t colon = v.find(':');
+    if (colon == std::string::npos) throw UsageError("--steps takes A:B, e.g. 100:500, 100: or :500");
+    if (colon > 0) opt.first_step = whole_number(v.substr(0, colon), 0, UINT32_MAX, "--steps");
+    if (colon + 1 < v.size()) opt.last_step = whole_number(v.substr(colon + 1), 0, UINT32_MAX, "--steps");
+    if (opt.last_step < opt.first_step) throw UsageError("--steps A:B needs A <= B");
+}
 
 void refuse_overwriting(const std::vector<std::string>& inputs, const std::string& out) {
     for (const std::string& in : inputs)
@@ -180,6 +198,7 @@ int analyze_command(const std::vector<std::string>& args, bool report_only) {
         else if (a == "--html" || (report_only && (a == "-o" || a == "--output"))) html_out = value();
         else if (a == "--window") opt.window = uint32_t(whole_number(value(), 1, 1000, a));
         else if (a == "--warmup") opt.warmup_steps = int(whole_number(value(), 0, 1000000, a));
+        else if (a == "--steps") parse_step_range(value(), opt);
         else if (a == "--device-memory") {
             if (!parse_bytes(value(), opt.device_memory) || opt.device_memory == 0)
                 throw UsageError("--device-memory takes a size such as 80GiB or 81559MiB");
@@ -200,18 +219,14 @@ int analyze_command(const std::vector<std::string>& args, bool report_only) {
     std::vector<std::string> kept;
     size_t skipped = 0;
     for (const auto& path : files) {
-        const auto started = std::chrono::steady_clock::now();
         Progress progress("reading " + path, file_size(path));
-        Trace trace = load(path, limits);
-        const double import_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-        if (skip_empty && std::none_of(trace.events.begin(), trace.events.end(),
-                                       [](const Event& e) { return is_block_event(e.kind); })) {
+        Findings f = analyze_path(path, opt, limits);
+        if (skip_empty && !f.allocated_any) {
             ++skipped;
             continue;
         }
         kept.push_back(path);
-        runs.push_back(analyze_input(trace, opt));
-        runs.back().import_seconds = import_seconds;
+        runs.push_back(std::move(f));
     }
     files = std::move(kept);
     if (skipped)

@@ -16,7 +16,7 @@ uint64_t file_size(const std::string& path) {
     return ::stat(path.c_str(), &st) == 0 ? uint64_t(st.st_size) : 0;
 }
 
-Bytes read_file(const std::string& path, uint64_t max_bytes) {
+int open_regular_file(const std::string& path, uint64_t max_bytes, uint64_t& size) {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) throw std::runtime_error(path + ": cannot open: " + std::strerror(errno));
     struct stat st {};
@@ -30,8 +30,15 @@ Bytes read_file(const std::string& path, uint64_t max_bytes) {
         throw std::runtime_error(path + ": " + std::to_string(st.st_size) + " bytes; the limit is " +
                                  std::to_string(max_bytes) + " (--max-decoded raises it)");
     }
+    size = uint64_t(st.st_size);
+    return fd;
+}
+
+Bytes read_file(const std::string& path, uint64_t max_bytes) {
+    uint64_t size = 0;
+    const int fd = open_regular_file(path, max_bytes, size);
     Bytes out;
-    out.reserve(size_t(st.st_size));
+    out.reserve(size_t(size));
     size_t used = 0;
     while (true) {
         if (used > max_bytes)  // the file grew while read

@@ -35,6 +35,8 @@ uint64_t file_size(const std::string& path);
 // without blocking, so a FIFO with no writer cannot hang the open either). More than
 // `max_bytes` is refused too.
 Bytes read_file(const std::string& path, uint64_t max_bytes = UINT64_MAX);
+// The same checks; returns the open descriptor (the caller closes it) and the file's size.
+int open_regular_file(const std::string& path, uint64_t max_bytes, uint64_t& size);
 
 // Creates or truncates path and writes data; throws "PATH: cannot write the WHAT: REASON" (the
 // errno text), a failed close included: a full disk often only says so there.

@@ -11,40 +11,10 @@
 #include <thread>
 #include <vector>
 
+#include "common/chunk_source.h"
 #include "common/file.h"
 
 namespace vramscope {
-
-// Input that arrives in chunks.
-class ChunkSource {
-public:
-    virtual ~ChunkSource() = default;
-    // Hands back the previous chunk and gives the next one; false at the end. Throws what the
-    // producer failed with.
-    virtual bool next(std::string_view& chunk) = 0;
-};
-
-// A buffer handed out in pieces of a fixed size: how tests and the fuzzer put chunk boundaries
-// everywhere a gzip stream might.
-class FixedChunks : public ChunkSource {
-public:
-    FixedChunks(std::string_view all, size_t piece) : rest_(all), piece_(piece ? piece : all.size() + 1) {}
-    std::string_view first() { return cut(); }
-    bool next(std::string_view& chunk) override {
-        if (rest_.empty()) return false;
-        chunk = cut();
-        return true;
-    }
-
-private:
-    std::string_view cut() {
-        const std::string_view c = rest_.substr(0, piece_);
-        rest_.remove_prefix(c.size());
-        return c;
-    }
-    std::string_view rest_;
-    size_t piece_;
-};
 
 // The whole gzip'd content at once (through a GzipStream). Throws std::runtime_error
 // ("NAME: offset N: ...") on corrupt or cut gzip data, a bad CRC or length, trailing bytes that

@@ -108,7 +108,9 @@ struct Findings {
     std::vector<std::string> input_faults;  // why the input cannot be judged (verdict "cannot-judge")
     std::vector<std::pair<std::string, std::string>> meta;
     double analysis_seconds = 0;
-    double import_seconds = 0;      // reading the input into events (set by whoever read it)
+    double import_seconds = 0;      // reading the input into events first (0 when it streamed through the analysis)
+    bool allocated_any = false;     // any block event (not in the JSON: `--skip-empty` reads it)
+    uint64_t first_step_shown = 0;  // --steps A:B: the report's chart starts at A (not in the JSON)
 };
 
 // What the live monitor said at a step end about one site: a leak confirmed (shape rising or

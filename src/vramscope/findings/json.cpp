@@ -39,16 +39,21 @@ void optional_step(Json& j, const char* k, const std::optional<uint64_t>& v) {
 }
 
 // Steps a chart shows: all of them, or the last of each of `max` equal buckets.
-std::vector<size_t> sample_steps(size_t n, size_t max) {
+std::vector<size_t> sample_steps(size_t first, size_t n, size_t max) {
     std::vector<size_t> out;
-    const size_t bucket = n <= max ? 1 : (n + max - 1) / max;
-    for (size_t end = bucket; end < n + bucket; end += bucket) out.push_back(std::min(end, n) - 1);
-    if (n == 0) out.clear();
+    if (first >= n) return out;
+    const size_t span = n - first, bucket = span <= max ? 1 : (span + max - 1) / max;
+    for (size_t end = first + bucket; end < n + bucket; end += bucket) out.push_back(std::min(end, n) - 1);
     return out;
 }
 
+// The first step the report draws: a range's first (--steps A:B), when the run reaches it.
+size_t first_shown(const Findings& f, const DeviceSummary& d) {
+    return f.first_step_shown < d.timeline.size() ? size_t(f.first_step_shown) : 0;
+}
+
 // The report's per-device columns: the chart draws them (peak: the highest in each bucket).
-void columns(Json& j, const DeviceSummary& d, const std::vector<size_t>& at) {
+void columns(Json& j, const DeviceSummary& d, const std::vector<size_t>& at, size_t first) {
     j.key("columns");
     j.open('{');
     j.key("step");
@@ -65,7 +70,7 @@ void columns(Json& j, const DeviceSummary& d, const std::vector<size_t>& at) {
     j.close(']');
     j.key("peak");
     j.open('[');
-    size_t from = 0;
+    size_t from = first;
     for (size_t k : at) {
         uint64_t peak = 0;
         for (size_t i = from; i <= k; ++i) peak = std::max(peak, d.timeline[i].peak_allocated);
@@ -81,8 +86,8 @@ void findings_object(Json& j, const Findings& f, bool report = false) {
     std::map<uint16_t, std::vector<size_t>> sampled;
     if (report)
         for (const DeviceSummary& d : f.devices)  // full steps only: the unfinished tail would dip
-            sampled[d.device] = sample_steps(f.step_count ? std::min<size_t>(f.step_count, d.timeline.size())
-                                                          : d.timeline.size(), kReportPoints);
+            sampled[d.device] = sample_steps(first_shown(f, d), f.step_count ? std::min<size_t>(f.step_count, d.timeline.size())
+                                                                               : d.timeline.size(), kReportPoints);
     j.open('{');
     j.field("schema", "vramscope.findings");
     j.field("schema_version", uint64_t(kSchemaVersion));
@@ -131,7 +136,7 @@ void findings_object(Json& j, const Findings& f, bool report = false) {
         else j.null();
         optional_step(j, "projected_oom_step", d.projected_oom_step);
         optional_step(j, "oom_step", d.oom_step);
-        if (report) columns(j, d, sampled[d.device]);
+        if (report) columns(j, d, sampled[d.device], first_shown(f, d));
         j.key("streams");
         j.open('[');
         for (const StreamUsage& s : d.streams) {

@@ -518,8 +518,27 @@ Trace load_bytes(std::string_view bytes, const std::string& name, const ReadLimi
 }
 
 Trace load_any(const std::string& path, const ReadLimits& limits) {
-    const Bytes file = read_file(path, limits.max_decoded_bytes);
-    return load_bytes(view(file), path, limits);
+    std::string head;
+    {
+        FileChunks probe(path, limits.max_decoded_bytes, 16);
+        std::string_view h;
+        if (probe.next(h)) head = h;
+    }
+    // A .vscope file and a plain pickle stream through in fixed blocks: no whole-file buffer.
+    // gzip'd input is inflated on a second thread from the compressed file in memory.
+    if (!has_vscope_magic(head) && !looks_like_pickle(head)) {
+        const Bytes file = read_file(path, limits.max_decoded_bytes);
+        return load_bytes(view(file), path, limits);
+    }
+    Trace t = has_vscope_magic(head) ? read_trace(path, limits)
+                                     : import_with(path, file_size(path), limits, [&](pickle::Sink* sink) {
+                                           FileChunks file(path, limits.max_decoded_bytes);
+                                           std::string_view first;
+                                           file.next(first);
+                                           return pickle::parse(first, file, path, sink, limits);
+                                       });
+    validate_events(t);
+    return t;
 }
 
 }  // namespace vramscope

@@ -1,6 +1,5 @@
 #include "importers/validate.h"
 
-#include <unordered_map>
 
 namespace vramscope {
 
@@ -8,44 +7,56 @@ void FaultTally::into(std::vector<std::string>& out, const std::string& name) co
     for (const auto& [what, n] : counts_) out.push_back(name + ": " + std::to_string(n) + " " + what);
 }
 
-void validate_events(Trace& t) {
-    FaultTally tally;
-    std::unordered_map<uint64_t, uint64_t> live;  // (device << 56) ^ address -> size, of each live block
-    std::unordered_map<uint16_t, uint64_t> live_bytes;
-    // A device's capacity and baselines (from the file's header records) count like sizes.
-    uint64_t size_total = 0;
-    for (const DeviceInfo& d : t.devices) {
+// A device's capacity and baselines (from the file's header records) count like sizes.
+void EventValidator::see_devices(const Trace& t) {
+    for (; devices_seen_ < t.devices.size(); ++devices_seen_) {
+        const DeviceInfo& d = t.devices[devices_seen_];
         for (uint64_t bytes : {d.total_memory, d.baseline_allocated, d.baseline_reserved}) {
-            if (bytes >= kImpossibleSize) tally.add("devices with a capacity or baseline of 1 PiB or more");
-            else size_total += bytes;
+            if (bytes >= kImpossibleSize) tally_.add("devices with a capacity or baseline of 1 PiB or more");
+            else size_total_ += bytes;
         }
     }
-    for (const Event& e : t.events) {
-        if (e.time_us < 0 || e.time_us >= kLatestTime) tally.add("events with a time before 1970 or after 4253");
-        if (!carries_address(e.kind)) continue;
-        if (e.size >= kImpossibleSize) {
-            tally.add("events with a size of 1 PiB or more (negative or corrupt)");
-            continue;
-        }
-        // Any sum analysis makes is over a part of these: under 2^62, none can overflow.
-        if ((size_total += e.size) >= uint64_t(1) << 62) tally.add("events whose sizes sum past 2^62 bytes");
-        const uint64_t key = uint64_t(e.device) << 56 ^ e.addr;
-        switch (e.kind) {
-        case EventKind::alloc:
-            if (!live.try_emplace(key, e.size).second) tally.add("allocations at an address already allocated and not freed");
-            else if ((live_bytes[e.device] += e.size) >= kImpossibleSize) tally.add("allocations past 1 PiB live on a device");
-            break;
-        case EventKind::free_completed:
-        case EventKind::free:
-            if (auto it = live.find(key); it != live.end()) {  // a block from before the trace began is fine
-                live_bytes[e.device] -= it->second;
-                live.erase(it);
-            }
-            break;
-        default: break;
-        }
+}
+
+void EventValidator::see(const Trace& t, const Event& e) {
+    if (devices_seen_ < t.devices.size()) see_devices(t);
+    if (e.time_us < 0 || e.time_us >= kLatestTime) tally_.add("events with a time before 1970 or after 4253");
+    if (!carries_address(e.kind)) return;
+    if (e.size >= kImpossibleSize) {
+        tally_.add("events with a size of 1 PiB or more (negative or corrupt)");
+        return;
     }
-    tally.into(t.faults, t.source);
+    // Any sum analysis makes is over a part of these: under 2^62, none can overflow.
+    if ((size_total_ += e.size) >= uint64_t(1) << 62) tally_.add("events whose sizes sum past 2^62 bytes");
+    const uint64_t key = uint64_t(e.device) << 56 ^ e.addr;
+    switch (e.kind) {
+    case EventKind::alloc:
+        // A live size is under kImpossibleSize, never the map's kMissing.
+        if (const uint64_t before = live_.put(key, e.size); before != live_.kMissing) {
+            live_.put(key, before);  // the first block stays the one its free will name
+            tally_.add("allocations at an address already allocated and not freed");
+        } else if ((live_bytes_[e.device] += e.size) >= kImpossibleSize) {
+            tally_.add("allocations past 1 PiB live on a device");
+        }
+        break;
+    case EventKind::free_completed:
+    case EventKind::free:
+        if (const uint64_t size = live_.take(key); size != live_.kMissing)  // a block from before the trace began is fine
+            live_bytes_[e.device] -= size;
+        break;
+    default: break;
+    }
+}
+
+void EventValidator::finish(Trace& t) {
+    see_devices(t);
+    tally_.into(t.faults, t.source);
+}
+
+void validate_events(Trace& t) {
+    EventValidator v;
+    for (const Event& e : t.events) v.see(t, e);
+    v.finish(t);
 }
 
 }  // namespace vramscope

@@ -5,7 +5,9 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <array>
 
+#include "common/address_map.h"
 #include "events/trace.h"
 
 namespace vramscope {
@@ -31,7 +33,24 @@ inline constexpr int64_t kLatestTime = int64_t(1) << 56;        // the year 4253
 
 // A device capacity or baseline of 1 PiB or more, an alloc at an address already live on its device, impossible sizes,
 // more than kImpossibleSize live at once, times out of range. Memory: the live blocks, what
-// analysis keeps anyway.
+// analysis keeps anyway. Fed the events as they stream by; analysis stops at the first fault.
+class EventValidator {
+public:
+    void see(const Trace& t, const Event& e);
+    bool faulted() const { return !tally_.empty(); }
+    // Adds what it found to t.faults.
+    void finish(Trace& t);
+
+private:
+    void see_devices(const Trace& t);
+    FaultTally tally_;
+    AddressMapOf<uint64_t> live_{4096};  // (device << 56) ^ address -> size, of each live block
+    std::array<uint64_t, 256> live_bytes_{};  // by device
+    uint64_t size_total_ = 0;
+    size_t devices_seen_ = 0;
+};
+
+// The same over a trace in memory.
 void validate_events(Trace& t);
 
 }  // namespace vramscope

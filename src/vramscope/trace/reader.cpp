@@ -4,11 +4,14 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <stdexcept>
 #include <vector>
 
+#include "common/chunk_source.h"
 #include "common/file.h"
 #include "trace/format.h"
 #include "trace/predict.h"
@@ -211,41 +214,85 @@ bool has_vscope_magic(std::string_view bytes) {
     return bytes.size() >= sizeof kMagic && std::memcmp(bytes.data(), kMagic, sizeof kMagic) == 0;
 }
 
-Trace parse_trace(std::string_view bytes, const std::string& name, const ReadLimits& limits) {
-    if (!has_vscope_magic(bytes)) throw std::runtime_error(name + ": offset 0: not a .vscope trace (bad magic)");
-    if (bytes.size() < kHeaderBytes) throw std::runtime_error(name + ": offset 8: header cut short");
-    const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());
-    const uint16_t version = uint16_t(data[8] | data[9] << 8);
+namespace {
+// Exact byte counts from a ChunkSource, across its pieces: a view into the piece when it holds
+// them all (the usual case), else a copy into one reused buffer.
+class ExactReader {
+public:
+    ExactReader(ChunkSource& in, std::string_view first) : in_(in), piece_(first) {}
+    // n bytes, fewer only at the end of the input; valid until the next call.
+    std::string_view take(size_t n) {
+        if (piece_.size() >= n) return advance(n);
+        buffer_.assign(piece_.begin(), piece_.end());
+        offset_ += piece_.size();
+        piece_ = {};
+        while (buffer_.size() < n && in_.next(piece_)) {
+            const size_t k = std::min(n - buffer_.size(), piece_.size());
+            buffer_.append(piece_.substr(0, k));
+            piece_.remove_prefix(k);
+            offset_ += k;
+        }
+        return buffer_;
+    }
+    uint64_t offset() const { return offset_; }
+
+private:
+    std::string_view advance(size_t n) {
+        const std::string_view out = piece_.substr(0, n);
+        piece_.remove_prefix(n);
+        offset_ += n;
+        return out;
+    }
+    ChunkSource& in_;
+    std::string_view piece_;
+    std::string buffer_;
+    uint64_t offset_ = 0;
+};
+}  // namespace
+
+void stream_trace(std::string_view first, ChunkSource& rest, uint64_t total_bytes, const std::string& name,
+                  const ReadLimits& limits, Trace& trace, const ChunkSink& sink) {
+    ExactReader in(rest, first);
+    const std::string_view header = in.take(kHeaderBytes);
+    if (!has_vscope_magic(header)) throw std::runtime_error(name + ": offset 0: not a .vscope trace (bad magic)");
+    if (header.size() < kHeaderBytes) throw std::runtime_error(name + ": offset 8: header cut short");
+    const auto* h0 = reinterpret_cast<const uint8_t*>(header.data());
+    const uint16_t version = uint16_t(h0[8] | h0[9] << 8);
     if (version < kOldestVersion || version > kVersion)
         throw std::runtime_error(name + ": offset 8: trace format version " + std::to_string(version) +
                                  " is not supported (this build reads versions " + std::to_string(kOldestVersion) +
                                  " to " + std::to_string(kVersion) + ")");
     const bool numbered = version >= 2;
-    Trace trace;
     trace.source = name;
     trace.format = "vscope";
     if (!numbered)
         trace.warnings.push_back(name + ": trace format version 1: its chunks carry no numbers and it has no end "
                                         "record, so a chunk repeated, dropped or cut off at a chunk boundary cannot be told");
     ChunkDecoder decoder(trace, limits.max_stack_frames);
-    // >= 2 bytes an event in practice; unused pages are never touched, but they count as address space.
-    trace.events.reserve(std::min<size_t>(bytes.size() / 2, limits.max_held_bytes / sizeof(Event)));
-    size_t off = kHeaderBytes, chunks = 0;
-    auto stop = [&](size_t at, const std::string& why, std::vector<std::string>& into) {
+    size_t chunks = 0;
+    uint64_t decoded = 0;  // events, whether the sink kept them or not
+    auto stop = [&](uint64_t at, const std::string& why, std::vector<std::string>& into) {
         into.push_back(name + ": offset " + std::to_string(at) + ": " + why + "; read " + std::to_string(chunks) +
-                       " whole chunks (" + std::to_string(trace.events.size()) + " events) and ignored the remaining " +
-                       std::to_string(bytes.size() - at) + " bytes");
+                       " whole chunks (" + std::to_string(decoded) + " events) and ignored the remaining " +
+                       std::to_string(total_bytes - std::min(at, total_bytes)) + " bytes");
     };
-    while (off < bytes.size()) {
+    bool at_end = false;  // all input read, no damage
+    while (true) {
+        const uint64_t off = in.offset();
+        const std::string_view chunk_header = in.take(kChunkHeaderBytes);
+        if (chunk_header.empty()) {
+            at_end = true;
+            break;
+        }
         if (decoder.end_events) {
             stop(off, "data after the end record", trace.faults);
             break;
         }
-        if (bytes.size() - off < kChunkHeaderBytes) {
+        if (chunk_header.size() < kChunkHeaderBytes) {
             stop(off, "file cut inside a chunk header", trace.warnings);
             break;
         }
-        const uint8_t* h = data + off;
+        const auto* h = reinterpret_cast<const uint8_t*>(chunk_header.data());
         const uint32_t len = get_u32(h + 4), crc = get_u32(h + 8);
         if (get_u32(h) != kChunkMagic) {
             stop(off, "bad chunk magic", trace.faults);
@@ -255,11 +302,12 @@ Trace parse_trace(std::string_view bytes, const std::string& name, const ReadLim
             stop(off, "chunk length out of range", trace.faults);
             break;
         }
-        if (len > bytes.size() - off - kChunkHeaderBytes) {
+        const std::string_view body = in.take(len);
+        if (body.size() < len) {
             stop(off, "file cut inside a chunk", trace.warnings);
             break;
         }
-        const uint8_t* payload = h + kChunkHeaderBytes;
+        const auto* payload = reinterpret_cast<const uint8_t*>(body.data());
         if (uint32_t(crc32(0, payload, len)) != crc) {
             stop(off, "chunk checksum mismatch", trace.faults);
             break;
@@ -292,26 +340,38 @@ Trace parse_trace(std::string_view bytes, const std::string& name, const ReadLim
             stop(off, e.why + " (byte " + std::to_string(e.offset) + " of the chunk's records)", trace.faults);
             break;
         }
+        decoded += trace.events.size() - events_before;
         if (trace.events.size() * sizeof(Event) > limits.max_held_bytes)
             throw std::runtime_error(name + ": offset " + std::to_string(off) + ": more than " +
                                      std::to_string(limits.max_held_bytes >> 20) +
                                      " MiB of events (the limit; --max-memory raises it)");
-        off += kChunkHeaderBytes + len;
         ++chunks;
-        Progress::report(off);
+        Progress::report(in.offset());
+        if (!sink(trace)) return;  // the reader wants no more: no end to check
     }
-    if (numbered && decoder.end_events && *decoder.end_events != trace.events.size())
+    if (numbered && decoder.end_events && *decoder.end_events != decoded)
         trace.faults.push_back(name + ": the end record counts " + std::to_string(*decoder.end_events) + " events; the chunks hold " +
-                               std::to_string(trace.events.size()));
-    if (numbered && !decoder.end_events && trace.faults.empty() && off == bytes.size())
+                               std::to_string(decoded));
+    if (numbered && !decoder.end_events && trace.faults.empty() && at_end)
         trace.warnings.push_back(name + ": no end record after " + std::to_string(chunks) +
                                  " chunks: the writer did not finish (killed, or out of disk); the events up to there are read");
+}
+
+Trace parse_trace(std::string_view bytes, const std::string& name, const ReadLimits& limits) {
+    Trace trace;
+    // >= 2 bytes an event in practice; unused pages are never touched, but they count as address space.
+    trace.events.reserve(std::min<size_t>(bytes.size() / 2, limits.max_held_bytes / sizeof(Event)));
+    FixedChunks none({}, 0);
+    stream_trace(bytes, none, bytes.size(), name, limits, trace, [](Trace&) { return true; });
     return trace;
 }
 
 Trace read_trace(const std::string& path, const ReadLimits& limits) {
-    const Bytes bytes = read_file(path, limits.max_decoded_bytes);
-    return parse_trace(view(bytes), path, limits);
+    FileChunks file(path, limits.max_decoded_bytes);
+    Trace trace;
+    trace.events.reserve(std::min<size_t>(file.size() / 2, limits.max_held_bytes / sizeof(Event)));
+    stream_trace({}, file, file.size(), path, limits, trace, [](Trace&) { return true; });
+    return trace;
 }
 
 }  // namespace vramscope

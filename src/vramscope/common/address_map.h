@@ -1,26 +1,31 @@
-// Address -> live allocation, the one lookup replay does per event: open addressing with linear
-// probing and backward-shift deletion (no tombstones), several times faster than unordered_map.
+// Address -> what a live block needs, the one lookup replay and validation do per event: open
+// addressing with linear probing and backward-shift deletion (no tombstones), several times
+// faster than unordered_map.
 #pragma once
 #include <cstdint>
 #include <vector>
 
 namespace vramscope {
 
-class AddressMap {
+template <class Value>
+class AddressMapOf {
 public:
-    static constexpr uint32_t kMissing = 0xFFFFFFFFu;
+    static constexpr Value kMissing = Value(-1);
 
-    explicit AddressMap(size_t capacity_hint = 1024) { rehash(grow_to(capacity_hint * 2)); }
+    explicit AddressMapOf(size_t capacity_hint = 1024) { rehash(grow_to(capacity_hint * 2)); }
 
-    void put(uint64_t key, uint32_t value) {
+    // Sets key's value; returns the one it replaced (kMissing if none): one probe for both.
+    Value put(uint64_t key, Value value) {
         if ((size_ + 1) * 4 > slots_.size() * 3) rehash(slots_.size() * 2);
         size_t i = slot(key);
         while (slots_[i].used && slots_[i].key != key) i = (i + 1) & mask_;
+        const Value old = slots_[i].used ? slots_[i].value : kMissing;
         if (!slots_[i].used) ++size_;
         slots_[i] = {key, value, true};
+        return old;
     }
 
-    uint32_t get(uint64_t key) const {
+    Value get(uint64_t key) const {
         for (size_t i = slot(key);; i = (i + 1) & mask_) {
             if (!slots_[i].used) return kMissing;
             if (slots_[i].key == key) return slots_[i].value;
@@ -28,13 +33,13 @@ public:
     }
 
     // Removes key and returns its value (kMissing if absent).
-    uint32_t take(uint64_t key) {
+    Value take(uint64_t key) {
         size_t i = slot(key);
         for (;; i = (i + 1) & mask_) {
             if (!slots_[i].used) return kMissing;
             if (slots_[i].key == key) break;
         }
-        const uint32_t value = slots_[i].value;
+        const Value value = slots_[i].value;
         // Shift later members of the probe run back so lookups never stop at a hole.
         for (size_t j = (i + 1) & mask_; slots_[j].used; j = (j + 1) & mask_) {
             const size_t home = slot(slots_[j].key);
@@ -53,7 +58,7 @@ public:
 private:
     struct Slot {
         uint64_t key;
-        uint32_t value;
+        Value value;
         bool used;
     };
     static size_t grow_to(size_t n) {
@@ -77,5 +82,8 @@ private:
     unsigned shift_ = 0;
     size_t size_ = 0;
 };
+
+// Address -> an index into the replay's live blocks.
+using AddressMap = AddressMapOf<uint32_t>;
 
 }  // namespace vramscope

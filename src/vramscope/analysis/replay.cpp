@@ -1,0 +1,209 @@
+#include "analysis/replay.h"
+
+#include <algorithm>
+
+namespace vramscope {
+
+Replay::Replay(const Trace& t, uint32_t window, uint64_t last_step)
+    : context(t), resolver(t.stacks), window_(window), last_step_(last_step), live_(4096) {
+    slot_of_device_.fill(-1);
+}
+
+size_t Replay::add_device(uint8_t device) {
+    size_t i = 0;
+    while (i < devices.size() && devices[i].device != device) ++i;
+    if (i == devices.size()) {
+        devices.push_back(DeviceSummary{device});
+        state_.push_back({0, 0, 0, 0, {}});
+        for (const DeviceInfo& d : context.devices)
+            if (d.device == device) {
+                devices[i].total_memory = d.total_memory;
+                if (d.total_memory) devices[i].capacity_source = "trace";
+                const auto a = int64_t(d.baseline_allocated);
+                state_[i] = {a, int64_t(d.baseline_reserved), 0, a, {}};
+            }
+    }
+    slot_of_device_[device] = int16_t(i);
+    return i;
+}
+
+uint32_t Replay::site_of(uint8_t device, uint32_t stack) {
+    if (device == stack_device_ && stack < site_of_stack_.size() && site_of_stack_[stack] != UINT32_MAX)
+        return site_of_stack_[stack];
+    const uint32_t frame = resolver.site(stack);
+    auto [it, added] = site_index_.try_emplace(uint64_t(device) << 32 | frame, uint32_t(sites.size()));
+    if (added) {
+        sites.emplace_back();
+        sites.back().device = device;
+        sites.back().site_frame = frame;
+    }
+    if (device == stack_device_) {
+        if (stack >= site_of_stack_.size()) site_of_stack_.resize(std::max<size_t>(stack + 1, site_of_stack_.size() * 2), UINT32_MAX);
+        site_of_stack_[stack] = it->second;
+    }
+    return it->second;
+}
+
+// What a site holds at step ends changes only when it allocates or frees: the value it had
+// since its last change is written down once, when it changes again in a later step.
+void Replay::change(SiteSeries& s, int64_t bytes) {
+    s.record_held(step_);
+    s.live += bytes;
+    s.touched = step_;
+    s.ever_touched = true;
+}
+
+void Replay::end_step() {
+    start();
+    cut();
+}
+
+void Replay::cut() {
+    if (!has_memory_events) ++cuts_before_memory_;
+    for (size_t i = 0; i < devices.size(); ++i) {
+        DeviceState& s = state_[i];
+        StepPoint p{uint64_t(std::max<int64_t>(0, s.allocated)), uint64_t(std::max<int64_t>(0, s.reserved)),
+                    uint64_t(std::max<int64_t>(0, s.peak)), uint64_t(std::max<int64_t>(0, s.pending)), {}};
+        for (size_t k = 0; k < s.by_stream.size(); ++k)
+            if (s.by_stream[k] > 0) p.by_stream.emplace_back(context.streams[k], uint64_t(s.by_stream[k]));
+        devices[i].timeline.push_back(std::move(p));
+        s.peak = s.allocated;
+    }
+    ++step_;
+    events_since_cut_ = false;
+}
+
+// Steps that ended before the first memory event were never seen (a ring buffer that wrapped
+// keeps annotations of the whole run, entries of its end only): judging them would average the
+// growth over steps the trace does not hold. A trace without memory events keeps them.
+void Replay::forget_steps_before_memory() {
+    steps_before_trace = cuts_before_memory_;
+    step_ -= uint32_t(cuts_before_memory_);
+    for (DeviceSummary& d : devices) {
+        d.timeline.erase(d.timeline.begin(), d.timeline.begin() + ptrdiff_t(cuts_before_memory_));
+        if (d.oom_step) d.oom_step = 0;
+    }
+}
+
+void SiteSeries::add_survivor(const LiveAlloc& a, uint32_t window, uint32_t until) {
+    if (a.size) survived.emplace_back(a.step, a.size);
+    bytes_by_stack[a.stack] += a.size;
+    ++surviving_allocations;
+    first_survivor = std::min(first_survivor, a.seq);
+    aged_deltas.emplace_back(a.step + window, double(a.size));
+    aged_deltas.emplace_back(until, -double(a.size));
+}
+
+void Replay::released(const LiveAlloc& a) {
+    SiteSeries& s = sites[a.site];
+    change(s, -int64_t(a.size));
+    // Freed after its window: a survivor. It was allocated in a full step, so it is judged.
+    if (step_ > uint64_t(a.step) + window_) s.add_survivor(a, window_, step_);
+}
+
+// The devices the trace declared come first, with their baselines.
+void Replay::start() {
+    if (started_) return;
+    started_ = true;
+    for (const DeviceInfo& d : context.devices) device_slot(uint8_t(d.device));
+}
+
+void Replay::take(const Event& e) {
+    start();
+    process(e);
+    events_since_cut_ = true;
+}
+
+void Replay::process(const Event& e) {
+    const uint64_t key = e.addr ^ (uint64_t(e.device) << 56);
+    entries += 1 + (e.kind == EventKind::free);
+    if (!has_memory_events && (is_block_event(e.kind) || is_segment_event(e.kind))) {
+        has_memory_events = true;
+        if (cuts_before_memory_) forget_steps_before_memory();
+    }
+    has_block_events |= is_block_event(e.kind);
+    switch (e.kind) {
+    case EventKind::alloc: {
+        DeviceState& s = state_[device_slot(e.device)];
+        uint32_t slot;
+        if (free_slots_.empty()) {
+            slot = uint32_t(pool_.size());
+            pool_.emplace_back();
+        } else {
+            slot = free_slots_.back();
+            free_slots_.pop_back();
+        }
+        const uint32_t site = site_of(e.device, e.stack);
+        pool_[slot] = LiveAlloc{e.addr, e.size, seq_++, e.stack, site, step_, e.stream, e.device, false};
+        // An address allocated again without a free: the older block is forgotten, as a map would.
+        if (const uint32_t old = live_.put(key, slot); old != AddressMap::kMissing) free_slots_.push_back(old);
+        change(sites[site], int64_t(e.size));
+        s.allocated += int64_t(e.size);
+        if (e.stream >= s.by_stream.size()) s.by_stream.resize(context.streams.size(), 0);
+        s.by_stream[e.stream] += int64_t(e.size);
+        s.peak = std::max(s.peak, s.allocated);
+        break;
+    }
+    case EventKind::free_requested: {
+        const uint32_t a = live_.get(key);
+        if (a != AddressMap::kMissing && !pool_[a].requested) {
+            pool_[a].requested = true;
+            state_[device_slot(e.device)].pending += int64_t(pool_[a].size);
+        }
+        break;
+    }
+    case EventKind::free_completed:
+    case EventKind::free: {
+        DeviceState& s = state_[device_slot(e.device)];
+        const uint32_t a = live_.take(key);
+        if (a != AddressMap::kMissing) {
+            const LiveAlloc& block = pool_[a];
+            if (block.requested) s.pending -= int64_t(block.size);
+            s.by_stream[block.stream] -= int64_t(block.size);
+            released(block);
+            free_slots_.push_back(a);
+        }
+        s.allocated -= int64_t(e.size);
+        break;
+    }
+    case EventKind::segment_alloc:
+    case EventKind::segment_map: state_[device_slot(e.device)].reserved += int64_t(e.size); break;
+    case EventKind::segment_free:
+    case EventKind::segment_unmap: state_[device_slot(e.device)].reserved -= int64_t(e.size); break;
+    case EventKind::oom: {
+        const size_t i = device_slot(e.device);
+        DeviceSummary& d = devices[i];
+        if (!d.oom_step) d.oom_step = step_;
+        // Free memory the driver reported then, plus what torch held: the device's capacity,
+        // less other processes' share.
+        if (!d.total_memory) {
+            d.total_memory = e.addr + uint64_t(std::max<int64_t>(0, state_[i].reserved));
+            d.capacity_source = "oom-event";
+        }
+        break;
+    }
+    default: break;
+    }
+}
+
+void Replay::finish() {
+    start();
+    if (events_since_cut_) {
+        // The unfinished step: shown in the timeline, never judged.
+        const uint32_t full = step_;
+        cut();
+        step_ = full;
+    }
+}
+
+std::vector<LiveAlloc> Replay::live_allocs() const {
+    std::vector<LiveAlloc> out;
+    std::vector<bool> freed(pool_.size(), false);
+    for (uint32_t f : free_slots_) freed[f] = true;
+    for (size_t i = 0; i < pool_.size(); ++i)
+        if (!freed[i]) out.push_back(pool_[i]);
+    std::sort(out.begin(), out.end(), [](const LiveAlloc& a, const LiveAlloc& b) { return a.seq < b.seq; });
+    return out;
+}
+
+}  // namespace vramscope

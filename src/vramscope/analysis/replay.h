@@ -1,0 +1,111 @@
+// One pass over a trace's events in time order: the devices' step timelines and, per allocation
+// site, the series the judge reads. It keeps the live blocks and what each site's series changes
+// by, never the events: memory follows live blocks, sites and their changes, not the event count.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <map>
+#include <unordered_map>
+#include <vector>
+
+#include "analysis/sites.h"
+#include "common/address_map.h"
+#include "events/trace.h"
+#include "findings/findings.h"
+
+namespace vramscope {
+
+// A block still live, with what its free will need.
+struct LiveAlloc {
+    uint64_t addr, size;
+    uint64_t seq;       // allocation order: what keeps the findings' order that of the trace
+    uint32_t stack;
+    uint32_t site;      // index into Replay::sites
+    uint32_t step;
+    uint16_t stream;    // index into Trace::streams
+    uint8_t device;
+    bool requested;     // free_requested seen
+};
+
+// One allocation site on one device: how its series change, step by step.
+struct SiteSeries {
+    uint16_t device = 0;
+    uint32_t site_frame = 0;
+    int64_t live = 0;                  // bytes live now
+    uint32_t touched = 0;              // step of the last change to `live`
+    bool ever_touched = false;
+    // Bytes held at step ends, run-length: from step .first on, .second (0 before the first).
+    std::vector<std::pair<uint32_t, double>> held;
+    // Survivors (allocated in step k, still live at the end of k + window):
+    std::vector<std::pair<uint32_t, double>> aged_deltas;  // + at k + window, - where freed
+    std::vector<std::pair<uint32_t, uint64_t>> survived;   // (k, bytes)
+    std::map<uint32_t, uint64_t> bytes_by_stack;
+    uint64_t surviving_allocations = 0;
+    uint64_t first_survivor = UINT64_MAX;  // seq of the earliest-allocated survivor
+
+    // Writes down the value held since the last change, before `step` changes it (or ends).
+    void record_held(uint32_t step) {
+        if (ever_touched && touched < step && (held.empty() ? live != 0 : held.back().second != double(live)))
+            held.emplace_back(touched, double(live));
+    }
+    // A block allocated in a judged step and still live `window` steps later, until `until`.
+    void add_survivor(const LiveAlloc& a, uint32_t window, uint32_t until);
+};
+
+class Replay {
+public:
+    Replay(const Trace& context, uint32_t window, uint64_t last_step);
+    // The next event. The context's tables (stacks, streams, devices) hold what it refers to.
+    [[gnu::flatten]] void take(const Event& e);
+    // The step ends here (analysis/step_cuts.h says where).
+    void end_step();
+    // False once the step range asked for has ended: later events change nothing.
+    bool wants_more() const { return last_step_ == UINT64_MAX || step_ <= last_step_; }
+    // Ends the unfinished step, if any; then the accessors below hold the whole trace.
+    void finish();
+
+    const Trace& context;
+    std::vector<DeviceSummary> devices;
+    std::vector<SiteSeries> sites;
+    std::vector<LiveAlloc> live_allocs() const;  // blocks never freed, in allocation order
+    size_t full_steps() const { return step_; }
+    uint64_t entries = 0;                        // as torch counts them (Trace::entry_count)
+    uint64_t steps_before_trace = 0;             // cut before the first memory event
+    bool has_memory_events = false;
+    bool has_block_events = false;
+    SiteResolver resolver;
+
+private:
+    struct DeviceState {
+        int64_t allocated, reserved, pending, peak;
+        std::vector<int64_t> by_stream;  // by stream index
+    };
+    size_t device_slot(uint8_t device) {
+        return slot_of_device_[device] >= 0 ? size_t(slot_of_device_[device]) : add_device(device);
+    }
+    size_t add_device(uint8_t device);
+    uint32_t site_of(uint8_t device, uint32_t stack);
+    void change(SiteSeries& s, int64_t bytes);
+    void start();
+    void cut();
+    void forget_steps_before_memory();
+    void process(const Event& e);
+    void released(const LiveAlloc& a);
+
+    const uint32_t window_;
+    const uint64_t last_step_;
+    std::vector<DeviceState> state_;
+    std::array<int16_t, 256> slot_of_device_;
+    std::unordered_map<uint64_t, uint32_t> site_index_;  // device << 32 | site frame
+    std::vector<uint32_t> site_of_stack_;                // by stack id, for device stack_device_: the hot path
+    uint8_t stack_device_ = 0;
+    AddressMap live_;                                    // (device << 56) ^ addr -> index into pool_
+    std::vector<LiveAlloc> pool_;
+    std::vector<uint32_t> free_slots_;
+    uint64_t seq_ = 0;
+    uint64_t cuts_before_memory_ = 0;
+    uint32_t step_ = 0;
+    bool events_since_cut_ = false, started_ = false;
+};
+
+}  // namespace vramscope

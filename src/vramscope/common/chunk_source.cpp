@@ -1,0 +1,39 @@
+#include "common/chunk_source.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+
+#include "common/progress.h"
+
+namespace vramscope {
+
+FileChunks::FileChunks(const std::string& path, uint64_t max_bytes, size_t block)
+    : path_(path), max_bytes_(max_bytes) {
+    fd_ = open_regular_file(path, max_bytes, size_);
+    block_.resize(block);
+}
+
+FileChunks::~FileChunks() { ::close(fd_); }
+
+bool FileChunks::next(std::string_view& chunk) {
+    size_t used = 0;
+    while (used < block_.size()) {
+        const ssize_t k = ::read(fd_, block_.data() + used, block_.size() - used);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0) throw std::runtime_error(path_ + ": read error: " + std::strerror(errno));
+        if (k == 0) break;
+        used += size_t(k);
+    }
+    read_ += used;
+    if (read_ > max_bytes_)  // the file grew while read
+        throw std::runtime_error(path_ + ": offset " + std::to_string(max_bytes_) + ": more bytes than the limit of " +
+                                 std::to_string(max_bytes_) + " (--max-decoded raises it)");
+    Progress::report(read_);
+    chunk = std::string_view(block_.data(), used);
+    return used > 0;
+}
+
+}  // namespace vramscope
