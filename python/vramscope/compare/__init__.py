@@ -147,8 +147,9 @@ def main(args: list[str]) -> int:
         return 2
     options.out.mkdir(parents=True, exist_ok=True)
     progress = Progress()
-    if matrix.why_no_all():
-        progress.note(f"no `{ALL}` row: {matrix.why_no_all()}")
+    why_no_all = matrix.why_no_all()
+    if why_no_all:
+        progress.note(f"no `{ALL}` row: {why_no_all}")
     runner = Runner(matrix, options)
     t0 = time.monotonic()
     complete = runner.run(progress)

@@ -89,21 +89,19 @@ def archive_ref(project: str, ref: str, dest: Path) -> None:
 
 def apply_patch(patch: str, copy: Path) -> None:
     """git apply inside the copy only: the ceiling stops git from finding a repository around it
-    (the output folder may lie inside the user's), so paths resolve in the copy and nowhere else."""
+    (the output folder may lie inside the user's), so paths resolve in the copy and nowhere else.
+    git apply is all or nothing: a patch that fails leaves the copy as it was."""
     env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(copy.parent)}
-    for check in (True, False):
-        result = subprocess.run(["git", "apply", *["--check"] * check, "--whitespace=nowarn", patch], cwd=copy,
-                                env=env, capture_output=True, text=True)
-        if result.returncode != 0:
-            raise SetupError(f"patch {os.path.basename(patch)} does not apply to {copy.name}: "
-                             f"{result.stderr.strip().splitlines()[-1] if result.stderr.strip() else 'git apply failed'}")
+    result = subprocess.run(["git", "apply", "--whitespace=nowarn", patch], cwd=copy, env=env, capture_output=True,
+                            text=True)
+    if result.returncode != 0:
+        raise SetupError(f"patch {os.path.basename(patch)} does not apply to {copy.name}: "
+                         f"{result.stderr.strip().splitlines()[-1] if result.stderr.strip() else 'git apply failed'}")
 
 
 def prepare(matrix: Matrix, variant: Variant, cell_dir: Path, out_dir: Path) -> Workspace:
-    """The cell's workspace under cell_dir/trees; the user's trees are only read."""
+    """The cell's workspace under cell_dir/trees (cell_dir new); the user's trees are only read."""
     trees_dir = cell_dir / "trees"
-    if trees_dir.exists():
-        shutil.rmtree(trees_dir)
     workspace = Workspace(matrix.project)
     roots: dict[str, str] = {}
     if variant.ref:

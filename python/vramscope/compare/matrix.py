@@ -108,8 +108,11 @@ class Matrix:
         """baseline, each variant, then all of them together (when there are two or more, and they
         can be combined: see why_no_all)."""
         rows = [Variant(BASELINE, "no change"), *self.variants]
-        if len(self.variants) >= 2 and not self.why_no_all():
-            rows.append(combined(self.variants))
+        if len(self.variants) >= 2:
+            try:
+                rows.append(combined(self.variants))
+            except MatrixError:
+                pass  # why_no_all() says why
         return rows
 
     def why_no_all(self) -> str:

@@ -25,7 +25,7 @@ from .matrix import Cell, Matrix
 # How a cell's process ended; the C++ side (compare/cells.h) reads these spellings.
 FINISHED, FAILED, OUT_OF_MEMORY, TIMED_OUT, NOT_RUN, INTERRUPTED = (
     "finished", "failed", "out-of-memory", "timed-out", "not-run", "interrupted")
-_OOM_MARKS = ("torch.OutOfMemoryError", "CUDA out of memory", "vramscope: CUDA out of memory")
+_OOM_MARKS = ("torch.OutOfMemoryError", "CUDA out of memory")  # torch's words, and vramscope's at an OOM
 _GRACE_SECONDS = 20  # after SIGTERM, for the cell to write its trace's end
 
 

@@ -35,6 +35,8 @@ std::string format_count(uint64_t n) {
     return out;
 }
 
+std::string format_percent(double share) { return std::to_string(std::llround(share * 100)) + "%"; }
+
 bool parse_bytes(const std::string& text, uint64_t& out) {
     const char* p = text.c_str();
     char* end = nullptr;

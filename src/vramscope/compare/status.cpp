@@ -1,6 +1,6 @@
 #include "compare/status.h"
 
-#include <cmath>
+#include "common/format.h"
 
 namespace vramscope {
 namespace {
@@ -16,7 +16,7 @@ std::string how_it_broke(const CellResult& c) {
 }
 
 std::string percent_of_baseline(double ratio) {
-    return "rate " + std::to_string(int(std::lround(ratio * 100))) + "% of the baseline's";
+    return "rate " + format_percent(ratio) + " of the baseline's";
 }
 
 }  // namespace

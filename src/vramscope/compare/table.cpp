@@ -101,10 +101,10 @@ std::string joined(const std::vector<std::string>& items, const char* sep) {
     return out;
 }
 std::vector<std::string> thresholds() {
-    auto percent = [](double share) { return std::to_string(int(share * 100 + 0.5)) + "%"; };
-    return {"root-cause fix: leak rate at most " + percent(kFixAtMost) + " of the baseline's, and no OOM",
-            "partial: at most " + percent(kPartialAtMost) + "; no effect: under " + percent(kWorseAtLeast) +
-                "; worse: " + percent(kWorseAtLeast) + " or more, or a leak the baseline lacks",
+    return {"root-cause fix: leak rate at most " + format_percent(kFixAtMost) + " of the baseline's, and no OOM",
+            "partial: at most " + format_percent(kPartialAtMost) + "; no effect: under " +
+                format_percent(kWorseAtLeast) + "; worse: " + format_percent(kWorseAtLeast) +
+                " or more, or a leak the baseline lacks",
             "broken: crashed, timed out, or out of memory where the baseline was not",
             "saved: (the baseline's rate - the row's) x the baseline's steps"};
 }
