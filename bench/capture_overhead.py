@@ -10,6 +10,9 @@ per-process medians.
   python bench/capture_overhead.py --interleaved 30 10 30      # one process, variants alternating
       (each round runs every variant once; a round's ratio is its variant's median step over its
       "none" median: the rounds' median ratio and spread are the figures, beside torch's recorder)
+  python bench/capture_overhead.py --interleaved 20 10 20 --repeat 5   # that set, 5 fresh processes
+      (each process's figure is its rounds' median ratio; the result is the median of the
+      processes' figures and their range)
   python bench/capture_overhead.py --alloc-cost 200000          # ns per allocation, by state
 """
 
@@ -172,6 +175,40 @@ def interleaved(name: str, rounds: int, block: int, warmup: int) -> dict:
             for v, t in times.items()}
 
 
+def repeat_interleaved(args) -> int:
+    """The interleaved set in `args.repeat` fresh processes: what one process's allocator state,
+    placement or clock happens to be cannot decide the figure."""
+    runs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for rep in range(args.repeat):
+            out = os.path.join(tmp, f"{rep}.json")
+            cmd = [sys.executable, __file__, "--interleaved", *map(str, args.interleaved), "--out", out,
+                   "--workloads", *args.workloads]
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            if proc.returncode != 0:
+                print(proc.stdout, proc.stderr, file=sys.stderr)
+                return 1
+            print(f"process {rep + 1} of {args.repeat}:\n{proc.stdout}", end="", flush=True)
+            with open(out) as f:
+                runs.append(json.load(f))
+    summary = {}
+    for name in args.workloads:
+        for v in runs[0][name]:
+            figures = [r[name][v]["round_ratio_median"] for r in runs]
+            summary[f"{name}/{v}"] = {"ratio_median": statistics.median(figures), "ratio_range": [min(figures), max(figures)],
+                                      "process_ratios": figures,
+                                      "median_ms": statistics.median(r[name][v]["median_ms"] for r in runs)}
+    print(f"the set {args.repeat} times, fresh processes; per process: its rounds' median ratio to none")
+    for key, s in summary.items():
+        per = " ".join(f"{x:.3f}" for x in s["process_ratios"])
+        print(f"{key:34s} median step {s['median_ms']:7.2f} ms  x{s['ratio_median']:.3f} "
+              f"(range {s['ratio_range'][0]:.3f}..{s['ratio_range'][1]:.3f}; processes {per})")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"summary": summary, "processes": runs}, f, indent=1)
+    return 0
+
+
 def drive(args) -> int:
     results = []
     for name in args.workloads:
@@ -219,6 +256,8 @@ def main() -> int:
     ap.add_argument("--out")
     ap.add_argument("--interleaved", nargs=3, type=int, metavar=("ROUNDS", "BLOCK", "WARMUP"),
                     help="all variants in one process, alternating every BLOCK steps")
+    ap.add_argument("--repeat", type=int, default=1, metavar="N",
+                    help="with --interleaved: the whole set N times, each in a fresh process")
     ap.add_argument("--alloc-cost", type=int, metavar="PAIRS", help="ns per small allocate+free, by state")
     args = ap.parse_args()
     if args.alloc_cost:
@@ -226,6 +265,8 @@ def main() -> int:
         for state, ns in result.items():
             print(f"{state:30s} {ns:8.0f} ns per allocate+free")
         return 0
+    if args.interleaved and args.repeat > 1:
+        return repeat_interleaved(args)
     if args.interleaved:
         result = {name: interleaved(name, *args.interleaved) for name in args.workloads}
         for name, variants in result.items():
