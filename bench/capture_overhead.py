@@ -171,7 +171,8 @@ def interleaved(name: str, rounds: int, block: int, warmup: int) -> dict:
                 "quartiles_ms": statistics.quantiles(t, n=4), "steps": len(t),
                 "round_ratio_median": statistics.median(round_ratios[v]),
                 "round_ratio_quartiles": statistics.quantiles(round_ratios[v], n=4),
-                "round_ratio_range": [min(round_ratios[v]), max(round_ratios[v])], "rounds": rounds}
+                "round_ratio_range": [min(round_ratios[v]), max(round_ratios[v])], "rounds": rounds,
+                "round_ratios": round_ratios[v]}
             for v, t in times.items()}
 
 
@@ -195,18 +196,33 @@ def repeat_interleaved(args) -> int:
     for name in args.workloads:
         for v in runs[0][name]:
             figures = [r[name][v]["round_ratio_median"] for r in runs]
+            rounds = [x for r in runs for x in r[name][v]["round_ratios"]]
+            low, high = bootstrap_median_interval(rounds)
             summary[f"{name}/{v}"] = {"ratio_median": statistics.median(figures), "ratio_range": [min(figures), max(figures)],
-                                      "process_ratios": figures,
+                                      "process_ratios": figures, "rounds_median": statistics.median(rounds),
+                                      "rounds_median_95": [low, high], "rounds": len(rounds),
                                       "median_ms": statistics.median(r[name][v]["median_ms"] for r in runs)}
-    print(f"the set {args.repeat} times, fresh processes; per process: its rounds' median ratio to none")
+    print(f"the set {args.repeat} times, fresh processes; per process: its rounds' median ratio to none; "
+          f"all rounds: their median, and its 95% interval (bootstrap over rounds)")
     for key, s in summary.items():
         per = " ".join(f"{x:.3f}" for x in s["process_ratios"])
+        lo, hi = s["rounds_median_95"]
         print(f"{key:34s} median step {s['median_ms']:7.2f} ms  x{s['ratio_median']:.3f} "
-              f"(range {s['ratio_range'][0]:.3f}..{s['ratio_range'][1]:.3f}; processes {per})")
+              f"(range {s['ratio_range'][0]:.3f}..{s['ratio_range'][1]:.3f}; processes {per}); "
+              f"all {s['rounds']} rounds x{s['rounds_median']:.3f} [{lo:.3f}, {hi:.3f}]")
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"summary": summary, "processes": runs}, f, indent=1)
     return 0
+
+
+def bootstrap_median_interval(values: list[float], draws: int = 10000) -> tuple[float, float]:
+    """A 95% interval for the median: the 2.5th and 97.5th percentiles of resampled medians."""
+    import random
+
+    rng = random.Random(0)
+    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(draws))
+    return medians[int(0.025 * draws)], medians[int(0.975 * draws) - 1]
 
 
 def drive(args) -> int:
