@@ -195,9 +195,9 @@ namespace {
 struct TakeDicts : pickle::Sink {
     size_t taken = 0, reclaims = 0;
     bool take(const pickle::Document& doc, pickle::Ref, const pickle::Ref* items, size_t n, size_t,
-              std::vector<pickle::Ref>& forget) override {
+              pickle::Release& release) override {
         if (doc[items[0]].type != pickle::Type::dict) return false;
-        forget.insert(forget.end(), items, items + n);
+        release.forget.insert(release.forget.end(), items, items + n);
         taken += n;
         return true;
     }
@@ -280,4 +280,149 @@ TEST(TorchSnapshot, AFieldWhoseValueAnEarlierEntryLetGoIsStillRead) {
     ASSERT_EQ(t.events.size(), 2u);
     EXPECT_EQ(t.events[1].kind, EventKind::alloc);
     EXPECT_EQ(t.events[1].addr, 0x7f0000000200ull);
+}
+
+namespace {
+// Takes the first batch of dicts the generic way and the later ones as flat dicts, keeping each
+// dict's list "l" as the token 1000 + its first item's value.
+struct TakeFlat : TakeDicts {
+    std::vector<std::vector<int64_t>> flat;  // per flat dict: each field's integer, or its list's items
+    bool take_flat(const pickle::Document& doc, pickle::Ref, pickle::FlatField* fields, size_t n,
+                   const pickle::Ref* items, size_t, pickle::Release&) override {
+        std::vector<int64_t> values;
+        for (size_t i = 0; i < n; ++i) {
+            pickle::FlatValue& v = fields[i].value;
+            if (v.kind == pickle::FlatValue::Kind::integer) values.push_back(v.integer);
+            if (v.kind == pickle::FlatValue::Kind::ref) values.push_back(doc[v.ref].i);
+            if (v.kind != pickle::FlatValue::Kind::refs) continue;
+            for (uint32_t k = 0; k < v.count; ++k) values.push_back(doc[items[v.first + k]].i);
+            if (v.count) v.token = 1000 + doc[items[v.first]].i;
+        }
+        flat.push_back(values);
+        return true;
+    }
+};
+
+// A list of batches of {"n": i, "l": [GET of the int i*1000 memoized beforehand ...]} dicts,
+// then GETs of the first batch's and of a later batch's lists.
+std::string batches_of_flat_dicts(int batches, int per_batch) {
+    P p;
+    p.op(']').memo();                              // outer: memo 0
+    p.mark().i4(7000000).memo();                   // memo 1: an int in the memo, for GETs
+    p.op(']').memo();                              // the streamed list: memo 2
+    int memo = 3, first_list = -1, later_list = -1;
+    for (int b = 0; b < batches; ++b) {
+        p.mark();
+        for (int i = 0; i < per_batch; ++i) {
+            p.op('}').memo().mark().str("n").memo().i4(b * per_batch + i).str("l").memo().op(']').memo();
+            const int list = memo + 3;
+            memo += 4;
+            if (i % 2) p.mark().get(1).get(1).op('e');  // two items, or one by APPEND
+            else p.get(1).op('a');
+            p.op('u');
+            if (b == 0 && i == 0) first_list = list;
+            if (b == batches - 1 && i == 0) later_list = list;
+        }
+        p.op('e');
+    }
+    p.get(uint8_t(first_list)).op('j');  // LONG_BINGET: memo indices past 255
+    for (int k = 0; k < 4; ++k) p.u8(uint8_t(uint32_t(later_list) >> (8 * k)));
+    p.op('e');
+    return p.stop();
+}
+}  // namespace
+
+TEST(PickleSink, LaterBatchesComeStraightFromTheBytesAndAListKeptAsATokenReadsAsOne) {
+    const std::string bytes = batches_of_flat_dicts(3, 5);
+    TakeFlat sink;
+    pickle::Document d = pickle::parse(bytes, "flat.pickle", &sink);
+    EXPECT_EQ(sink.taken, 5u) << "the first batch, the generic way";
+    ASSERT_EQ(sink.flat.size(), 10u) << "the two later batches, as flat dicts";
+    EXPECT_EQ(sink.flat[0], (std::vector<int64_t>{5, 7000000}));
+    EXPECT_EQ(sink.flat[1], (std::vector<int64_t>{6, 7000000, 7000000}));
+    std::vector<pickle::Value> outer;
+    d.for_each_item(d.root(), [&](pickle::Ref r) { outer.push_back(d[r]); });
+    ASSERT_EQ(outer.size(), 4u);
+    EXPECT_EQ(outer[1].type, pickle::Type::list);
+    EXPECT_EQ(outer[1].len, 15u) << "every item counted, none kept";
+    EXPECT_EQ(outer[2].type, pickle::Type::list) << "what the generic take did not let go stays";
+    EXPECT_EQ(outer[3].type, pickle::Type::token);
+    EXPECT_EQ(outer[3].i, 1000 + 7000000);
+    // Cut into pieces of every size, the items straddle chunks: read the generic way, the same.
+    for (size_t piece : {1, 3, 17, 64}) {
+        FixedChunks chunks(bytes, piece);
+        TakeFlat cut;
+        pickle::parse(chunks.first(), chunks, "flat.pickle", &cut);
+        EXPECT_EQ(cut.taken + cut.flat.size(), 15u) << piece;
+    }
+}
+
+TEST(PickleSink, DictsAfterATakenListThatAreNotItsItemsAreReadForWhatTheyAre) {
+    // [ [{n: 1}] (taken), then MARK {n: 2} TUPLE: a tuple, though its MARK lies right above the
+    // taken list. Read as a flat dict at first, the parser finds out at TUPLE and says so.
+    P p;
+    p.op(']').memo().mark();
+    p.op(']').memo().mark().op('}').memo().mark().str("n").i1(1).op('u').op('e');
+    p.mark().op('}').memo().mark().str("n").i1(2).op('u').op('t');
+    p.op('e');
+    TakeFlat sink;
+    EXPECT_THROW(pickle::parse(p.stop(), "tuple.pickle", &sink), pickle::NeedsWholeDocument);
+    pickle::Document whole = pickle::parse(p.stop(), "tuple.pickle");
+    std::vector<pickle::Type> outer;
+    whole.for_each_item(whole.root(), [&](pickle::Ref r) { outer.push_back(whole[r].type); });
+    EXPECT_EQ(outer, (std::vector<pickle::Type>{pickle::Type::list, pickle::Type::tuple}));
+}
+
+TEST(TorchSnapshot, ATraceReadsTheSameWhateverItsChunksAndProtocol) {
+    // Many batches of entries that share frames lists as torch writes them (a stack's list is one
+    // object: later entries GET it), a segment's list shared with the block allocated in it. In
+    // one piece the later batches take the fast path; in small pieces the generic one.
+    P p;
+    p.op('}').memo().mark().str("device_traces").memo().op(']').memo().mark().op(']').memo();  // memo 0..3
+    int memo = 4;
+    int lists[3] = {-1, -1, -1};
+    auto entry = [&](const char* action, uint64_t addr, int32_t time, int stack) {
+        p.op('}').memo().mark().str("action").str(action).memo().str("addr").long1(addr).str("size").i4(512);
+        p.str("stream").i1(0).str("time_us").i4(time).str("frames");
+        memo += 2;
+        if (lists[stack] >= 0) {
+            p.get(uint8_t(lists[stack]));
+        } else {
+            lists[stack] = memo++;
+            p.op(']').memo().mark().op('}').memo().mark().str("filename").str("/home/u/m.py").str("line")
+                .i1(uint8_t(10 + stack)).str("name").str("f").op('u').op('e');
+            ++memo;
+        }
+        p.op('u');
+    };
+    for (int batch = 0; batch < 6; ++batch) {
+        p.mark();
+        for (int i = 0; i < 40; ++i) {
+            const uint64_t addr = 0x7f0000000000ull + uint64_t(batch * 40 + i) * 512;
+            const int32_t time = 100 + 2 * (batch * 40 + i);
+            if (batch == 0 && i == 0) entry("segment_alloc", addr, time, 2);
+            entry("alloc", addr, time, batch == 0 && i == 0 ? 2 : i % 2);
+            entry("free_requested", addr, time + 1, i % 2);  // a free's list may be the first of its stack
+            entry("free_completed", addr, time + 1, i % 2);
+        }
+        p.op('e');
+    }
+    p.op('e').op('u');
+    const std::string bytes = p.stop();
+    const Trace whole = import_torch_snapshot(bytes, "shared.pickle");
+    ASSERT_EQ(whole.events.size(), 1u + 6 * 40 * 2) << "a free and its completion at one instant are one event";
+    EXPECT_TRUE(whole.faults.empty());
+    EXPECT_NE(whole.events[1].stack, whole.events[3].stack);
+    EXPECT_EQ(whole.events[3].stack, whole.events[7].stack);
+    for (size_t piece : {size_t(1), size_t(5), size_t(333), size_t(4096)}) {
+        const Trace cut = import_torch_snapshot([&] { return std::make_unique<FixedChunks>(bytes, piece); },
+                                                "shared.pickle", bytes.size());
+        ASSERT_EQ(cut.events.size(), whole.events.size()) << piece;
+        for (size_t k = 0; k < cut.events.size(); ++k) {
+            const Event &a = cut.events[k], &b = whole.events[k];
+            ASSERT_TRUE(a.kind == b.kind && a.addr == b.addr && a.size == b.size && a.time_us == b.time_us &&
+                        a.stack == b.stack && a.stream == b.stream)
+                << "piece " << piece << ", event " << k;
+        }
+    }
 }

@@ -1,9 +1,11 @@
 #include "importers/pickle.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <unordered_map>
 
 namespace vramscope::pickle {
 
@@ -26,6 +28,7 @@ class Parser {
         uint32_t values, items, batches;  // arena sizes when the MARK was read
         size_t memo_log;
         Ref min_grown = kNoRef;           // oldest container given items since (immediates excluded)
+        uint32_t flat = 0;                // items the sink took as flat dicts (take_flat)
     };
 
 public:
@@ -57,6 +60,9 @@ public:
                     fail("more than " + std::to_string(limits_.max_depth) + " containers open at once (the limit; --max-depth raises it)");
                 marks_.push_back(Mark{stack_.size(), uint32_t(doc_.values_.size()), uint32_t(doc_.items_.size()),
                                       uint32_t(doc_.batches_.size()), memo_log_.size()});
+                // A new batch of a list the sink streams: its items straight to the sink.
+                if (sink_ && !stack_.empty() && streamed(stack_.back()))
+                    while (flat_item(stack_.back())) ++marks_.back().flat;
                 break;
             case 'd': from_mark(Type::dict, 2); break;   // DICT
             case 'l': from_mark(Type::list, 1); break;   // LIST
@@ -132,6 +138,8 @@ public:
             case '2': need(1); push(stack_.back()); break;                // DUP
             case '.':                                                     // STOP
                 need(1);
+                for (const Mark& m : marks_)  // items the sink took that no APPENDS placed
+                    if (m.flat) throw NeedsWholeDocument();
                 doc_.root_ = stack_.back();
                 // Whatever follows is not part of the snapshot: refuse it rather than ignore
                 // it. Reading on to the end also lets a gzip stream check its CRC and length.
@@ -336,9 +344,13 @@ private:
         if (idx >= memo_.size() || memo_[idx] == kNoRef) fail("memo index " + std::to_string(idx) + " was never stored");
         push(memo_[idx]);
     }
-    Mark pop_mark() {
+    // A batch whose items went to the sink as flat dicts must end in APPENDS to their list: any
+    // other use of the MARK means they were not the list's items after all (no torch snapshot
+    // does this), so the sink's reading is void.
+    Mark pop_mark(bool appends_to_list = false) {
         if (marks_.empty()) fail("pickle MARK missing");
         Mark m = marks_.back();
+        if (m.flat && !appends_to_list) throw NeedsWholeDocument();
         marks_.pop_back();
         if (!marks_.empty()) marks_.back().min_grown = std::min(marks_.back().min_grown, m.min_grown);
         return m;
@@ -364,12 +376,13 @@ private:
         stack_.resize(m);
     }
     void add_to_container_below_mark(Type t, size_t arity) {
-        const Mark mark = pop_mark();
+        const Mark mark = pop_mark(t == Type::list);
         const size_t m = mark.stack;
         if (m == (marks_.empty() ? 0 : marks_.back().stack)) fail("pickle stack underflow");
         size_t n = stack_.size() - m;
         if (n % arity) fail("odd number of items for a dict");
         const Ref container = stack_[m - 1];
+        if (mark.flat) doc_.values_[container].len += mark.flat;
         if (t == Type::list && offer(container, m, n)) {
             forget_since(mark);
         } else {
@@ -381,11 +394,13 @@ private:
     // A batch for a list goes to the sink first; if it takes the items, the list only counts them.
     bool offer(Ref list, size_t from, size_t n) {
         if (n == 0 || !sink_ || (list & kImmediate) || doc_.values_[list].type != Type::list) return false;
-        forget_.clear();
-        if (!sink_->take(doc_, list, stack_.data() + from, n, op_at_, forget_)) return false;
+        release_.clear();
+        if (!sink_->take(doc_, list, stack_.data() + from, n, op_at_, release_)) return false;
         doc_.values_[list].len += uint32_t(n);
+        if (!streamed(list)) streamed_.push_back(list);
         return true;
     }
+    bool streamed(Ref list) const { return std::find(streamed_.begin(), streamed_.end(), list) != streamed_.end(); }
 
     // After the sink took a batch: everything made since its MARK is garbage unless the memo can
     // still reach it. Memo entries of what the sink forgot now yield `forgotten`; what else the
@@ -395,9 +410,11 @@ private:
         if (m.min_grown < m.values) return;  // an older container now points into the window: keep all
         const uint32_t v0 = m.values, vn = uint32_t(doc_.values_.size());
         auto in_window = [&](Ref r) { return !(r & kImmediate) && r >= v0 && r < vn; };
+        for (const auto& [r, token] : release_.as_token)  // what the memo reaches of it: the token alone
+            if (in_window(r)) doc_.values_[r] = token_value(token);
         std::vector<uint8_t>& state = scratch_state_;  // 0 garbage, 1 forgotten, 2 kept
         state.assign(vn - v0, 0);
-        for (Ref r : forget_)
+        for (Ref r : release_.forget)
             if (in_window(r)) state[r - v0] = 1;
         std::vector<Ref>& work = scratch_work_;
         work.clear();
@@ -456,7 +473,210 @@ private:
         doc_.batches_.resize(m.batches);
         doc_.batches_.insert(doc_.batches_.end(), scratch_batches_.begin(), scratch_batches_.end());
         for (size_t k = m.memo_log; k < memo_log_.size(); ++k) memo_[memo_log_[k]] = moved(memo_[memo_log_[k]]);
+        std::erase_if(streamed_, [&](Ref r) { return in_window(r); });
+        shared_tokens_.clear();  // their values may have moved
         sink_->reclaimed(v0);
+    }
+
+    // One item of a streamed list's batch, read straight from the bytes when it is a flat dict
+    // that lies whole in this chunk, and offered to the sink (Sink::take_flat): true when taken.
+    // False leaves everything as it was, for the generic path to read the item.
+    bool flat_item(Ref list) {
+        if (memo_count_ != memo_.size()) return false;  // a sparse memo: the generic path numbers it
+        const size_t values0 = doc_.values_.size(), text0 = doc_.text_.size();
+        const uint8_t* p = p_;
+        flat_fields_.clear();
+        flat_items_.clear();
+        flat_memo_.clear();
+        bool taken = read_flat_dict(p);
+        if (taken) {
+            op_at_ = chunk_offset_ + size_t(p_ - chunk_);
+            release_.clear();
+            taken = sink_->take_flat(doc_, list, flat_fields_.data(), flat_fields_.size(), flat_items_.data(), op_at_,
+                                     release_);
+        }
+        if (!taken) {
+            doc_.values_.resize(values0);
+            doc_.text_.resize(text0);
+            return false;
+        }
+        p_ = p;
+        const std::vector<Ref>& forget = release_.forget;
+        auto dropped = [&](Ref r) { return std::find(forget.begin(), forget.end(), r) != forget.end(); };
+        while (doc_.values_.size() > values0 && dropped(Ref(doc_.values_.size() - 1))) {
+            doc_.text_.resize(doc_.values_.back().off);
+            doc_.values_.pop_back();
+        }
+        for (Ref& r : flat_memo_)
+            if (r != kForgotten && dropped(r)) r = kForgotten;
+        for (const FlatField& f : flat_fields_)
+            if (f.value.token >= 0 && f.value.memo != UINT32_MAX) flat_memo_[f.value.memo] = token_ref(f.value.token);
+        for (const Ref r : flat_memo_) {
+            memo_.push_back(r);
+            ++memo_count_;
+            if (r != kForgotten) memo_log_.push_back(uint32_t(memo_.size() - 1));
+        }
+        return true;
+    }
+    // One value per token: torch writes a fresh list for many entries of one stack (an empty one
+    // for each allocation without Python frames), and a value each would grow with the trace.
+    Ref token_ref(int64_t token) {
+        auto [it, added] = shared_tokens_.try_emplace(token, 0);
+        if (added) {
+            it->second = make(Type::token);
+            doc_.values_[it->second] = token_value(token);
+        }
+        return it->second;
+    }
+    static Value token_value(int64_t token) {
+        Value v;
+        v.type = Type::token;
+        v.i = token;
+        return v;
+    }
+
+    // The grammar of a flat dict, as pickle writes one: EMPTY_DICT, a memo put, then MARK, pairs,
+    // SETITEMS (or one pair and SETITEM). Fills flat_fields_; false on anything else.
+    bool read_flat_dict(const uint8_t*& p) {
+        if (next_op(p) != '}' || !memo_opt(p, kForgotten)) return false;
+        const int first = peek_op(p);
+        const bool batch = first == '(';
+        if (batch) ++p;
+        while (true) {
+            const int op = next_op(p);
+            if (batch && op == 'u') return !flat_fields_.empty();
+            FlatField f;
+            if (op == 'h' || op == 'j') {
+                if (!memo_ref(p, op, f.key)) return false;
+            } else if (op == 0x8c || op == 'X') {
+                if (!flat_string(p, op, f.key)) return false;
+            } else {
+                return false;
+            }
+            if (!flat_value(p, f.value)) return false;
+            flat_fields_.push_back(f);
+            if (!batch) return next_op(p) == 's';
+        }
+    }
+
+    bool flat_value(const uint8_t*& p, FlatValue& v) {
+        const int op = next_op(p);
+        switch (op) {
+        case 'h':
+        case 'j': return memo_ref(p, op, v.ref);
+        case 0x8c:
+        case 'X': return flat_string(p, op, v.ref);
+        case 'K':
+        case 'M':
+        case 'J':
+        case 0x8a: v.kind = FlatValue::Kind::integer; return flat_integer(p, op, v.integer);
+        case ']': {  // a list of memo values: EMPTY_LIST, a memo put, then nothing, or GET APPEND, or batches
+            v.kind = FlatValue::Kind::refs;
+            v.first = uint32_t(flat_items_.size());
+            const size_t memo_puts = flat_memo_.size();
+            if (!memo_opt(p, kForgotten)) return false;
+            if (flat_memo_.size() > memo_puts) v.memo = uint32_t(memo_puts);
+            const uint8_t* const before = p;
+            const int next = next_op(p);
+            Ref r;
+            if ((next == 'h' || next == 'j') && memo_ref(p, next, r) && next_op(p) == 'a') {
+                flat_items_.push_back(r);
+            } else if (next == '(') {
+                for (int item = next_op(p); item != 'e' || peek_op(p) == '('; item = next_op(p)) {
+                    if (item == 'e') {  // another batch of the same list
+                        ++p;
+                        continue;
+                    }
+                    if ((item != 'h' && item != 'j') || !memo_ref(p, item, r)) return false;
+                    flat_items_.push_back(r);
+                }
+            } else {
+                p = before;  // an empty list: what follows is the dict's next key
+            }
+            v.count = uint32_t(flat_items_.size()) - v.first;
+            return true;
+        }
+        default: return false;
+        }
+    }
+
+    // The next opcode, FRAME hints skipped; -1 where the chunk ends.
+    int next_op(const uint8_t*& p) const {
+        const int op = peek_op(p);
+        if (op >= 0) ++p;
+        return op;
+    }
+    int peek_op(const uint8_t*& p) const {
+        while (p < end_ && *p == 0x95) {
+            if (end_ - p < 9) return -1;
+            p += 9;
+        }
+        return p < end_ ? *p : -1;
+    }
+    bool has(const uint8_t* p, size_t n) const { return size_t(end_ - p) >= n; }
+
+    // A memo put, if one follows: MEMOIZE, or BINPUT / LONG_BINPUT at the memo's next index.
+    bool memo_opt(const uint8_t*& p, Ref value) {
+        const int op = peek_op(p);
+        const uint64_t next = memo_.size() + flat_memo_.size();
+        if (op == 0x94) {
+            ++p;
+        } else if (op == 'q' && has(p, 2) && p[1] == next) {
+            p += 2;
+        } else if (op == 'r' && has(p, 5) && u32(p + 1) == next) {
+            p += 5;
+        } else {
+            return op != 'q' && op != 'r';  // no memo put; an out-of-order one goes the generic way
+        }
+        flat_memo_.push_back(value);
+        return true;
+    }
+    bool memo_ref(const uint8_t*& p, int op, Ref& r) {
+        const size_t n = op == 'h' ? 1 : 4;
+        if (!has(p, n)) return false;
+        const uint64_t idx = n == 1 ? *p : u32(p);
+        if (idx >= memo_.size() || memo_[idx] == kNoRef) return false;  // also one of this item's own
+        r = memo_[idx];
+        p += n;
+        return true;
+    }
+    bool flat_string(const uint8_t*& p, int op, Ref& r) {
+        const size_t n = op == 0x8c ? 1 : 4;
+        if (!has(p, n)) return false;
+        const uint64_t len = n == 1 ? *p : u32(p);
+        if (!has(p, n + len) || len > limits_.max_string_bytes || doc_.text_.size() + len > 0xFFFFFFFFull) return false;
+        p += n;
+        r = make(Type::string);
+        doc_.values_[r].off = uint32_t(doc_.text_.size());
+        doc_.values_[r].len = uint32_t(len);
+        doc_.text_.insert(doc_.text_.end(), p, p + len);
+        p += len;
+        return memo_opt(p, r);
+    }
+    bool flat_integer(const uint8_t*& p, int op, int64_t& v) {
+        if (op == 0x8a) {  // LONG1: a length byte, then the bytes
+            if (!has(p, 1) || !has(p, 1 + size_t(*p)) || !long_value(p + 1, *p, v)) return false;
+            p += 1 + size_t(*p);
+            return true;
+        }
+        const size_t n = op == 'K' ? 1 : op == 'M' ? 2 : 4;
+        if (!has(p, n)) return false;
+        v = op == 'K' ? int64_t(p[0]) : op == 'M' ? int64_t(p[0] | p[1] << 8) : int64_t(int32_t(u32(p)));
+        p += n;
+        return true;
+    }
+    // LONG1's bytes as long_le() reads them; false for what needs more than 64 bits.
+    static bool long_value(const uint8_t* b, size_t n, int64_t& out) {
+        uint64_t v = 0;
+        if (n > 0) {
+            const bool negative = b[n - 1] & 0x80;
+            std::memcpy(&v, b, n < 8 ? n : 8);
+            if (n < 8 && negative) v |= ~uint64_t(0) << (8 * n);
+            for (size_t k = 8; k < n; ++k)
+                if (b[k] != (negative ? 0xff : 0x00)) return false;
+        }
+        out = int64_t(v);
+        return true;
     }
 
     // Appends stack_[from, from+n) to a container as one batch.
@@ -480,7 +700,11 @@ private:
     }
 
     std::vector<uint32_t> memo_log_;  // memo indices written, in order (only with a sink)
-    std::vector<Ref> forget_;
+    std::vector<Ref> streamed_;       // lists whose items the sink takes
+    std::unordered_map<int64_t, Ref> shared_tokens_;
+    std::vector<FlatField> flat_fields_;
+    std::vector<Ref> flat_items_, flat_memo_;
+    Release release_;
     std::vector<uint8_t> scratch_state_;
     std::vector<Ref> scratch_work_, scratch_remap_, scratch_items_;
     std::vector<Document::Batch> scratch_batches_;

@@ -22,8 +22,9 @@ public:
     size_t offset;
 };
 
-// `forgotten`: a value a Sink took and let go, met again through the memo (see Sink).
-enum class Type : uint8_t { none, boolean, integer, big_integer, floating, string, bytes, forgotten, list, tuple, dict, set };
+// `forgotten`: a value a Sink took and let go, met again through the memo; `token`: one it
+// replaced by a number of its own (Value::i), to know it by when met again (see Sink).
+enum class Type : uint8_t { none, boolean, integer, big_integer, floating, string, bytes, forgotten, token, list, tuple, dict, set };
 
 // Index of a value in its Document, or, with the top bit set, a small integer held in the Ref
 // itself: snapshots hold millions of small ints (sizes, lines, streams) that need no storage.
@@ -34,7 +35,7 @@ inline constexpr Ref kForgotten = 0xFFFFFFFEu;  // never an immediate: -1 and -2
 // 16 bytes: a large snapshot decodes into tens of millions of these.
 struct Value {
     union {
-        int64_t i;       // integer, boolean
+        int64_t i;       // integer, boolean, token
         double f;        // floating
         uint32_t off;    // string/bytes: offset of the payload in the Document's text
         struct {
@@ -86,17 +87,51 @@ private:
     Ref root_ = 0;
 };
 
+// A value of a dict read straight from the bytes (Sink::take_flat): a value of the Document
+// (what the memo gave, or a string just stored), an integer, or a list of Document values held
+// in the parser, which is never stored.
+struct FlatValue {
+    enum class Kind : uint8_t { ref, integer, refs };
+    Kind kind = Kind::ref;
+    Ref ref = 0;
+    int64_t integer = 0;
+    uint32_t first = 0, count = 0;  // refs: [first, first + count) of the items passed along
+    int64_t token = -1;             // refs: the sink may set it to keep the list as this token
+    uint32_t memo = UINT32_MAX;     // refs: the list's memo put among the item's (parser's own)
+};
+struct FlatField {
+    Ref key;
+    FlatValue value;
+};
+
+// What a Sink lets the parser drop of the values it took.
+struct Release {
+    std::vector<Ref> forget;                        // a later GET yields `forgotten`
+    std::vector<std::pair<Ref, int64_t>> as_token;  // a later GET yields a `token` holding the number
+    void clear() { forget.clear(), as_token.clear(); }
+};
+
 // Receives items as they are appended to lists, before the list stores them: an importer can
 // turn a million records into its own form as they complete, and the parser then reuses their
 // memory instead of holding the whole document.
 class Sink {
 public:
     virtual ~Sink() = default;
+    // The fast path, for the later batches of a list whose items take() took: an item that is a
+    // flat dict (keys and values from the memo, integers, strings, lists of memo values) is
+    // offered as its fields, read straight from the bytes, with no Document values built for it.
+    // Return true to take it: the dict and its lists are then forgotten (a list whose token the
+    // sink set becomes that token), and so are the strings put in `release.forget`. False: the
+    // parser reads it the generic way, and the rest of its batch too.
+    virtual bool take_flat(const Document&, Ref /*list*/, FlatField*, size_t /*n*/, const Ref* /*items*/,
+                           size_t /*offset*/, Release& /*release*/) {
+        return false;
+    }
     // Gets batches of one or more items; `offset` is where the opcode that completed the batch
-    // begins, for messages. Return true to take the items (the list then only counts them); put in `forget` the values
-    // taken that the parser may drop: a later GET of one yields a value of type `forgotten`, and
-    // a reader that needs its content throws NeedsWholeDocument.
-    virtual bool take(const Document& doc, Ref list, const Ref* items, size_t n, size_t offset, std::vector<Ref>& forget) = 0;
+    // begins, for messages. Return true to take the items (the list then only counts them); put
+    // in `release` the values taken that the parser may drop or replace by a token. A reader
+    // that needs the content of a `forgotten` value throws NeedsWholeDocument.
+    virtual bool take(const Document& doc, Ref list, const Ref* items, size_t n, size_t offset, Release& release) = 0;
     // Values from `first` on were dropped or moved: drop whatever is keyed by such refs.
     virtual void reclaimed(Ref first) = 0;
 };

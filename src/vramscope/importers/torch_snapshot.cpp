@@ -16,6 +16,8 @@ namespace vramscope {
 namespace {
 
 using pickle::Document;
+using pickle::FlatField;
+using pickle::FlatValue;
 using pickle::Ref;
 using pickle::Type;
 
@@ -64,7 +66,7 @@ public:
     }
 
     [[gnu::flatten]] bool take(const Document& doc, Ref list, const Ref* items, size_t n, size_t offset,
-                               std::vector<Ref>& forget) override {
+                               pickle::Release& release) override {
         doc_ = &doc;
         offset_ = offset;
         if (!is_entry(items[0])) return false;
@@ -75,9 +77,38 @@ public:
             streamed_lists_.push_back(list);
         }
         for (size_t i = 0; i < n; ++i) {
-            forget.push_back(items[i]);
-            read_entry(items[i], ordinal, &forget);
+            release.forget.push_back(items[i]);
+            read_entry(items[i], ordinal, &release);
         }
+        return true;
+    }
+
+    // Later entries of a list take() took, read by the parser straight from the bytes.
+    [[gnu::flatten]] bool take_flat(const Document& doc, Ref list, FlatField* fields, size_t n, const Ref* items,
+                                    size_t offset, pickle::Release& release) override {
+        doc_ = &doc;
+        offset_ = offset;
+        uint8_t ordinal = 0;
+        while (ordinal < streamed_lists_.size() && streamed_lists_[ordinal] != list) ++ordinal;
+        if (ordinal == streamed_lists_.size()) return false;
+        std::array<Key, 32> keys;
+        if (n > keys.size()) return false;
+        for (size_t i = 0; i < n; ++i) {
+            keys[i] = key_(*doc_, fields[i].key);
+            EventKind kind;
+            bool annotate = false;  // an annotation among the entries is read from its dict: not here
+            if (keys[i] == Key::action && fields[i].value.kind == FlatValue::Kind::ref &&
+                !action_of(fields[i].value.ref, kind, annotate) && annotate)
+                return false;
+        }
+        Entry entry(ordinal);
+        size_t frames = n;
+        for (size_t i = 0; i < n; ++i) {
+            read_field(entry, keys[i], fields[i].value, items, &release);
+            if (keys[i] == Key::frames) frames = i;
+        }
+        add_entry(entry);
+        if (entry.frames_token >= 0 && frames < n) fields[frames].value.token = entry.frames_token;
         return true;
     }
 
@@ -219,27 +250,52 @@ private:
     // Snapshots share frame dicts between entries (pickle's memo), so the sequence of their refs
     // identifies a stack: hash it, confirm against the refs kept for that hash, and only then
     // fall back to interning frame by frame.
-    uint32_t stack_of(Ref frames) {
-        const Type type = (*doc_)[frames].type;
-        if (type == Type::forgotten) throw pickle::NeedsWholeDocument();
-        if (type != Type::list) return 0;
+    // A frames list's stack, and whether it was cut to limits_.max_stack_frames. A list read
+    // before is a token by now (see add_entry): the stack and the cut, packed.
+    struct StackRead {
+        uint32_t stack = 0;
+        bool cut = false;
+        int64_t token() const { return int64_t(stack) | int64_t(cut) << 32; }
+    };
+    StackRead read_stack(const FlatValue& frames, const Ref* items) {
+        if (frames.kind == FlatValue::Kind::refs) {
+            refs_.assign(items + frames.first, items + frames.first + frames.count);
+            return stack_of_refs();
+        }
+        if (frames.kind != FlatValue::Kind::ref) return {};
+        const pickle::Value v = (*doc_)[frames.ref];
+        if (v.type == Type::forgotten) throw pickle::NeedsWholeDocument();
+        if (v.type == Type::token) return {uint32_t(v.i), bool(v.i >> 32)};
+        if (v.type != Type::list) return {};
         refs_.clear();
-        doc_->for_each_item(frames, [&](Ref f) { refs_.push_back(f); });
-        if (refs_.empty()) return 0;
+        doc_->for_each_item(frames.ref, [&](Ref f) { refs_.push_back(f); });
+        return stack_of_refs();
+    }
+    uint32_t stack_of(Ref frames) {
+        FlatValue list;
+        list.ref = frames;
+        const StackRead s = read_stack(list, nullptr);
+        cut_stacks_ += s.cut;
+        return s.stack;
+    }
+    StackRead stack_of_refs() {
+        if (refs_.empty()) return {};
+        StackRead read;
         if (refs_.size() > limits_.max_stack_frames) {  // innermost first: the outermost go
             refs_.resize(limits_.max_stack_frames);
-            ++cut_stacks_;
+            read.cut = true;
         }
         uint64_t h = 0xcbf29ce484222325ull;
         Ref max_ref = 0;
         for (Ref r : refs_) h = (h ^ r) * 0x100000001b3ull, max_ref = std::max(max_ref, r);
         auto& bucket = stack_cache_[h];
         for (const CachedStack& c : bucket)
-            if (c.refs == refs_) return c.stack;
+            if (c.refs == refs_) return read.stack = c.stack, read;
         uint32_t node = 0;
         for (size_t i = refs_.size(); i-- > 0;) node = t_.stacks.intern_stack(node, frame_of(refs_[i]));
         bucket.push_back(CachedStack{refs_, max_ref, node});
-        return node;
+        read.stack = node;
+        return read;
     }
 
     void read_segments(Ref segments) {
@@ -289,52 +345,95 @@ private:
         return found;
     }
 
-    // One device_traces entry; with `forget`, it also lets the parser drop the frames list (a free
-    // shares its alloc's list, and frees' stacks are not read) and the fields it does not read.
-    void read_entry(Ref e, uint8_t device, std::vector<Ref>* forget = nullptr) {
-        if ((*doc_)[e].type != Type::dict) return faults_.add("trace entries that are not dicts");
+    // What one trace entry says, gathered field by field.
+    struct Entry {
+        explicit Entry(uint8_t device) { ev.device = device; }
         Event ev;
-        ev.device = device;
-        Ref action = 0, frames = 0;
+        Ref action = 0;
+        FlatValue frames;
         bool has_action = false, has_frames = false, has_addr = false, has_size = false, has_time = false;
         int64_t device_free = 0, size = 0;
-        auto numeric = [&](Ref v, const char* field, bool& seen) {
+        int64_t frames_token = -1;  // the stack, when read from a list: what the list stays as
+    };
+
+    // One device_traces entry; with `release`, it also lets the parser drop the fields it does not
+    // read, and keep a frames list as the stack read from it (torch shares one list between the
+    // entries of a stack; a free's is its alloc's, unread).
+    void read_entry(Ref e, uint8_t device, pickle::Release* release = nullptr) {
+        if ((*doc_)[e].type != Type::dict) return faults_.add("trace entries that are not dicts");
+        Entry entry(device);
+        doc_->for_each_pair(e, [&](Ref k, Ref v) {
+            FlatValue value;
+            value.ref = v;
+            read_field(entry, key_(*doc_, k), value, nullptr, release);
+        });
+        add_entry(entry, e);
+        if (!release || !entry.has_frames) return;
+        if (entry.frames_token >= 0) release->as_token.emplace_back(entry.frames.ref, entry.frames_token);
+        else release->forget.push_back(entry.frames.ref);
+    }
+
+    bool is_number(const FlatValue& v) const {
+        return v.kind == FlatValue::Kind::integer || (v.kind == FlatValue::Kind::ref && is_number(v.ref));
+    }
+    int64_t number(const FlatValue& v) const {
+        return v.kind == FlatValue::Kind::integer ? v.integer : v.kind == FlatValue::Kind::ref ? number(v.ref) : 0;
+    }
+
+    void read_field(Entry& entry, Key key, const FlatValue& v, const Ref* items, pickle::Release* release) {
+        const bool ref = v.kind == FlatValue::Kind::ref;
+        // A field this reads, whose value an earlier entry let go: only the whole document has
+        // it. (Frames are checked where they are read: frees share their alloc's, unread.)
+        if (ref && key != Key::other && key != Key::frames && (*doc_)[v.ref].type == Type::forgotten)
+            throw pickle::NeedsWholeDocument();
+        auto numeric = [&](const char* field, bool& seen) {
             seen = is_number(v);
             if (!seen) faults_.add(std::string("trace entries whose '") + field + "' is not a number");
             return number(v);
         };
-        doc_->for_each_pair(e, [&](Ref k, Ref v) {
-            const Key key = key_(*doc_, k);
-            // A field this reads, whose value an earlier entry let go: only the whole document has
-            // it. (Frames are checked where they are read: frees share their alloc's, unread.)
-            if (key != Key::other && key != Key::frames && (*doc_)[v].type == Type::forgotten)
-                throw pickle::NeedsWholeDocument();
-            switch (key) {
-            case Key::action: action = v, has_action = true; break;
-            case Key::addr: ev.addr = uint64_t(numeric(v, "addr", has_addr)); break;
-            case Key::size: size = numeric(v, "size", has_size); break;
-            case Key::stream: ev.stream = stream_of(uint64_t(number(v))); break;
-            case Key::time_us: ev.time_us = numeric(v, "time_us", has_time); break;
-            case Key::frames: frames = v, has_frames = true; break;
-            case Key::device_free: device_free = number(v); break;
-            default:
-                // Fields not read here (compile_context, user_metadata, ...): torch pickles a
-                // fresh string for each, which the memo would otherwise keep alive.
-                if (forget) forget->push_back(v);
-                break;
-            }
-        });
-        if (has_frames && forget) forget->push_back(frames);
+        switch (key) {
+        case Key::action:
+            if (ref) entry.action = v.ref, entry.has_action = true;
+            break;
+        case Key::addr: entry.ev.addr = uint64_t(numeric("addr", entry.has_addr)); break;
+        case Key::size: entry.size = numeric("size", entry.has_size); break;
+        case Key::stream: entry.ev.stream = stream_of(uint64_t(number(v))); break;
+        case Key::time_us: entry.ev.time_us = numeric("time_us", entry.has_time); break;
+        case Key::frames:
+            entry.frames = v, entry.has_frames = true;
+            if (v.kind == FlatValue::Kind::refs) frame_items_ = items;
+            break;
+        case Key::device_free: entry.device_free = number(v); break;
+        default:
+            // Fields not read here (compile_context, user_metadata, ...): torch pickles a
+            // fresh string for each, which the memo would otherwise keep alive.
+            if (release && ref) release->forget.push_back(v.ref);
+            break;
+        }
+    }
+
+    // `e`: the entry's dict, for an annotation (take_flat leaves those to read_entry).
+    void add_entry(Entry& entry, Ref e = pickle::kForgotten) {
+        Event& ev = entry.ev;
         bool annotate = false;
-        if (!has_action || !action_of(action, ev.kind, annotate)) {
-            if (annotate) read_annotation(e, device);  // older builds put annotations here
+        if (!entry.has_action || !action_of(entry.action, ev.kind, annotate)) {
+            if (annotate) read_annotation(e, ev.device);  // older builds put annotations here
             else ++unknown_actions_;
             return;
         }
-        if (ev.kind == EventKind::oom) ev.addr = uint64_t(device_free), has_addr = true;
-        check_entry(ev, device, has_addr, has_size, has_time, size);
-        ev.size = uint64_t(size);
-        if (has_frames && has_stack(ev.kind)) ev.stack = stack_of(frames);
+        if (ev.kind == EventKind::oom) ev.addr = uint64_t(entry.device_free), entry.has_addr = true;
+        check_entry(ev, ev.device, entry.has_addr, entry.has_size, entry.has_time, entry.size);
+        ev.size = uint64_t(entry.size);
+        // A list is read whatever the event (entries share them: a segment's with the block
+        // allocated in it), so that the parser can keep it as its stack alone.
+        const bool list = entry.has_frames && (entry.frames.kind == FlatValue::Kind::refs ||
+                                               (entry.frames.kind == FlatValue::Kind::ref &&
+                                                (*doc_)[entry.frames.ref].type == Type::list));
+        if (list || (entry.has_frames && has_stack(ev.kind))) {
+            const StackRead s = read_stack(entry.frames, frame_items_);
+            if (has_stack(ev.kind)) ev.stack = s.stack, cut_stacks_ += s.cut;
+            if (list) entry.frames_token = s.token();
+        }
         // A completion right after its request, at the same instant, is one `free`.
         if (ev.kind == EventKind::free_completed && !t_.events.empty()) {
             Event& last = t_.events.back();
@@ -426,6 +525,7 @@ private:
         bool annotate, known;
     };
     static constexpr int64_t kNoTime = INT64_MIN;
+    const Ref* frame_items_ = nullptr;  // where a flat entry's frames list is (FlatValue::Kind::refs)
     const Document* doc_ = nullptr;
     Trace& t_;
     const std::string& name_;
@@ -497,18 +597,24 @@ Trace load_gzip(std::string_view bytes, const std::string& path, const ReadLimit
         throw std::runtime_error(path + ": offset 0: gzip data whose content is neither a .vscope trace nor a "
                                         "torch memory snapshot pickle");
     // Each parse (a second one only if the sink must be dropped) reads its own stream.
-    return import_with(path, 16 * bytes.size(), limits, [&](pickle::Sink* sink) {
-        GzipStream gz(bytes, path, limits.max_decoded_bytes);
-        std::string_view first;
-        gz.next(first);
-        return pickle::parse(first, gz, path, sink, limits);
-    });
+    return import_torch_snapshot([&] { return std::make_unique<GzipStream>(bytes, path, limits.max_decoded_bytes); },
+                                 path, 16 * bytes.size(), limits);
 }
 }  // namespace
 
 Trace import_torch_snapshot(std::string_view bytes, const std::string& name, const ReadLimits& limits) {
     return import_with(name, bytes.size(), limits,
                        [&](pickle::Sink* sink) { return pickle::parse(bytes, name, sink, limits); });
+}
+
+Trace import_torch_snapshot(const std::function<std::unique_ptr<ChunkSource>()>& open, const std::string& name,
+                            size_t size_hint, const ReadLimits& limits) {
+    return import_with(name, size_hint, limits, [&](pickle::Sink* sink) {
+        const std::unique_ptr<ChunkSource> chunks = open();
+        std::string_view first;
+        chunks->next(first);
+        return pickle::parse(first, *chunks, name, sink, limits);
+    });
 }
 
 Trace load_bytes(std::string_view bytes, const std::string& name, const ReadLimits& limits) {
@@ -530,13 +636,10 @@ Trace load_any(const std::string& path, const ReadLimits& limits) {
         const Bytes file = read_file(path, limits.max_decoded_bytes);
         return load_bytes(view(file), path, limits);
     }
-    Trace t = has_vscope_magic(head) ? read_trace(path, limits)
-                                     : import_with(path, file_size(path), limits, [&](pickle::Sink* sink) {
-                                           FileChunks file(path, limits.max_decoded_bytes);
-                                           std::string_view first;
-                                           file.next(first);
-                                           return pickle::parse(first, file, path, sink, limits);
-                                       });
+    Trace t = has_vscope_magic(head)
+                  ? read_trace(path, limits)
+                  : import_torch_snapshot([&] { return std::make_unique<FileChunks>(path, limits.max_decoded_bytes); },
+                                          path, file_size(path), limits);
     validate_events(t);
     return t;
 }
