@@ -373,7 +373,7 @@ TEST(PickleSink, DictsAfterATakenListThatAreNotItsItemsAreReadForWhatTheyAre) {
     EXPECT_EQ(outer, (std::vector<pickle::Type>{pickle::Type::list, pickle::Type::tuple}));
 }
 
-TEST(TorchSnapshot, ATraceReadsTheSameWhateverItsChunksAndProtocol) {
+TEST(TorchSnapshot, ATraceReadsTheSameWhateverItsChunks) {
     // Many batches of entries that share frames lists as torch writes them (a stack's list is one
     // object: later entries GET it), a segment's list shared with the block allocated in it. In
     // one piece the later batches take the fast path; in small pieces the generic one.
