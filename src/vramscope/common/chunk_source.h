@@ -17,13 +17,18 @@ public:
     // Hands back the previous chunk and gives the next one; false at the end. Throws what the
     // producer failed with.
     virtual bool next(std::string_view& chunk) = 0;
+    // How many bytes all the chunks will hold, if known (0: not known): a reader sizes its
+    // tables once rather than copying them as they grow. Only a hint: the input may differ.
+    virtual uint64_t expected_bytes() const { return 0; }
 };
 
 // A buffer handed out in pieces of a fixed size: how tests and the fuzzer put chunk boundaries
 // everywhere a gzip stream might.
 class FixedChunks : public ChunkSource {
 public:
-    FixedChunks(std::string_view all, size_t piece) : rest_(all), piece_(piece ? piece : all.size() + 1) {}
+    FixedChunks(std::string_view all, size_t piece)
+        : rest_(all), piece_(piece ? piece : all.size() + 1), total_(all.size()) {}
+    uint64_t expected_bytes() const override { return total_; }
     std::string_view first() { return cut(); }
     bool next(std::string_view& chunk) override {
         if (rest_.empty()) return false;
@@ -39,6 +44,7 @@ private:
     }
     std::string_view rest_;
     size_t piece_;
+    uint64_t total_;
 };
 
 // A regular file read in fixed blocks into one reused buffer: input of any size in a few MiB.
@@ -50,6 +56,7 @@ public:
     FileChunks(const FileChunks&) = delete;
     FileChunks& operator=(const FileChunks&) = delete;
     bool next(std::string_view& chunk) override;
+    uint64_t expected_bytes() const override { return size_; }
     uint64_t size() const { return size_; }  // as the file was when opened
 
 private:

@@ -95,6 +95,12 @@ bool GzipStream::next(std::string_view& chunk) {
     return false;
 }
 
+uint64_t GzipStream::expected_bytes() const {
+    if (in_.size() < 18) return 0;  // a header and a trailer at least
+    const auto* t = reinterpret_cast<const uint8_t*>(in_.data() + in_.size() - 4);
+    return uint64_t(t[0]) | uint64_t(t[1]) << 8 | uint64_t(t[2]) << 16 | uint64_t(t[3]) << 24;
+}
+
 Bytes gunzip(std::string_view gz, const std::string& name, uint64_t max_decoded) {
     GzipStream stream(gz, name, max_decoded);
     Bytes out;

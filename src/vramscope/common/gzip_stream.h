@@ -29,6 +29,8 @@ public:
     ~GzipStream() override;
 
     bool next(std::string_view& chunk) override;
+    // The gzip trailer's length of the last member: exact for one member under 4 GiB.
+    uint64_t expected_bytes() const override;
 
 private:
     void inflate_all();

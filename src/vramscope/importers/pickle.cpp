@@ -39,6 +39,13 @@ public:
         const size_t expect = more ? size_t(16) << 20 : first.size();  // chunked: grow as needed
         doc_.values_.reserve(expect / 12);
         doc_.items_.reserve(expect / 3);
+        // The memo grows with the whole input, also when a sink takes the items (a put every 24
+        // to 32 bytes of a snapshot): sized once, it is never copied as it grows. A quarter of
+        // the memory limit at most, whatever a hostile size hint says.
+        const uint64_t whole = more ? more->expected_bytes() : first.size();
+        const uint64_t cap = limits.max_held_bytes / 4 / sizeof(Ref);
+        memo_.reserve(size_t(std::min(whole / 24, cap)));
+        if (sink) memo_log_.reserve(size_t(std::min(whole / 64, cap)));
         stack_.reserve(1 << 12);
         marks_.reserve(64);
     }
