@@ -33,7 +33,7 @@ for f in tests/data/hostile/*; do
 done
 # Small, whole snapshots too: the fuzzer mutates structure best from inputs under max_len.
 python3 - "$seeds" <<'PY'
-import glob, gzip, pickle, sys
+import glob, gzip, io, pickle, sys
 seeds = sys.argv[1]
 for f in sorted(glob.glob("tests/data/*.pickle.gz")):
     snap = pickle.load(gzip.open(f))
@@ -42,6 +42,13 @@ for f in sorted(glob.glob("tests/data/*.pickle.gz")):
     name = f.split("/")[-1].replace(".pickle.gz", "")
     small = pickle.dumps(snap)
     open(f"{seeds}/snapshot/small_{name}.pickle", "wb").write(small)
+    # Batches of 8 (Python's own pickler writes 1,000): later batches take the importer's fast
+    # path (pickle::Sink::take_flat), which a small input otherwise never reaches.
+    batched = io.BytesIO()
+    pickler = pickle._Pickler(batched, protocol=4)
+    pickler._BATCHSIZE = 8
+    pickler.dump(snap)
+    open(f"{seeds}/snapshot/batched_{name}.pickle", "wb").write(batched.getvalue())
     for cut in (0, 7, 64):  # first byte: chunk size for the harness (0: whole)
         open(f"{seeds}/pickle/small_{cut}_{name}.pickle", "wb").write(bytes([cut]) + small)
 PY
