@@ -36,10 +36,22 @@ inline constexpr int64_t kLatestTime = int64_t(1) << 56;        // the year 4253
 // analysis keeps anyway. Fed the events as they stream by; analysis stops at the first fault.
 class EventValidator {
 public:
+    // One event, checked on its own and against the live blocks this validator keeps.
     void see(const Trace& t, const Event& e);
     bool faulted() const { return !tally_.empty(); }
     // Adds what it found to t.faults.
     void finish(Trace& t);
+
+    // The same checks for a caller that keeps the live blocks itself (the replay: one lookup
+    // serves both). check_fields() checks what needs no live blocks and says whether the event
+    // goes on to them; the caller then reports what its lookup found, in the events' order.
+    bool check_fields(const Trace& t, const Event& e);
+    void check_addresses(const Event& e);             // the rest, against its own live blocks
+    void allocated(const Event& e);                   // a new live block
+    void allocated_again();                           // an alloc where a block is live (the first stays)
+    void released(uint8_t device, uint64_t size);     // a live block freed
+    // The caller's live blocks, from which the validator goes on alone (check_addresses()).
+    void adopt(uint64_t key, uint64_t size) { live_.put(key, size); }
 
 private:
     void see_devices(const Trace& t);
