@@ -450,9 +450,10 @@ Findings analyze_file(const std::string& path, const AnalysisOptions& opt, const
         bool allocated_any = false;
         FileChunks file(path, limits.max_decoded_bytes);
         stream_trace({}, file, file.size(), path, limits, t, [&](Trace& chunk) {
+            uint64_t frees = 0, block_events = 0;
             for (const Event& e : chunk.events) {
-                entries += 1 + (e.kind == EventKind::free);
-                allocated_any |= is_block_event(e.kind);
+                frees += e.kind == EventKind::free;
+                block_events += is_block_event(e.kind);
                 // Nothing past a fault is analysed (its numbers could overflow), only checked.
                 if (!r.replaying()) {
                     r.take(e);
@@ -465,6 +466,9 @@ Findings analyze_file(const std::string& path, const AnalysisOptions& opt, const
                     guess.feed(r, e);
                 }
             }
+            // Counted in locals, as the loop cannot keep a captured counter in a register.
+            entries += chunk.events.size() + frees;
+            allocated_any |= block_events > 0;
             chunk.events.clear();
             return validator.faulted() || r.wants_more();
         });

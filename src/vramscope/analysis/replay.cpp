@@ -56,6 +56,7 @@ void Replay::change(SiteSeries& s, int64_t bytes) {
 void Replay::end_step() {
     start();
     cut();
+    if (!wants_more()) stop();
 }
 
 void Replay::cut() {
@@ -109,15 +110,14 @@ void Replay::start() {
 }
 
 void Replay::take(const Event& e) {
-    if (!replaying()) {
-        hand_over();
+    if (stopped_) {
         if (checks_) checks_->see(context, e);
         return;
     }
     if (checks_) {
         const bool has_address = checks_->check_fields(context, e);
-        if (checks_->faulted()) {  // a fault in the event itself (time, size): never replayed
-            hand_over();
+        if (checks_->faulted()) [[unlikely]] {  // a fault in the event itself (time, size): never replayed
+            stop();
             if (has_address) checks_->check_addresses(e);
             return;
         }
@@ -127,12 +127,12 @@ void Replay::take(const Event& e) {
     events_since_cut_ = true;
 }
 
-// Once the replay stops, the validator sees the rest of the events alone, from a copy of the live
-// blocks: the replay's stay as they were, for the findings.
-void Replay::hand_over() {
-    if (!checks_ || handed_over_) return;
-    handed_over_ = true;
-    for (const LiveAlloc& a : live_allocs()) checks_->adopt(a.addr ^ (uint64_t(a.device) << 56), a.size);
+// Later events change nothing. The validator sees them alone, from a copy of the live blocks: the
+// replay's stay as they were, for the findings.
+void Replay::stop() {
+    stopped_ = true;
+    if (checks_)
+        for (const LiveAlloc& a : live_allocs()) checks_->adopt(a.addr ^ (uint64_t(a.device) << 56), a.size);
 }
 
 void Replay::process(const Event& e) {
@@ -150,13 +150,13 @@ void Replay::process(const Event& e) {
         if (old != AddressMap::kMissing && checks_) {  // a fault: the first block stays, the one its free will name
             live_.put(key, old);
             checks_->allocated_again();
+            stop();
             break;
         }
         if (slot == pool_.size()) pool_.emplace_back();
         else free_slots_.pop_back();
         // An address allocated again without a free (unchecked): the older block is forgotten, as a map would.
         if (old != AddressMap::kMissing) free_slots_.push_back(old);
-        else if (checks_) checks_->allocated(e);
         DeviceState& s = state_[device_slot(e.device)];
         const uint32_t site = site_of(e.device, e.stack);
         pool_[slot] = LiveAlloc{e.addr, e.size, seq_++, e.stack, site, step_, e.stream, e.device, false};
@@ -165,6 +165,10 @@ void Replay::process(const Event& e) {
         if (e.stream >= s.by_stream.size()) s.by_stream.resize(context.streams.size(), 0);
         s.by_stream[e.stream] += int64_t(e.size);
         s.peak = std::max(s.peak, s.allocated);
+        if (checks_) {
+            checks_->allocated(e);
+            if (checks_->faulted()) stop();  // after this event
+        }
         break;
     }
     case EventKind::free_requested: {

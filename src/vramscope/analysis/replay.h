@@ -67,7 +67,7 @@ public:
     // False once the step range asked for has ended: later events change nothing.
     bool wants_more() const { return last_step_ == UINT64_MAX || step_ <= last_step_; }
     // False once later events change nothing: past the step range, or past a fault.
-    bool replaying() const { return !handed_over_ && wants_more() && !(checks_ && checks_->faulted()); }
+    bool replaying() const { return !stopped_; }
     // Ends the unfinished step, if any; then the accessors below hold the whole trace.
     void finish();
 
@@ -97,13 +97,13 @@ private:
     void cut();
     void forget_steps_before_memory();
     void process(const Event& e);
-    void hand_over();
+    void stop();
     void released(const LiveAlloc& a);
 
     const uint32_t window_;
     const uint64_t last_step_;
     EventValidator* const checks_;
-    bool handed_over_ = false;  // checks_ keeps its own live blocks
+    bool stopped_ = false;  // and checks_, if any, keeps its own live blocks
     std::vector<DeviceState> state_;
     std::array<int16_t, 256> slot_of_device_;
     std::unordered_map<uint64_t, uint32_t> site_index_;  // device << 32 | site frame

@@ -18,27 +18,6 @@ void EventValidator::see_devices(const Trace& t) {
     }
 }
 
-bool EventValidator::check_fields(const Trace& t, const Event& e) {
-    if (devices_seen_ < t.devices.size()) see_devices(t);
-    if (e.time_us < 0 || e.time_us >= kLatestTime) tally_.add("events with a time before 1970 or after 4253");
-    if (!carries_address(e.kind)) return false;
-    if (e.size >= kImpossibleSize) {
-        tally_.add("events with a size of 1 PiB or more (negative or corrupt)");
-        return false;
-    }
-    // Any sum analysis makes is over a part of these: under 2^62, none can overflow.
-    if ((size_total_ += e.size) >= uint64_t(1) << 62) tally_.add("events whose sizes sum past 2^62 bytes");
-    return true;
-}
-
-void EventValidator::allocated(const Event& e) {
-    if ((live_bytes_[e.device] += e.size) >= kImpossibleSize) tally_.add("allocations past 1 PiB live on a device");
-}
-
-void EventValidator::allocated_again() { tally_.add("allocations at an address already allocated and not freed"); }
-
-void EventValidator::released(uint8_t device, uint64_t size) { live_bytes_[device] -= size; }
-
 void EventValidator::check_addresses(const Event& e) {
     const uint64_t key = uint64_t(e.device) << 56 ^ e.addr;
     switch (e.kind) {
