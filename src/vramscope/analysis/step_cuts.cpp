@@ -33,7 +33,7 @@ void GuessedSteps::release(Replay& r) {
     pending_.reset();
 }
 
-void GuessedSteps::feed(Replay& r, const Event& e) {
+void GuessedSteps::feed_any(Replay& r, const Event& e) {
     const size_t i = index_++;
     if (pending_) {
         const bool zero_grad_end =

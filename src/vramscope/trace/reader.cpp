@@ -181,8 +181,14 @@ private:
         }
     }
 
+    // Most fields fit one byte, nearly all the rest two: those inline, longer ones out of line.
     [[gnu::always_inline]] uint64_t num(const uint8_t*& p, const uint8_t* end, const uint8_t* at) {
-        if (p < end && *p < 0x80) [[likely]] return *p++;  // most fields fit one byte
+        if (p < end && *p < 0x80) [[likely]] return *p++;
+        if (end - p >= 2 && p[1] < 0x80) {
+            const uint64_t v = uint64_t(p[0] & 0x7f) | uint64_t(p[1]) << 7;
+            p += 2;
+            return v;
+        }
         return long_num(p, end, at);
     }
     [[gnu::noinline]] uint64_t long_num(const uint8_t*& p, const uint8_t* end, const uint8_t* at) {
