@@ -48,22 +48,19 @@ public:
     // Inline: it runs once per event.
     bool check_fields(const Trace& t, const Event& e) {
         if (devices_seen_ < t.devices.size()) see_devices(t);
-        if (e.time_us < 0 || e.time_us >= kLatestTime) [[unlikely]]
-            fault("events with a time before 1970 or after 4253");
+        if (e.time_us < 0 || e.time_us >= kLatestTime) fault("events with a time before 1970 or after 4253");
         if (!carries_address(e.kind)) return false;
-        if (e.size >= kImpossibleSize) [[unlikely]] {
+        if (e.size >= kImpossibleSize) {
             fault("events with a size of 1 PiB or more (negative or corrupt)");
             return false;
         }
         // Any sum analysis makes is over a part of these: under 2^62, none can overflow.
-        if ((size_total_ += e.size) >= uint64_t(1) << 62) [[unlikely]]
-            fault("events whose sizes sum past 2^62 bytes");
+        if ((size_total_ += e.size) >= uint64_t(1) << 62) fault("events whose sizes sum past 2^62 bytes");
         return true;
     }
     void check_addresses(const Event& e);  // the rest, against its own live blocks
     void allocated(const Event& e) {        // a new live block
-        if ((live_bytes_[e.device] += e.size) >= kImpossibleSize) [[unlikely]]
-            fault("allocations past 1 PiB live on a device");
+        if ((live_bytes_[e.device] += e.size) >= kImpossibleSize) fault("allocations past 1 PiB live on a device");
     }
     // An alloc where a block is live (the first stays).
     void allocated_again() { fault("allocations at an address already allocated and not freed"); }
@@ -73,7 +70,8 @@ public:
 
 private:
     void see_devices(const Trace& t);
-    [[gnu::cold, gnu::noinline]] void fault(std::string_view what) { tally_.add(what); }
+    // Out of line: the message's string would make every inline check save all registers.
+    [[gnu::noinline]] void fault(std::string_view what) { tally_.add(what); }
     FaultTally tally_;
     AddressMapOf<uint64_t> live_{4096};  // (device << 56) ^ address -> size, of each live block
     std::array<uint64_t, 256> live_bytes_{};  // by device
