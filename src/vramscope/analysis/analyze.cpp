@@ -440,22 +440,25 @@ Findings analyze_file(const std::string& path, const AnalysisOptions& opt, const
     std::optional<Steps> placed;
     while (true) {
         Trace t;
-        Replay r(t, std::max<uint32_t>(1, opt.window), opt.last_step);
+        EventValidator validator;
+        Replay r(t, std::max<uint32_t>(1, opt.window), opt.last_step, &validator);
         std::optional<PlacedSteps> placed_cuts;
         if (placed) placed_cuts.emplace(*placed);
         GuessedSteps guess(t.stacks);
         StepFinder finder(t.stacks);
-        EventValidator validator;
         uint64_t entries = 0;
         bool allocated_any = false;
         FileChunks file(path, limits.max_decoded_bytes);
         stream_trace({}, file, file.size(), path, limits, t, [&](Trace& chunk) {
+            uint64_t frees = 0, block_events = 0;
             for (const Event& e : chunk.events) {
-                entries += 1 + (e.kind == EventKind::free);
-                allocated_any |= is_block_event(e.kind);
-                validator.see(chunk, e);
-                // Nothing past a fault is analysed: its numbers could overflow.
-                if (validator.faulted() || !r.wants_more()) continue;
+                frees += e.kind == EventKind::free;
+                block_events += is_block_event(e.kind);
+                // Nothing past a fault is analysed (its numbers could overflow), only checked.
+                if (!r.replaying()) {
+                    r.take(e);
+                    continue;
+                }
                 if (placed_cuts) {
                     placed_cuts->feed(r, e);
                 } else {
@@ -463,13 +466,16 @@ Findings analyze_file(const std::string& path, const AnalysisOptions& opt, const
                     guess.feed(r, e);
                 }
             }
+            // Counted in locals, as the loop cannot keep a captured counter in a register.
+            entries += chunk.events.size() + frees;
+            allocated_any |= block_events > 0;
             chunk.events.clear();
             return validator.faulted() || r.wants_more();
         });
+        if (!placed) guess.finish(r);  // the events it held are checked too
         validator.finish(t);
         if (!t.faults.empty()) return cannot_judge(t, entries, allocated_any);
         if (placed) return conclude(r, *placed, opt, started);
-        guess.finish(r);
         Steps found = finder.finish();
         if (!found.period_anchor && found.ends == guess.ends()) return conclude(r, found, opt, started);
         placed = std::move(found);

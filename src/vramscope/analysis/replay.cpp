@@ -4,8 +4,8 @@
 
 namespace vramscope {
 
-Replay::Replay(const Trace& t, uint32_t window, uint64_t last_step)
-    : context(t), resolver(t.stacks), window_(window), last_step_(last_step), live_(4096) {
+Replay::Replay(const Trace& t, uint32_t window, uint64_t last_step, EventValidator* checks)
+    : context(t), resolver(t.stacks), window_(window), last_step_(last_step), checks_(checks), live_(4096) {
     slot_of_device_.fill(-1);
 }
 
@@ -56,6 +56,7 @@ void Replay::change(SiteSeries& s, int64_t bytes) {
 void Replay::end_step() {
     start();
     cut();
+    if (!wants_more()) stop();
 }
 
 void Replay::cut() {
@@ -109,9 +110,29 @@ void Replay::start() {
 }
 
 void Replay::take(const Event& e) {
+    if (stopped_) {
+        if (checks_) checks_->see(context, e);
+        return;
+    }
+    if (checks_) {
+        const bool has_address = checks_->check_fields(context, e);
+        if (checks_->faulted()) [[unlikely]] {  // a fault in the event itself (time, size): never replayed
+            stop();
+            if (has_address) checks_->check_addresses(e);
+            return;
+        }
+    }
     start();
     process(e);
     events_since_cut_ = true;
+}
+
+// Later events change nothing. The validator sees them alone, from a copy of the live blocks: the
+// replay's stay as they were, for the findings.
+void Replay::stop() {
+    stopped_ = true;
+    if (checks_)
+        for (const LiveAlloc& a : live_allocs()) checks_->adopt(a.addr ^ (uint64_t(a.device) << 56), a.size);
 }
 
 void Replay::process(const Event& e) {
@@ -124,24 +145,30 @@ void Replay::process(const Event& e) {
     has_block_events |= is_block_event(e.kind);
     switch (e.kind) {
     case EventKind::alloc: {
-        DeviceState& s = state_[device_slot(e.device)];
-        uint32_t slot;
-        if (free_slots_.empty()) {
-            slot = uint32_t(pool_.size());
-            pool_.emplace_back();
-        } else {
-            slot = free_slots_.back();
-            free_slots_.pop_back();
+        const uint32_t slot = free_slots_.empty() ? uint32_t(pool_.size()) : free_slots_.back();
+        const uint32_t old = live_.put(key, slot);
+        if (old != AddressMap::kMissing && checks_) {  // a fault: the first block stays, the one its free will name
+            live_.put(key, old);
+            checks_->allocated_again();
+            stop();
+            break;
         }
+        if (slot == pool_.size()) pool_.emplace_back();
+        else free_slots_.pop_back();
+        // An address allocated again without a free (unchecked): the older block is forgotten, as a map would.
+        if (old != AddressMap::kMissing) free_slots_.push_back(old);
+        DeviceState& s = state_[device_slot(e.device)];
         const uint32_t site = site_of(e.device, e.stack);
         pool_[slot] = LiveAlloc{e.addr, e.size, seq_++, e.stack, site, step_, e.stream, e.device, false};
-        // An address allocated again without a free: the older block is forgotten, as a map would.
-        if (const uint32_t old = live_.put(key, slot); old != AddressMap::kMissing) free_slots_.push_back(old);
         change(sites[site], int64_t(e.size));
         s.allocated += int64_t(e.size);
         if (e.stream >= s.by_stream.size()) s.by_stream.resize(context.streams.size(), 0);
         s.by_stream[e.stream] += int64_t(e.size);
         s.peak = std::max(s.peak, s.allocated);
+        if (checks_) {
+            checks_->allocated(e);
+            if (checks_->faulted()) stop();  // after this event
+        }
         break;
     }
     case EventKind::free_requested: {
@@ -158,6 +185,7 @@ void Replay::process(const Event& e) {
         const uint32_t a = live_.take(key);
         if (a != AddressMap::kMissing) {
             const LiveAlloc& block = pool_[a];
+            if (checks_) checks_->released(e.device, block.size);
             if (block.requested) s.pending -= int64_t(block.size);
             s.by_stream[block.stream] -= int64_t(block.size);
             released(block);

@@ -12,6 +12,7 @@
 #include "common/address_map.h"
 #include "events/trace.h"
 #include "findings/findings.h"
+#include "importers/validate.h"
 
 namespace vramscope {
 
@@ -54,13 +55,19 @@ struct SiteSeries {
 
 class Replay {
 public:
-    Replay(const Trace& context, uint32_t window, uint64_t last_step);
-    // The next event. The context's tables (stacks, streams, devices) hold what it refers to.
+    // With `checks`, the events are validated as they are replayed, its live blocks the replay's
+    // (one lookup for both): the replay stops at the first fault, and from there, or once the step
+    // range has ended, `checks` goes on alone with a copy of the live blocks.
+    Replay(const Trace& context, uint32_t window, uint64_t last_step, EventValidator* checks = nullptr);
+    // The next event: replayed, or once the replay has stopped, only checked. The context's tables
+    // (stacks, streams, devices) hold what it refers to.
     [[gnu::flatten]] void take(const Event& e);
     // The step ends here (analysis/step_cuts.h says where).
     void end_step();
     // False once the step range asked for has ended: later events change nothing.
     bool wants_more() const { return last_step_ == UINT64_MAX || step_ <= last_step_; }
+    // False once later events change nothing: past the step range, or past a fault.
+    bool replaying() const { return !stopped_; }
     // Ends the unfinished step, if any; then the accessors below hold the whole trace.
     void finish();
 
@@ -90,10 +97,13 @@ private:
     void cut();
     void forget_steps_before_memory();
     void process(const Event& e);
+    void stop();
     void released(const LiveAlloc& a);
 
     const uint32_t window_;
     const uint64_t last_step_;
+    EventValidator* const checks_;
+    bool stopped_ = false;  // and checks_, if any, keeps its own live blocks
     std::vector<DeviceState> state_;
     std::array<int16_t, 256> slot_of_device_;
     std::unordered_map<uint64_t, uint32_t> site_index_;  // device << 32 | site frame

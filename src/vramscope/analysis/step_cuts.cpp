@@ -7,7 +7,7 @@ void PlacedSteps::feed(Replay& r, const Event& e) {
     if (anchor_ && e.kind == EventKind::alloc && period_key(e) == *anchor_) {
         if (anchor_seen_) r.end_step();  // a step ends just before its successor starts
         anchor_seen_ = true;
-        if (!r.wants_more()) return;
+        if (!r.wants_more()) return r.take(e);  // past the range: only checked
     }
     r.take(e);
     if (next_ < ends_.size() && ends_[next_] == i) {
@@ -28,20 +28,19 @@ void GuessedSteps::end_at(Replay& r, size_t index) {
 }
 
 void GuessedSteps::release(Replay& r) {
-    for (const Event& e : held_)
-        if (r.wants_more()) r.take(e);
+    for (const Event& e : held_) r.take(e);  // past the range: only checked
     held_.clear();
     pending_.reset();
 }
 
-void GuessedSteps::feed(Replay& r, const Event& e) {
+void GuessedSteps::feed_any(Replay& r, const Event& e) {
     const size_t i = index_++;
     if (pending_) {
         const bool zero_grad_end =
             e.kind == EventKind::annotation_end && annotations_.of(e.name) == AnnotationKinds::zero_grad;
         if (zero_grad_end) {  // the step ends with its gradients released
             release(r);
-            if (r.wants_more()) r.take(e);
+            r.take(e);
             end_at(r, i);
             return;
         }
@@ -51,7 +50,7 @@ void GuessedSteps::feed(Replay& r, const Event& e) {
         }
         end_at(r, *pending_);
         release(r);
-        if (!r.wants_more()) return;
+        if (!r.wants_more()) return r.take(e);  // past the range: only checked
     }
     r.take(e);
     if (e.kind == EventKind::step) {

@@ -28,13 +28,19 @@ private:
 class GuessedSteps {
 public:
     explicit GuessedSteps(const StackTable& names) : annotations_(names) {}
-    void feed(Replay& r, const Event& e);
+    // Inline: most events are neither markers nor annotations, and no step end is pending.
+    void feed(Replay& r, const Event& e) {
+        if (pending_ || e.kind == EventKind::step || e.kind == EventKind::annotation_end) return feed_any(r, e);
+        ++index_;
+        r.take(e);
+    }
     // A step end still waiting for its zero_grad() ends where the optimizer step did.
     void finish(Replay& r);
     // Where it ended steps (event indices, as Steps::ends).
     const std::vector<size_t>& ends() const { return ends_; }
 
 private:
+    void feed_any(Replay& r, const Event& e);
     bool chosen_optimizer_end(const Event& e);
     void end_at(Replay& r, size_t index);
     void release(Replay& r);  // the events held while a step end was pending

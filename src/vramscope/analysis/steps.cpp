@@ -14,7 +14,7 @@ AnnotationKinds::Kind AnnotationKinds::of(uint32_t name) {
     return Kind(kind);
 }
 
-void StepFinder::see(const Event& e) {
+void StepFinder::see_any(const Event& e) {
     const size_t i = index_++;
     if (e.kind == EventKind::step) {
         markers_.push_back(i);

@@ -45,7 +45,11 @@ private:
 class StepFinder {
 public:
     explicit StepFinder(const StackTable& stacks) : stacks_(stacks), annotations_(stacks) {}
-    void see(const Event& e);  // the next event (its stack already in the table)
+    // The next event (its stack already in the table). Inline: once markers are seen, it only counts.
+    void see(const Event& e) {
+        if (!markers_.empty() && e.kind != EventKind::step) ++index_;
+        else see_any(e);
+    }
     // The best source; an inferred period comes back as period_anchor, without ends.
     Steps finish() const;
 
@@ -56,6 +60,7 @@ private:
         uint8_t device;
         size_t next_alloc;  // index of the first allocation after it (SIZE_MAX: none)
     };
+    void see_any(const Event& e);
     bool optimizer_stack(uint32_t stack);
     bool from_optimizer_annotations(Steps& out) const;
     bool from_period(Steps& out) const;

@@ -18,34 +18,29 @@ void EventValidator::see_devices(const Trace& t) {
     }
 }
 
-void EventValidator::see(const Trace& t, const Event& e) {
-    if (devices_seen_ < t.devices.size()) see_devices(t);
-    if (e.time_us < 0 || e.time_us >= kLatestTime) tally_.add("events with a time before 1970 or after 4253");
-    if (!carries_address(e.kind)) return;
-    if (e.size >= kImpossibleSize) {
-        tally_.add("events with a size of 1 PiB or more (negative or corrupt)");
-        return;
-    }
-    // Any sum analysis makes is over a part of these: under 2^62, none can overflow.
-    if ((size_total_ += e.size) >= uint64_t(1) << 62) tally_.add("events whose sizes sum past 2^62 bytes");
+void EventValidator::check_addresses(const Event& e) {
     const uint64_t key = uint64_t(e.device) << 56 ^ e.addr;
     switch (e.kind) {
     case EventKind::alloc:
         // A live size is under kImpossibleSize, never the map's kMissing.
         if (const uint64_t before = live_.put(key, e.size); before != live_.kMissing) {
             live_.put(key, before);  // the first block stays the one its free will name
-            tally_.add("allocations at an address already allocated and not freed");
-        } else if ((live_bytes_[e.device] += e.size) >= kImpossibleSize) {
-            tally_.add("allocations past 1 PiB live on a device");
+            allocated_again();
+        } else {
+            allocated(e);
         }
         break;
     case EventKind::free_completed:
     case EventKind::free:
         if (const uint64_t size = live_.take(key); size != live_.kMissing)  // a block from before the trace began is fine
-            live_bytes_[e.device] -= size;
+            released(e.device, size);
         break;
     default: break;
     }
+}
+
+void EventValidator::see(const Trace& t, const Event& e) {
+    if (check_fields(t, e)) check_addresses(e);
 }
 
 void EventValidator::finish(Trace& t) {

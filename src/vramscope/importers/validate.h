@@ -36,13 +36,42 @@ inline constexpr int64_t kLatestTime = int64_t(1) << 56;        // the year 4253
 // analysis keeps anyway. Fed the events as they stream by; analysis stops at the first fault.
 class EventValidator {
 public:
+    // One event, checked on its own and against the live blocks this validator keeps.
     void see(const Trace& t, const Event& e);
     bool faulted() const { return !tally_.empty(); }
     // Adds what it found to t.faults.
     void finish(Trace& t);
 
+    // The same checks for a caller that keeps the live blocks itself (the replay: one lookup
+    // serves both). check_fields() checks what needs no live blocks and says whether the event
+    // goes on to them; the caller then reports what its lookup found, in the events' order.
+    // Inline: it runs once per event.
+    bool check_fields(const Trace& t, const Event& e) {
+        if (devices_seen_ < t.devices.size()) see_devices(t);
+        if (e.time_us < 0 || e.time_us >= kLatestTime) fault("events with a time before 1970 or after 4253");
+        if (!carries_address(e.kind)) return false;
+        if (e.size >= kImpossibleSize) {
+            fault("events with a size of 1 PiB or more (negative or corrupt)");
+            return false;
+        }
+        // Any sum analysis makes is over a part of these: under 2^62, none can overflow.
+        if ((size_total_ += e.size) >= uint64_t(1) << 62) fault("events whose sizes sum past 2^62 bytes");
+        return true;
+    }
+    void check_addresses(const Event& e);  // the rest, against its own live blocks
+    void allocated(const Event& e) {        // a new live block
+        if ((live_bytes_[e.device] += e.size) >= kImpossibleSize) fault("allocations past 1 PiB live on a device");
+    }
+    // An alloc where a block is live (the first stays).
+    void allocated_again() { fault("allocations at an address already allocated and not freed"); }
+    void released(uint8_t device, uint64_t size) { live_bytes_[device] -= size; }  // a live block freed
+    // The caller's live blocks, from which the validator goes on alone (check_addresses()).
+    void adopt(uint64_t key, uint64_t size) { live_.put(key, size); }
+
 private:
     void see_devices(const Trace& t);
+    // Out of line: the message's string would make every inline check save all registers.
+    [[gnu::noinline]] void fault(std::string_view what) { tally_.add(what); }
     FaultTally tally_;
     AddressMapOf<uint64_t> live_{4096};  // (device << 56) ^ address -> size, of each live block
     std::array<uint64_t, 256> live_bytes_{};  // by device
