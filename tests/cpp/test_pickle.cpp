@@ -357,6 +357,37 @@ TEST(PickleSink, LaterBatchesComeStraightFromTheBytesAndAListKeptAsATokenReadsAs
     }
 }
 
+TEST(PickleSink, ATokenStaysWhenAnItemReadTheGenericWayLetsGoOfIt) {
+    // Batch 1: item A, a flat dict, keeps its new list as a token; item B (a None: the generic
+    // way) names that list too, and its sink lets go of what B names, as the snapshot importer
+    // lets go of a free's frames. Other GETs of the list must still find the token.
+    struct ForgetLists : TakeFlat {
+        bool take(const pickle::Document& doc, pickle::Ref list, const pickle::Ref* items, size_t n, size_t offset,
+                  pickle::Release& release) override {
+            for (size_t i = 0; i < n; ++i)
+                doc.for_each_pair(items[i], [&](pickle::Ref, pickle::Ref v) { release.forget.push_back(v); });
+            return TakeDicts::take(doc, list, items, n, offset, release);
+        }
+    };
+    P p;
+    p.op(']').memo().mark().i4(7000000).memo().op(']').memo();  // outer 0, the int 1, the list 2
+    p.mark();
+    for (int i = 0; i < 2; ++i) p.op('}').memo().mark().str("n").i1(uint8_t(i)).str("l").op(']').memo().get(1).op('a').op('u');
+    p.op('e');                                                                                     // memo 3 to 6
+    p.mark().op('}').memo().mark().str("n").i1(5).str("l").op(']').memo().get(1).op('a').op('u');  // A: memo 7, 8
+    p.op('}').memo().mark().str("n").op('N').str("l").get(8).op('u').op('e');                      // B: memo 9
+    p.get(8).op('e');
+    ForgetLists sink;
+    pickle::Document d = pickle::parse(p.stop(), "token.pickle", &sink);
+    ASSERT_EQ(sink.flat.size(), 1u);
+    EXPECT_EQ(sink.taken, 3u);
+    std::vector<pickle::Value> outer;
+    d.for_each_item(d.root(), [&](pickle::Ref r) { outer.push_back(d[r]); });
+    ASSERT_EQ(outer.size(), 3u);
+    EXPECT_EQ(outer[2].type, pickle::Type::token);
+    EXPECT_EQ(outer[2].i, 1000 + 7000000);
+}
+
 TEST(PickleSink, DictsAfterATakenListThatAreNotItsItemsAreReadForWhatTheyAre) {
     // [ [{n: 1}] (taken), then MARK {n: 2} TUPLE: a tuple, though its MARK lies right above the
     // taken list. Read as a flat dict at first, the parser finds out at TUPLE and says so.

@@ -421,8 +421,8 @@ private:
             if (in_window(r)) doc_.values_[r] = token_value(token);
         std::vector<uint8_t>& state = scratch_state_;  // 0 garbage, 1 forgotten, 2 kept
         state.assign(vn - v0, 0);
-        for (Ref r : release_.forget)
-            if (in_window(r)) state[r - v0] = 1;
+        for (Ref r : release_.forget)  // a token stays: other lists may be that token too
+            if (in_window(r) && doc_.values_[r].type != Type::token) state[r - v0] = 1;
         std::vector<Ref>& work = scratch_work_;
         work.clear();
         size_t keep_log = m.memo_log;

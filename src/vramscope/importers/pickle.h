@@ -106,7 +106,7 @@ struct FlatField {
 
 // What a Sink lets the parser drop of the values it took.
 struct Release {
-    std::vector<Ref> forget;                        // a later GET yields `forgotten`
+    std::vector<Ref> forget;                        // a later GET yields `forgotten` (a token stays)
     std::vector<std::pair<Ref, int64_t>> as_token;  // a later GET yields a `token` holding the number
     void clear() { forget.clear(), as_token.clear(); }
 };
