@@ -16,6 +16,7 @@
 #include "analysis/steps.h"
 #include "common/chunk_source.h"
 #include "common/format.h"
+#include "common/read_ahead.h"
 #include "importers/torch_snapshot.h"
 #include "importers/validate.h"
 #include "trace/format.h"
@@ -448,8 +449,8 @@ Findings analyze_file(const std::string& path, const AnalysisOptions& opt, const
         StepFinder finder(t.stacks);
         uint64_t entries = 0;
         bool allocated_any = false;
-        FileChunks file(path, limits.max_decoded_bytes);
-        stream_trace({}, file, file.size(), path, limits, t, [&](Trace& chunk) {
+        ReadAheadFile file(path, limits.max_decoded_bytes);
+        stream_trace({}, file, file.expected_bytes(), path, limits, t, [&](Trace& chunk) {
             uint64_t frees = 0, block_events = 0;
             for (const Event& e : chunk.events) {
                 frees += e.kind == EventKind::free;

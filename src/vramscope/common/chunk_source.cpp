@@ -19,9 +19,15 @@ FileChunks::FileChunks(const std::string& path, uint64_t max_bytes, size_t block
 FileChunks::~FileChunks() { ::close(fd_); }
 
 bool FileChunks::next(std::string_view& chunk) {
+    const size_t used = read_into(block_.data(), block_.size());
+    chunk = std::string_view(block_.data(), used);
+    return used > 0;
+}
+
+size_t FileChunks::read_into(char* out, size_t capacity) {
     size_t used = 0;
-    while (used < block_.size()) {
-        const ssize_t k = ::read(fd_, block_.data() + used, block_.size() - used);
+    while (used < capacity) {
+        const ssize_t k = ::read(fd_, out + used, capacity - used);
         if (k < 0 && errno == EINTR) continue;
         if (k < 0) throw std::runtime_error(path_ + ": read error: " + std::strerror(errno));
         if (k == 0) break;
@@ -32,8 +38,7 @@ bool FileChunks::next(std::string_view& chunk) {
         throw std::runtime_error(path_ + ": offset " + std::to_string(max_bytes_) + ": more bytes than the limit of " +
                                  std::to_string(max_bytes_) + " (--max-decoded raises it)");
     Progress::report(read_);
-    chunk = std::string_view(block_.data(), used);
-    return used > 0;
+    return used;
 }
 
 }  // namespace vramscope

@@ -48,7 +48,8 @@ private:
 };
 
 // A regular file read in fixed blocks into one reused buffer: input of any size in a few MiB.
-// Refuses what read_file() refuses (not a regular file, more than max_bytes).
+// Refuses what read_file() refuses (not a regular file, more than max_bytes). ReadAheadFile
+// (read_ahead.h) reads it on a second thread.
 class FileChunks : public ChunkSource {
 public:
     FileChunks(const std::string& path, uint64_t max_bytes = UINT64_MAX, size_t block = 1 << 20);
@@ -56,6 +57,8 @@ public:
     FileChunks(const FileChunks&) = delete;
     FileChunks& operator=(const FileChunks&) = delete;
     bool next(std::string_view& chunk) override;
+    // Up to `capacity` bytes into `out`, the same checks; 0 at the end.
+    size_t read_into(char* out, size_t capacity);
     uint64_t expected_bytes() const override { return size_; }
     uint64_t size() const { return size_; }  // as the file was when opened
 

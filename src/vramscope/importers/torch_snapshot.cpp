@@ -8,6 +8,7 @@
 
 #include "common/file.h"
 #include "common/gzip_stream.h"
+#include "common/read_ahead.h"
 #include "importers/pickle.h"
 #include "importers/validate.h"
 #include "trace/reader.h"
@@ -638,7 +639,7 @@ Trace load_any(const std::string& path, const ReadLimits& limits) {
     }
     Trace t = has_vscope_magic(head)
                   ? read_trace(path, limits)
-                  : import_torch_snapshot([&] { return std::make_unique<FileChunks>(path, limits.max_decoded_bytes); },
+                  : import_torch_snapshot([&] { return std::make_unique<ReadAheadFile>(path, limits.max_decoded_bytes); },
                                           path, file_size(path), limits);
     validate_events(t);
     return t;

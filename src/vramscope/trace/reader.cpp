@@ -13,6 +13,7 @@
 
 #include "common/chunk_source.h"
 #include "common/file.h"
+#include "common/read_ahead.h"
 #include "trace/format.h"
 #include "trace/predict.h"
 #include "trace/varint.h"
@@ -377,10 +378,10 @@ Trace parse_trace(std::string_view bytes, const std::string& name, const ReadLim
 }
 
 Trace read_trace(const std::string& path, const ReadLimits& limits) {
-    FileChunks file(path, limits.max_decoded_bytes);
+    ReadAheadFile file(path, limits.max_decoded_bytes);
     Trace trace;
-    trace.events.reserve(std::min<size_t>(file.size() / 2, limits.max_held_bytes / sizeof(Event)));
-    stream_trace({}, file, file.size(), path, limits, trace, [](Trace&) { return true; });
+    trace.events.reserve(std::min<size_t>(file.expected_bytes() / 2, limits.max_held_bytes / sizeof(Event)));
+    stream_trace({}, file, file.expected_bytes(), path, limits, trace, [](Trace&) { return true; });
     return trace;
 }
 
