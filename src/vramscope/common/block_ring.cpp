@@ -5,7 +5,7 @@
 namespace vramscope {
 
 BlockRing::BlockRing(Produce produce, size_t block_bytes)
-    : produce_(std::move(produce)), blocks_(kBlocks, std::vector<char>(block_bytes)), filled_(kBlocks, 0) {
+    : produce_(std::move(produce)), blocks_(kBlocks, Bytes(block_bytes)), filled_(kBlocks, 0) {
     worker_ = std::thread([this] { run(); });
 }
 
@@ -27,7 +27,7 @@ void BlockRing::run() {
             cv_.wait(lock, [&] { return cancel_ || block < taken_ - (holding_ ? 1 : 0) + kBlocks; });
             if (cancel_) break;
         }
-        std::vector<char>& out = blocks_[block % kBlocks];
+        Bytes& out = blocks_[block % kBlocks];
         size_t n = 0;
         try {
             n = produce_(out.data(), out.size());

@@ -32,7 +32,7 @@ private:
 
     static constexpr size_t kBlocks = 4;
     Produce produce_;
-    std::vector<std::vector<char>> blocks_;
+    std::vector<Bytes> blocks_;  // never zeroed: each is filled before it is read
     std::vector<size_t> filled_;
     std::mutex mutex_;
     std::condition_variable cv_;
