@@ -2,6 +2,7 @@
 // each fixture's findings written by the whole-trace analysis it replaced), and a file read as it
 // is analysed against the same trace in memory.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -89,7 +90,8 @@ TEST(Streaming, FindingsOfEveryFixtureAreThoseOfThePreviousAnalysis) {
 }
 
 TEST(Streaming, AFileReadAsItIsAnalysedSaysWhatTheTraceInMemorySays) {
-    const fs::path dir = fs::temp_directory_path() / "vramscope_streaming";
+    // Per process: two test runs on one machine (CI beside a developer's) must not share it.
+    const fs::path dir = fs::temp_directory_path() / ("vramscope_streaming_" + std::to_string(::getpid()));
     fs::create_directories(dir);
     // Converted snapshots (steps guessed from the optimizer's annotations as they pass), a
     // live-like trace (markers), and one whose steps only its period tells (the file is read a
@@ -134,7 +136,7 @@ TEST(Streaming, AStepRangeIsJudgedAsATraceThatEndsThere) {
     from20.warmup_steps = 20;
     EXPECT_EQ(comparable(to_json(f)), comparable(to_json(analyze(cut, from20))));
     // And read from a file, which stops reading there.
-    const fs::path path = fs::temp_directory_path() / "vramscope_range.vscope";
+    const fs::path path = fs::temp_directory_path() / ("vramscope_range_" + std::to_string(::getpid()) + ".vscope");
     write_trace(t, path.string(), 4096);
     EXPECT_EQ(comparable(to_json(analyze_file(path.string(), range))), comparable(to_json(analyze(read_trace(path.string()), range))));
     // Steps from the optimizer's annotations, each extended to its zero_grad(): the range ends
