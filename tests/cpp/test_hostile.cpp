@@ -2,6 +2,7 @@
 // to end): the readers' limits, gzip's checks, .vscope damage, the findings JSON reader and the
 // terminal's escaping.
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <cstring>
@@ -9,6 +10,7 @@
 
 #include "common/format.h"
 #include "common/gzip_stream.h"
+#include "common/read_ahead.h"
 #include "findings/json_reader.h"
 #include "findings/json_writer.h"
 #include "importers/pickle.h"
@@ -110,6 +112,29 @@ TEST(HostileGzip, ContentIsToldByItsFirstBytesAndInflationIsBounded) {
     EXPECT_NE(why.find("inflates to more than 1048576 bytes"), std::string::npos) << why;
 }
 
+TEST(HostileFile, ReadAheadGivesTheWholeFileAndStopsWhenLeftEarly) {
+    const std::string path = ::testing::TempDir() + "/read_ahead_" + std::to_string(::getpid()) + ".bin";
+    std::string content((7 << 20) / 2, '\0');  // 3.5 MiB: blocks of 1 MiB, the last one short
+    for (size_t i = 0; i < content.size(); ++i) content[i] = char(i * 2654435761u >> 24);
+    write_file(path, content, "test input");
+    {
+        ReadAheadFile file(path);
+        EXPECT_EQ(file.expected_bytes(), content.size());
+        std::string read;
+        std::string_view chunk;
+        while (file.next(chunk)) read += chunk;
+        EXPECT_TRUE(read == content);
+        EXPECT_FALSE(file.next(chunk)) << "the end stays the end";
+    }
+    {
+        ReadAheadFile early(path);  // one block read, then left: the reading thread must stop
+        std::string_view chunk;
+        ASSERT_TRUE(early.next(chunk));
+    }
+    EXPECT_NE(error_of([&] { ReadAheadFile small(path, 1 << 20); }).find("1048576"), std::string::npos);
+    std::remove(path.c_str());
+}
+
 namespace {
 std::string written(int steps, size_t chunk_bytes) {
     vramscope::testing::TraceBuilder b;
@@ -118,7 +143,7 @@ std::string written(int steps, size_t chunk_bytes) {
         b.alloc(0x100000 + 0x1000 * uint64_t(s), 512, site);
         b.step();
     }
-    const std::string path = ::testing::TempDir() + "/hostile.vscope";
+    const std::string path = ::testing::TempDir() + "/hostile_" + std::to_string(::getpid()) + ".vscope";
     write_trace(b.t, path, chunk_bytes);
     const Bytes bytes = read_file(path);
     std::remove(path.c_str());
