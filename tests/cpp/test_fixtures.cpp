@@ -14,6 +14,7 @@
 #include "render/terminal.h"
 #include "trace/reader.h"
 #include "trace/writer.h"
+#include "recorded_fixtures.h"
 
 using namespace vramscope;
 namespace fs = std::filesystem;
@@ -64,18 +65,11 @@ double measured_rate(const Truth& truth, const Findings& f) {
     return fit_line(truth.allocated, first, std::min(last, truth.allocated.size() - 1)).slope;
 }
 
-std::vector<fs::path> fixtures() {
-    std::vector<fs::path> out;
-    for (const auto& e : fs::directory_iterator(VRAMSCOPE_TEST_DATA))
-        if (e.path().string().ends_with(".pickle.gz")) out.push_back(e.path());
-    std::sort(out.begin(), out.end());
-    return out;
-}
 
 }  // namespace
 
 TEST(Fixtures, EveryRecordedSnapshotGivesTheRecordedTruth) {
-    const auto files = fixtures();
+    const auto files = vramscope::testing::recorded_snapshots();
     ASSERT_GE(files.size(), 5u) << "fixtures missing under " << VRAMSCOPE_TEST_DATA;
     for (const fs::path& file : files) {
         SCOPED_TRACE(file.filename().string());
@@ -104,7 +98,7 @@ TEST(Fixtures, EveryRecordedSnapshotGivesTheRecordedTruth) {
 }
 
 TEST(Fixtures, WithoutAnnotationsStepsComeFromTheOptimizersFramesAndTheAnswerStands) {
-    for (const fs::path& file : fixtures()) {
+    for (const fs::path& file : vramscope::testing::recorded_snapshots()) {
         SCOPED_TRACE(file.filename().string());
         std::string stem = file.filename().string();
         stem.resize(stem.size() - std::string(".pickle.gz").size());
@@ -125,7 +119,7 @@ TEST(Fixtures, WithoutAnnotationsStepsComeFromTheOptimizersFramesAndTheAnswerSta
 }
 
 TEST(Fixtures, ConvertedTraceAnalysesTheSame) {
-    for (const fs::path& file : fixtures()) {
+    for (const fs::path& file : vramscope::testing::recorded_snapshots()) {
         SCOPED_TRACE(file.filename().string());
         Trace t = load_any(file.string());
         const std::string out = ::testing::TempDir() + "/" + file.filename().string() + ".vscope";

@@ -13,6 +13,7 @@
 #include "analysis/sites.h"
 #include "analysis/steps.h"
 #include "importers/torch_snapshot.h"
+#include "recorded_fixtures.h"
 
 using namespace vramscope;
 namespace fs = std::filesystem;
@@ -95,11 +96,10 @@ TEST(Judge, OomProjection) {
 // while it climbed and withdrawn later is not in the monitor's last word.)
 TEST(Judge, LiveMonitorAndOfflineAnalysisAgreeOnEveryFixture) {
     size_t fixtures = 0;
-    for (const auto& e : fs::directory_iterator(VRAMSCOPE_TEST_DATA)) {
-        if (!e.path().string().ends_with(".pickle.gz")) continue;
+    for (const fs::path& file : vramscope::testing::recorded_snapshots()) {
         ++fixtures;
-        SCOPED_TRACE(e.path().filename().string());
-        const Trace t = load_any(e.path().string());
+        SCOPED_TRACE(file.filename().string());
+        const Trace t = load_any(file.string());
         const Findings f = analyze(t);
         const Steps steps = find_steps(t);
         SiteResolver sites(t.stacks);

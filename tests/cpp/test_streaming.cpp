@@ -14,6 +14,7 @@
 #include "importers/torch_snapshot.h"
 #include "trace/reader.h"
 #include "trace/writer.h"
+#include "recorded_fixtures.h"
 #include "trace_builder.h"
 
 using namespace vramscope;
@@ -44,14 +45,6 @@ std::string read_text(const fs::path& p) {
     return ss.str();
 }
 
-std::vector<fs::path> fixtures() {
-    std::vector<fs::path> out;
-    for (const auto& e : fs::directory_iterator(kData))
-        if (e.path().string().ends_with(".pickle.gz")) out.push_back(e.path());
-    std::sort(out.begin(), out.end());
-    return out;
-}
-
 std::string stem(const fs::path& p) { return p.filename().string().substr(0, p.filename().string().size() - 10); }
 
 // A loop with markers (or none: its steps are then inferred from its period): parameters,
@@ -76,7 +69,7 @@ Trace marked_loop(int steps, bool markers = true) {
 
 TEST(Streaming, FindingsOfEveryFixtureAreThoseOfThePreviousAnalysis) {
     size_t checked = 0;
-    for (const fs::path& f : fixtures()) {
+    for (const fs::path& f : vramscope::testing::recorded_snapshots()) {
         for (uint32_t window : {1u, 2u}) {
             const fs::path golden = kData / "findings" / (stem(f) + (window == 1 ? ".json" : ".window2.json"));
             AnalysisOptions opt;
@@ -97,7 +90,7 @@ TEST(Streaming, AFileReadAsItIsAnalysedSaysWhatTheTraceInMemorySays) {
     // live-like trace (markers), and one whose steps only its period tells (the file is read a
     // second time), in small chunks so that many chunk boundaries pass.
     std::vector<std::pair<std::string, Trace>> traces;
-    for (const fs::path& f : fixtures()) traces.emplace_back(stem(f), load_any(f.string()));
+    for (const fs::path& f : vramscope::testing::recorded_snapshots()) traces.emplace_back(stem(f), load_any(f.string()));
     traces.emplace_back("marked_loop", marked_loop(40));
     traces.emplace_back("unmarked_loop", marked_loop(40, false));
     for (auto& [name, t] : traces) {
