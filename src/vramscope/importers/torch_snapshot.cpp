@@ -71,15 +71,14 @@ public:
         doc_ = &doc;
         offset_ = offset;
         if (!is_entry(items[0])) return false;
-        uint8_t ordinal = 0;
-        while (ordinal < streamed_lists_.size() && streamed_lists_[ordinal] != list) ++ordinal;
+        size_t ordinal = ordinal_of(list);
         if (ordinal == streamed_lists_.size()) {
             if (ordinal == 0xFF) return false;
             streamed_lists_.push_back(list);
         }
         for (size_t i = 0; i < n; ++i) {
             release.forget.push_back(items[i]);
-            read_entry(items[i], ordinal, &release);
+            read_entry(items[i], uint8_t(ordinal), &release);
         }
         return true;
     }
@@ -89,8 +88,7 @@ public:
                                     size_t offset, pickle::Release& release) override {
         doc_ = &doc;
         offset_ = offset;
-        uint8_t ordinal = 0;
-        while (ordinal < streamed_lists_.size() && streamed_lists_[ordinal] != list) ++ordinal;
+        const size_t ordinal = ordinal_of(list);
         if (ordinal == streamed_lists_.size()) return false;
         std::array<Key, 32> keys;
         if (n > keys.size()) return false;
@@ -102,7 +100,7 @@ public:
                 !action_of(fields[i].value.ref, kind, annotate) && annotate)
                 return false;
         }
-        Entry entry(ordinal);
+        Entry entry{uint8_t(ordinal)};
         size_t frames = n;
         for (size_t i = 0; i < n; ++i) {
             read_field(entry, keys[i], fields[i].value, items, &release);
@@ -111,6 +109,11 @@ public:
         add_entry(entry);
         if (entry.frames_token >= 0 && frames < n) fields[frames].value.token = entry.frames_token;
         return true;
+    }
+
+    // The list's place among those take() took (their count if it is none of them).
+    size_t ordinal_of(Ref list) const {
+        return size_t(std::find(streamed_lists_.begin(), streamed_lists_.end(), list) - streamed_lists_.begin());
     }
 
     void reclaimed(Ref first) override {
@@ -248,9 +251,6 @@ private:
         return id;
     }
 
-    // Snapshots share frame dicts between entries (pickle's memo), so the sequence of their refs
-    // identifies a stack: hash it, confirm against the refs kept for that hash, and only then
-    // fall back to interning frame by frame.
     // A frames list's stack, and whether it was cut to limits_.max_stack_frames. A list read
     // before is a token by now (see add_entry): the stack and the cut, packed.
     struct StackRead {
@@ -279,6 +279,9 @@ private:
         cut_stacks_ += s.cut;
         return s.stack;
     }
+    // Snapshots share frame dicts between entries (pickle's memo), so the sequence of their refs
+    // identifies a stack: hash it, confirm against the refs kept for that hash, and only then
+    // fall back to interning frame by frame.
     StackRead stack_of_refs() {
         if (refs_.empty()) return {};
         StackRead read;
@@ -354,6 +357,7 @@ private:
         FlatValue frames;
         bool has_action = false, has_frames = false, has_addr = false, has_size = false, has_time = false;
         int64_t device_free = 0, size = 0;
+        const Ref* frame_items = nullptr;  // where frames' items are, for FlatValue::Kind::refs
         int64_t frames_token = -1;  // the stack, when read from a list: what the list stays as
     };
 
@@ -402,7 +406,7 @@ private:
         case Key::time_us: entry.ev.time_us = numeric("time_us", entry.has_time); break;
         case Key::frames:
             entry.frames = v, entry.has_frames = true;
-            if (v.kind == FlatValue::Kind::refs) frame_items_ = items;
+            entry.frame_items = items;
             break;
         case Key::device_free: entry.device_free = number(v); break;
         default:
@@ -431,7 +435,7 @@ private:
                                                (entry.frames.kind == FlatValue::Kind::ref &&
                                                 (*doc_)[entry.frames.ref].type == Type::list));
         if (list || (entry.has_frames && has_stack(ev.kind))) {
-            const StackRead s = read_stack(entry.frames, frame_items_);
+            const StackRead s = read_stack(entry.frames, entry.frame_items);
             if (has_stack(ev.kind)) ev.stack = s.stack, cut_stacks_ += s.cut;
             if (list) entry.frames_token = s.token();
         }
@@ -526,7 +530,6 @@ private:
         bool annotate, known;
     };
     static constexpr int64_t kNoTime = INT64_MIN;
-    const Ref* frame_items_ = nullptr;  // where a flat entry's frames list is (FlatValue::Kind::refs)
     const Document* doc_ = nullptr;
     Trace& t_;
     const std::string& name_;
