@@ -277,20 +277,27 @@ private:
     // Little-endian two's complement, as LONG1/LONG4 store it. Addresses need up to 9 bytes
     // (a top bit set in 8 bytes is followed by a 0 sign byte); wider ones stay unusable.
     [[gnu::always_inline]] void long_le(uint64_t n) {
-        const uint8_t* b = take(n);
+        int64_t v;
+        const bool big = !long_value(take(n), n, v);
+        if (!big && fits_immediate(v)) return push(kImmediate | (uint32_t(v) & ~kImmediate));
+        const Ref r = make(big ? Type::big_integer : Type::integer);
+        doc_.values_[r].i = v;
+        push(r);
+    }
+    // The low 64 bits of n little-endian two's-complement bytes, into `out`; false when the value
+    // needs more. Positive values in [2^63, 2^64) keep their bits: readers of addresses take them
+    // as uint64.
+    static bool long_value(const uint8_t* b, uint64_t n, int64_t& out) {
         uint64_t v = 0;
-        bool big = false;
+        bool fits = true;
         if (n > 0) {
             const bool negative = b[n - 1] & 0x80;
             std::memcpy(&v, b, n < 8 ? n : 8);
             if (n < 8 && negative) v |= ~uint64_t(0) << (8 * n);
-            for (uint64_t k = 8; k < n; ++k) big = big || b[k] != (negative ? 0xff : 0x00);
+            for (uint64_t k = 8; k < n; ++k) fits = fits && b[k] == (negative ? 0xff : 0x00);
         }
-        // Positive values in [2^63, 2^64) keep their bits; readers of addresses take them as uint64.
-        if (!big && fits_immediate(int64_t(v))) return push(kImmediate | (uint32_t(v) & ~kImmediate));
-        const Ref r = make(big ? Type::big_integer : Type::integer);
-        doc_.values_[r].i = int64_t(v);
-        push(r);
+        out = int64_t(v);
+        return fits;
     }
     // A text opcode's argument, up to its newline (rare: protocol 0 and 1 only).
     std::string take_line() {
@@ -670,19 +677,6 @@ private:
         if (!has(p, n)) return false;
         v = op == 'K' ? int64_t(p[0]) : op == 'M' ? int64_t(p[0] | p[1] << 8) : int64_t(int32_t(u32(p)));
         p += n;
-        return true;
-    }
-    // LONG1's bytes as long_le() reads them; false for what needs more than 64 bits.
-    static bool long_value(const uint8_t* b, size_t n, int64_t& out) {
-        uint64_t v = 0;
-        if (n > 0) {
-            const bool negative = b[n - 1] & 0x80;
-            std::memcpy(&v, b, n < 8 ? n : 8);
-            if (n < 8 && negative) v |= ~uint64_t(0) << (8 * n);
-            for (size_t k = 8; k < n; ++k)
-                if (b[k] != (negative ? 0xff : 0x00)) return false;
-        }
-        out = int64_t(v);
         return true;
     }
 
