@@ -3,6 +3,7 @@ released, as torch calls it), the API's fallbacks, the launcher, rank naming and
 
 import json
 import os
+import pickle
 import subprocess
 import sys
 import textwrap
@@ -165,6 +166,27 @@ def test_an_autograd_node_is_the_outermost_frame(tmp_path):
     recorder.deactivate()
     recorder.close()
     assert ("<autograd engine>", 0, "MmBackward0") in _core.frames(str(path))
+
+
+def test_a_free_keeps_its_place_when_its_completion_waited(tmp_path):
+    """The recorder folds a completion into its request only when nothing came between them (one
+    `free`); a completion that waited, here behind another allocation, keeps both, in order."""
+    path, exported = tmp_path / "frees.vscope", tmp_path / "frees.pickle"
+    kind = _core.EventKind
+    recorder = _core.Recorder(str(path))
+    recorder.activate()
+    a, b = 0x1000_0000, 0x2000_0000
+    for k, addr in [(kind.alloc, a), (kind.free_requested, a), (kind.alloc, b), (kind.free_completed, a),
+                    (kind.free_requested, b), (kind.free_completed, b)]:
+        _core.feed_allocator_event(k, 0, addr, MiB)
+    recorder.deactivate()
+    recorder.close()
+    assert _core.cli_main(["export", str(path), "--memory-viz", str(exported)]) == 0
+    with open(exported, "rb") as f:
+        entries = pickle.load(f)["device_traces"][0]
+    assert [(e["action"], e["addr"]) for e in entries] == [
+        ("alloc", a), ("free_requested", a), ("alloc", b), ("free_completed", a),
+        ("free_requested", b), ("free_completed", b)]
 
 
 def test_an_unwritable_path_is_a_clear_error():

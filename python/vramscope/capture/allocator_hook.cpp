@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
-#include <typeindex>
+#include <typeinfo>
 #include <unordered_map>
 
 #include "events/event.h"
@@ -58,28 +58,56 @@ struct NodeType {
     std::string name;
 };
 std::mutex g_names_mutex;
-std::unordered_map<std::type_index, NodeType> g_node_types;
+std::unordered_map<const std::type_info*, NodeType> g_node_types;
 std::unordered_map<const void*, std::string> g_python_names;
+
+// What a thread looked up last per slot: backward allocates under a few dozen node types, and the
+// shared tables above cost a lock and two lookups each time. Trivially constructed: no TLS guard.
+struct NameSlot {
+    const void* type;     // std::type_info, or for a PyNode its ctx's Python type
+    const char* name;     // null for a PyNode's C++ type: its name is its ctx's type's
+};
+constexpr size_t kNameSlots = 64;
+thread_local NameSlot t_names[kNameSlots];
+
+size_t slot_of(const void* key) { return (reinterpret_cast<uintptr_t>(key) >> 4) * 0x9E3779B97F4A7C15ull >> 58; }
+
+const NodeType& node_type(const std::type_info& type) {
+    std::lock_guard<std::mutex> lock(g_names_mutex);
+    auto it = g_node_types.find(&type);
+    if (it == g_node_types.end()) {
+        std::string name = c10::demangle(type.name());
+        const bool python = name == "torch::autograd::PyNode";
+        const size_t colon = name.rfind("::");
+        if (colon != std::string::npos) name = name.substr(colon + 2);
+        it = g_node_types.emplace(&type, NodeType{python, std::move(name)}).first;
+    }
+    return it->second;
+}
+
+const char* python_name(const void* py_type, PyObject* obj) {
+    std::lock_guard<std::mutex> lock(g_names_mutex);
+    auto it = g_python_names.find(py_type);
+    if (it == g_python_names.end()) it = g_python_names.emplace(py_type, py_type ? Py_TYPE(obj)->tp_name : "PyNode").first;
+    return it->second.c_str();
+}
 
 const char* node_name() {
     auto node = torch::autograd::get_current_node();
     if (!node) return nullptr;
     const torch::autograd::Node& n = *node;
-    std::lock_guard<std::mutex> lock(g_names_mutex);
-    auto it = g_node_types.find(std::type_index(typeid(n)));
-    if (it == g_node_types.end()) {
-        std::string name = c10::demangle(typeid(n).name());
-        const bool python = name == "torch::autograd::PyNode";
-        const size_t colon = name.rfind("::");
-        if (colon != std::string::npos) name = name.substr(colon + 2);
-        it = g_node_types.emplace(std::type_index(typeid(n)), NodeType{python, std::move(name)}).first;
+    const std::type_info& type = typeid(n);
+    NameSlot& slot = t_names[slot_of(&type)];
+    if (slot.type != &type) {
+        const NodeType& known = node_type(type);
+        slot = NameSlot{&type, known.python ? nullptr : known.name.c_str()};
     }
-    if (!it->second.python) return it->second.name.c_str();
+    if (slot.name) return slot.name;
     PyObject* obj = python_object(static_cast<const torch::autograd::PyNode&>(n), 0);
-    const void* type = obj ? static_cast<const void*>(Py_TYPE(obj)) : nullptr;
-    auto py = g_python_names.find(type);
-    if (py == g_python_names.end()) py = g_python_names.emplace(type, type ? Py_TYPE(obj)->tp_name : "PyNode").first;
-    return py->second.c_str();
+    const void* py_type = obj ? static_cast<const void*>(Py_TYPE(obj)) : nullptr;
+    NameSlot& py_slot = t_names[slot_of(py_type)];
+    if (py_slot.type != py_type || !py_slot.name) py_slot = NameSlot{py_type, python_name(py_type, obj)};
+    return py_slot.name;
 }
 
 void on_trace_entry(const TraceEntry& e) {

@@ -168,7 +168,7 @@ std::string self_check() {
         const int line = PyFrame_GetLineNumber(f);
         if (i >= n)
             problem = "walk stopped after " + std::to_string(n) + " frames";
-        else if (walked[i].code != code || line_of(walked[i].code, walked[i].offset) != uint32_t(line))
+        else if (walked[i].code != code || line_of(walked[i].code, int32_t(walked[i].offset)) != uint32_t(line))
             problem = "frame " + std::to_string(i) + " differs: " + describe_code(code).function;
         Py_DECREF(code);
         PyFrameObject* back = PyFrame_GetBack(f);

@@ -10,15 +10,23 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 namespace vramscope::capture {
 
 struct RawFrame {
     const void* code;  // PyCodeObject*, alive while its frame runs
-    int32_t offset;    // byte offset of the current instruction in the code
+    int64_t offset;    // byte offset of the current instruction in the code; 64 bits leave no
+                       // padding, so stacks compare as bytes
     bool operator==(const RawFrame&) const = default;
 };
+static_assert(sizeof(RawFrame) == 16);
+
+// Whether two walks are the same stack.
+inline bool same_frames(const RawFrame* a, const RawFrame* b, size_t n) {
+    return n == 0 || std::memcmp(a, b, n * sizeof(RawFrame)) == 0;
+}
 
 bool python_frames_supported();
 

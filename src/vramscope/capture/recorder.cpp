@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 
 #include "analysis/sites.h"
@@ -13,14 +14,23 @@ namespace {
 
 constexpr const char* kAutogradFile = "<autograd engine>";
 
+// A rotate and an xor a frame, mixed once at the end: the walk and this hash are most of what an
+// allocation with a known stack costs, and a multiply a frame made one long chain of them.
+// Offsets stay below 2^31, so shifted up they land on the pointers' constant high bits. The slot
+// a stack takes in a thread's cache comes from the mixed top bits.
 uint64_t hash_stack(const RawFrame* frames, size_t n, const char* node) {
     uint64_t h = 0x9E3779B97F4A7C15ull ^ uint64_t(reinterpret_cast<uintptr_t>(node));
-    for (size_t i = 0; i < n; ++i) {
-        h = (h ^ uint64_t(reinterpret_cast<uintptr_t>(frames[i].code))) * 0xFF51AFD7ED558CCDull;
-        h = (h ^ uint64_t(uint32_t(frames[i].offset))) * 0xC4CEB9FE1A85EC53ull;
-    }
-    return h ^ (h >> 29);
+    for (size_t i = 0; i < n; ++i)
+        h = std::rotl(h, 17) ^ uint64_t(reinterpret_cast<uintptr_t>(frames[i].code)) ^ (uint64_t(frames[i].offset) << 33);
+    h = (h ^ (h >> 31)) * 0xFF51AFD7ED558CCDull;
+    h = (h ^ (h >> 29)) * 0xC4CEB9FE1A85EC53ull;
+    return h ^ (h >> 32);
 }
+
+// The calling thread's hook state: the pointer is what the hot path reads (a trivial
+// thread_local, so no guard); the owner frees it when the thread ends.
+thread_local void* t_hook = nullptr;
+thread_local bool t_ended = false;
 
 }  // namespace
 
@@ -101,7 +111,7 @@ uint32_t Recorder::frame_of(const RawFrame& f, bool& internal) {
     internal = code->second.internal;
     auto [it, inserted] = frame_ids_.try_emplace(f, 0);
     if (inserted) {
-        const uint32_t line = line_of(f.code, f.offset);
+        const uint32_t line = line_of(f.code, int32_t(f.offset));
         it->second = writer_->intern_frame(code->second.file, line, code->second.function);
         site_lines_.try_emplace(it->second, SourceLine{code->second.file, line, code->second.function});
     }
@@ -133,8 +143,7 @@ uint32_t Recorder::intern(const RawFrame* frames, size_t n, const char* node, ui
     return writer_->intern_stack(ids.data(), ids.size());
 }
 
-uint32_t Recorder::stack_of(const RawFrame* frames, size_t n, const char* node, uint32_t& site) {
-    uint64_t h = hash_stack(frames, n, node);
+uint32_t Recorder::stack_of(uint64_t h, const RawFrame* frames, size_t n, const char* node, uint32_t& site) {
     for (;; h = h * 0x9E3779B97F4A7C15ull + 1) {  // probe on the (rare) hash collision
         auto [it, inserted] = stack_by_hash_.try_emplace(h, uint32_t(stacks_.size()));
         if (inserted) {
@@ -145,26 +154,72 @@ uint32_t Recorder::stack_of(const RawFrame* frames, size_t n, const char* node, 
             return stacks_.back().stack;
         }
         const CachedStack& c = stacks_[it->second];
-        if (c.node == node && c.frames.size() == n && std::equal(frames, frames + n, c.frames.begin())) {
+        if (c.node == node && c.frames.size() == n && same_frames(frames, c.frames.data(), n)) {
             site = c.site;
             return c.stack;
         }
     }
 }
 
-// One thread_local for all a hook thread keeps: a module loaded with dlopen pays a call for
-// each thread_local it touches.
-Recorder::HookThread& Recorder::hook_thread() {
-    thread_local HookThread t;
-    if (t.recorder != id_) {
-        t.recorder = id_;
-        t.known_streams = 0;
-        t.stacks.clear();
-        t.buffer = std::make_shared<ThreadBuffer>();
-        std::lock_guard lock(buffers_mutex_);
-        buffers_.push_back(t.buffer);
+Recorder::HookThread* Recorder::join_thread() noexcept {
+    struct Owner {
+        std::unique_ptr<HookThread> t;
+        ~Owner() { t_hook = nullptr, t_ended = true; }
+    };
+    thread_local Owner owner;
+    try {
+        HookThread* t = static_cast<HookThread*>(t_hook);
+        if (!t) {
+            // A thread ending frees its owner before some of its other thread_locals, whose
+            // destructors may still free GPU memory: those few events get a state of their own.
+            t = t_ended ? new HookThread : (owner.t = std::make_unique<HookThread>()).get();
+            t_hook = t;
+        }
+        auto buffer = std::make_shared<ThreadBuffer>();
+        {
+            std::lock_guard lock(buffers_mutex_);
+            buffers_.push_back(buffer);
+        }
+        t->recorder = id_;
+        t->known_streams = 0;
+        for (ThreadStack& s : t->stacks) s.stack = 0;
+        t->buffer = std::move(buffer);
+        return t;
+    } catch (...) {
+        return nullptr;
     }
-    return t;
+}
+
+bool Recorder::learn_stream(HookThread& t, uint64_t handle, uint16_t& index) {
+    std::lock_guard lock(intern_mutex_);
+    if (!writer_) return false;  // closed while this event was on its way
+    index = stream_index(handle);
+    if (t.known_streams < 8) t.streams[t.known_streams++] = {handle, index};
+    return true;
+}
+
+bool Recorder::learn_stack(ThreadStack& slot, uint64_t hash, const RawFrame* frames, size_t n, const char* node) {
+    std::lock_guard lock(intern_mutex_);
+    if (!writer_) return false;
+    uint32_t site = 0;
+    const uint32_t stack = stack_of(hash, frames, n, node, site);
+    slot.frames.assign(frames, frames + n);
+    slot.hash = hash, slot.node = node, slot.stack = stack, slot.site = site;
+    return true;
+}
+
+bool Recorder::folded_into_request(std::vector<Queued>& events, const Event& e) const {
+    if (events.empty()) return false;
+    Queued& last = events.back();
+    Event& r = last.event;
+    // Next to each other in the device's order (the allocator's lock held across both), at one
+    // instant: what the trace writer would fold itself, folded before it costs a slot.
+    if (r.kind != EventKind::free_requested || r.addr != e.addr || r.size != e.size || r.device != e.device ||
+        r.stream != e.stream || r.time_us != e.time_us ||
+        last.seq + 1 != device_seq_[e.device].next.load(std::memory_order_relaxed))
+        return false;
+    r.kind = EventKind::free;
+    return true;
 }
 
 uint64_t Recorder::allocations() const {
@@ -178,7 +233,10 @@ void Recorder::allocator_event(EventKind kind, uint8_t device, uint64_t addr, ui
                                const char* node) noexcept {
     if (stopped_.load(std::memory_order_relaxed)) return;
     try {
-        HookThread& t = hook_thread();
+        HookThread* t = static_cast<HookThread*>(t_hook);
+        if (!t || t->recorder != id_) [[unlikely]] {
+            if (!(t = join_thread())) return fail("capture stopped: out of memory");
+        }
         Queued q{Event{}, 0, 0};
         Event& e = q.event;
         e.kind = kind;
@@ -186,46 +244,35 @@ void Recorder::allocator_event(EventKind kind, uint8_t device, uint64_t addr, ui
         e.addr = addr;
         e.size = size;
         e.time_us = clock_.now_us();
-        const bool wants_stack = has_stack(kind);
-        RawFrame* frames = t.frames;
-        const size_t n =
-            wants_stack && python_stacks_.load(std::memory_order_relaxed) ? walk_python_frames(frames, kMaxFrames) : 0;
         // Each thread keeps the streams and stacks it met, so that only a new one takes the
         // shared tables' lock.
         size_t i = 0;
-        while (i < t.known_streams && t.streams[i].first != stream) ++i;
-        if (i < t.known_streams) e.stream = t.streams[i].second;
-        ThreadStack* cached = nullptr;
-        uint64_t hash = 0;
-        if (wants_stack && (n || node)) {
-            hash = hash_stack(frames, n, node);
-            auto it = t.stacks.find(hash);
-            if (it != t.stacks.end() && it->second.node == node && it->second.frames.size() == n &&
-                std::equal(frames, frames + n, it->second.frames.begin()))
-                cached = &it->second;
-        }
-        if (i == t.known_streams || (wants_stack && (n || node) && !cached)) {
-            std::lock_guard lock(intern_mutex_);
-            if (!writer_) return;  // closed while this event was on its way
-            if (i == t.known_streams) {
-                e.stream = stream_index(stream);
-                if (t.known_streams < 8) t.streams[t.known_streams++] = {stream, e.stream};
-            }
-            if (wants_stack && (n || node) && !cached) {
-                uint32_t site = 0;
-                const uint32_t stack = stack_of(frames, n, node, site);
-                cached = &(t.stacks[hash] = ThreadStack{std::vector<RawFrame>(frames, frames + n), node, stack, site});
+        while (i < t->known_streams && t->streams[i].first != stream) ++i;
+        if (i < t->known_streams) e.stream = t->streams[i].second;
+        else if (!learn_stream(*t, stream, e.stream)) [[unlikely]] return;
+        if (has_stack(kind)) {
+            RawFrame* frames = t->frames;
+            const size_t n = python_stacks_.load(std::memory_order_relaxed) ? walk_python_frames(frames, kMaxFrames) : 0;
+            if (n || node) {
+                const uint64_t hash = hash_stack(frames, n, node);
+                ThreadStack& slot = t->stacks[hash >> 56];
+                static_assert(kThreadStacks == 256);
+                if (!(slot.stack && slot.hash == hash && slot.node == node && slot.frames.size() == n &&
+                      same_frames(frames, slot.frames.data(), n))) [[unlikely]] {
+                    if (!learn_stack(slot, hash, frames, n, node)) return;
+                }
+                e.stack = slot.stack, q.site = slot.site;
             }
         }
-        if (cached) e.stack = cached->stack, q.site = cached->site;
-        ThreadBuffer& buffer = *t.buffer;
+        ThreadBuffer& buffer = *t->buffer;
         if (kind == EventKind::alloc)
             buffer.allocations.store(buffer.allocations.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
         {
             std::lock_guard lock(buffer.mutex);
-            // Numbered last, once nothing can fail: the drain waits for every number it hands out.
-            q.seq = device_seq_[device].next.fetch_add(1, std::memory_order_relaxed);
+            if (kind == EventKind::free_completed && folded_into_request(buffer.events, e)) return;
             buffer.events.push_back(q);
+            // Numbered last, once nothing can fail: the drain waits for every number it hands out.
+            buffer.events.back().seq = device_seq_[device].next.fetch_add(1, std::memory_order_relaxed);
         }
         if (kind == EventKind::oom) flush();  // on disk before the exception reaches anyone
     } catch (const std::exception& ex) {

@@ -98,24 +98,32 @@ private:
         std::vector<Queued> events;
         std::atomic<uint64_t> allocations{0};  // written by the owner alone
     };
-    // A stack as one hook thread met it.
+    // A stack as one hook thread met it last in its slot of the thread's direct-mapped cache:
+    // the usual allocation finds its stack in one line, without a lock or a division.
     struct ThreadStack {
+        uint64_t hash = 0;
+        const char* node = nullptr;
+        uint32_t stack = 0, site = 0;  // stack 0: an empty slot (a stack with frames is never 0)
         std::vector<RawFrame> frames;
-        const char* node;
-        uint32_t stack, site;
     };
     static constexpr size_t kMaxFrames = 256;
-    // All a hook thread keeps for the recorder it feeds (hook_thread(): registered on first use).
+    static constexpr size_t kThreadStacks = 256;
+    // All a hook thread keeps for the recorder it feeds, the hot part first.
     struct HookThread {
         uint64_t recorder = 0;  // the id these are for
-        RawFrame frames[kMaxFrames];
-        std::pair<uint64_t, uint16_t> streams[8];
         size_t known_streams = 0;
-        std::unordered_map<uint64_t, ThreadStack> stacks;
+        std::pair<uint64_t, uint16_t> streams[8];
         std::shared_ptr<ThreadBuffer> buffer;
+        RawFrame frames[kMaxFrames];
+        ThreadStack stacks[kThreadStacks];
     };
-    HookThread& hook_thread();
-    uint32_t stack_of(const RawFrame* frames, size_t n, const char* node, uint32_t& site);
+    // The calling thread's, set up for this recorder on its first event (kept off the hot path).
+    HookThread* join_thread() noexcept;
+    bool learn_stream(HookThread& t, uint64_t handle, uint16_t& index);
+    bool learn_stack(ThreadStack& slot, uint64_t hash, const RawFrame* frames, size_t n, const char* node);
+    // A completion right after its request, at the same instant: the request becomes one `free`.
+    bool folded_into_request(std::vector<Queued>& events, const Event& completed) const;
+    uint32_t stack_of(uint64_t hash, const RawFrame* frames, size_t n, const char* node, uint32_t& site);
     uint32_t intern(const RawFrame* frames, size_t n, const char* node, uint32_t& site);
     uint32_t frame_of(const RawFrame& f, bool& internal);
     uint16_t stream_index(uint64_t handle);
