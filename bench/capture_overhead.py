@@ -93,7 +93,7 @@ def deep(depth: int, fn):
 def alloc_cost(pairs: int) -> dict:
     """ns per allocate+free of a small tensor (the allocator's fast path plus dispatch), by state,
     in one process: before any hook exists, hook attached but idle, vramscope on, vramscope on
-    without Python stacks, torch's recorder."""
+    without Python stacks, torch's recorder; and the hook forwarding to a sink that does nothing."""
     import torch
     import vramscope
     from vramscope import _core
@@ -110,9 +110,10 @@ def alloc_cost(pairs: int) -> dict:
     deep(20, loop)  # warm: the first pass pays for lazy initialisation
     out = {"no hook": [deep(20, loop) for _ in range(3)]}
     capture = vramscope.track(tempfile.mktemp(suffix=".vscope"), summary=False, live_warnings=False).start()
-    hook, recorder, sink = capture._hook, capture._recorder, _core.allocator_sink()
+    hook, recorder, sink, nothing = capture._hook, capture._recorder, _core.allocator_sink(), null_sink()
     states = {
         "hook idle": lambda: hook.uninstall(),
+        "hook to a null sink": lambda: hook.install(nothing),
         "vramscope": lambda: (hook.install(sink), recorder.set_python_stacks(True)),
         "vramscope, no Python stacks": lambda: (hook.install(sink), recorder.set_python_stacks(False)),
         "torch recorder": lambda: (hook.uninstall(), torch.cuda.memory._record_memory_history(stacks="python")),
@@ -127,10 +128,26 @@ def alloc_cost(pairs: int) -> dict:
     return {state: statistics.median(v) for state, v in out.items()}
 
 
+def null_sink() -> int:
+    """The address of a C function that takes the hook's events and does nothing (compiled on first
+    use): with it installed, a step pays torch's trace entry and the hook's node lookup, not vramscope's
+    recorder."""
+    import ctypes
+
+    build = os.path.join(tempfile.gettempdir(), f"vramscope_null_sink_{os.getuid()}")
+    os.makedirs(build, exist_ok=True)
+    source, lib = os.path.join(build, "null_sink.c"), os.path.join(build, "null_sink.so")
+    with open(source, "w") as f:
+        f.write("#include <stdint.h>\nvoid null_sink(int k, int d, uint64_t a, uint64_t s, uint64_t st, const char* n) {}\n")
+    subprocess.run([os.environ.get("CC", "cc"), "-O2", "-shared", "-fPIC", "-o", lib, source], check=True)
+    null_sink.lib = ctypes.CDLL(lib)  # kept loaded for the process
+    return ctypes.cast(null_sink.lib.null_sink, ctypes.c_void_p).value
+
+
 def interleaved(name: str, rounds: int, block: int, warmup: int) -> dict:
-    """The three variants in one process, alternating every `block` steps, so drift hits all alike.
+    """The variants in one process, alternating every `block` steps, so drift hits all alike.
     "none" here has vramscope's hook attached but idle (torch cannot detach it): alloc_cost()
-    measures what that costs."""
+    measures what that costs. "hook-to-null-sink" prices torch's side of the hook alone."""
     import torch
     import vramscope
     from vramscope import _core
@@ -140,14 +157,19 @@ def interleaved(name: str, rounds: int, block: int, warmup: int) -> dict:
     for _ in range(warmup):
         step()
     capture = vramscope.track(tempfile.mktemp(suffix=".vscope"), summary=False, live_warnings=False).start()
-    hook, recorder, sink = capture._hook, capture._recorder, _core.allocator_sink()
-    variants = VARIANTS + ["vramscope-no-stacks"]
+    hook, recorder, sink, nothing = capture._hook, capture._recorder, _core.allocator_sink(), null_sink()
+    variants = VARIANTS + ["vramscope-no-stacks", "hook-to-null-sink"]
     times = {v: [] for v in variants}
     round_ratios = {v: [] for v in variants}
     for r in range(rounds):
         in_round = {}
-        for variant in variants[r % 4:] + variants[: r % 4]:
-            hook.install(sink) if variant.startswith("vramscope") else hook.uninstall()
+        for variant in variants[r % len(variants):] + variants[: r % len(variants)]:
+            if variant.startswith("vramscope"):
+                hook.install(sink)
+            elif variant == "hook-to-null-sink":
+                hook.install(nothing)
+            else:
+                hook.uninstall()
             recorder.set_python_stacks(variant == "vramscope")
             if variant == "torch-recorder":
                 torch.cuda.memory._record_memory_history(stacks="python")

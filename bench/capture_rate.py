@@ -5,8 +5,10 @@ without capture (in the same process, before it: torch cannot detach a trace hoo
 the trace holds every allocation torch counted (allocation.all.allocated).
 
 `--workload churn` allocates and frees the N tensors one by one from a C++ loop (an extension
-built on first use, C++ only): the caching allocator's own rate, several million a second, so
-the hook's cost per allocation shows; `foreach` makes only about 0.36 M a second on an H100.
+built on first use, C++ only); on the H100 host that makes 0.36 M allocations a second, most of it
+a tensor's own creation. `--workload raw` asks the caching allocator itself for N blocks one by
+one (raw_alloc / raw_delete, C++ and CUDA headers): the fastest way through the allocator and its
+hook, so the hook's own cost per allocation shows.
 
   python bench/capture_rate.py --steps 1000 --tensors 4000 --workload churn --out $OUT/capture_rate.json
 """
@@ -25,7 +27,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--tensors", type=int, default=4000)
-    ap.add_argument("--workload", choices=("foreach", "churn"), default="foreach")
+    ap.add_argument("--workload", choices=("foreach", "churn", "raw"), default="foreach")
     ap.add_argument("--out")
     a = ap.parse_args()
     import torch
@@ -38,6 +40,11 @@ def main() -> int:
 
         def one_step():
             churn(a.tensors, 256, True)
+    elif a.workload == "raw":
+        raw_churn = raw_extension().raw_churn
+
+        def one_step():
+            raw_churn(a.tensors, 1024)
     else:
         xs = [torch.zeros(256, device="cuda") for _ in range(a.tensors)]
 
@@ -96,6 +103,23 @@ def churn_extension():
     }
     """
     return load_inline("vramscope_churn", cpp_sources=source, functions=["churn"], verbose=False)
+
+
+def raw_extension():
+    """raw_churn(n, bytes): n blocks taken from the CUDA caching allocator and given back, one after
+    another, on the current stream, with no tensor around them."""
+    from torch.utils.cpp_extension import load_inline
+
+    source = """
+    #include <torch/extension.h>
+    #include <c10/cuda/CUDACachingAllocator.h>
+    void raw_churn(int64_t n, int64_t bytes) {
+        for (int64_t i = 0; i < n; ++i)
+            c10::cuda::CUDACachingAllocator::raw_delete(c10::cuda::CUDACachingAllocator::raw_alloc(bytes));
+    }
+    """
+    return load_inline("vramscope_raw_churn", cpp_sources=source, functions=["raw_churn"], with_cuda=True,
+                       verbose=False)
 
 
 if __name__ == "__main__":
