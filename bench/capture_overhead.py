@@ -13,6 +13,9 @@ per-process medians.
   python bench/capture_overhead.py --interleaved 20 10 20 --repeat 5   # that set, 5 fresh processes
       (each process's figure is its rounds' median ratio; the result is the median of the
       processes' figures and their range)
+  python bench/capture_overhead.py --alternate 1000 20 --workloads transformer
+      (one process, every variant one step per cycle: neighbouring steps compared, every step
+      counted; the ratio of medians and of 20th percentiles to no capture, with 95% intervals)
   python bench/capture_overhead.py --alloc-cost 200000          # ns per allocation, by state
 """
 
@@ -198,6 +201,72 @@ def interleaved(name: str, rounds: int, block: int, warmup: int) -> dict:
             for v, t in times.items()}
 
 
+def alternate(name: str, cycles: int, warmup: int) -> dict:
+    """Every variant once a cycle, one step each, the order rotated every cycle: on a host whose
+    step times spread by +-10 % from one step to the next, blocks of steps compare drift as much as
+    variants; here neighbouring steps are compared, and every step counts. Switching torch's
+    recorder on is followed by one untimed step (it starts cold). Per variant: the ratio of its
+    median step to no capture's over all cycles, and a 95 % interval from resampling whole cycles;
+    and the same for the 20th percentile, which the host's interference moves least."""
+    import random
+
+    import torch
+    import vramscope
+    from vramscope import _core
+
+    torch.cuda.init()
+    step = workload(name)
+    for _ in range(warmup):
+        step()
+    capture = vramscope.track(tempfile.mktemp(suffix=".vscope"), summary=False, live_warnings=False).start()
+    hook, recorder, sink, nothing = capture._hook, capture._recorder, _core.allocator_sink(), null_sink()
+    variants = VARIANTS + ["vramscope-no-stacks", "hook-to-null-sink"]
+    times = {v: [] for v in variants}  # times[v][c]: cycle c's step of variant v, ms
+
+    def timed() -> float:
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        step()
+        torch.cuda.synchronize()
+        return 1e3 * (time.perf_counter() - t0)
+
+    for c in range(cycles):
+        for variant in variants[c % len(variants):] + variants[: c % len(variants)]:
+            if variant.startswith("vramscope"):
+                hook.install(sink)
+            elif variant == "hook-to-null-sink":
+                hook.install(nothing)
+            else:
+                hook.uninstall()
+            recorder.set_python_stacks(variant == "vramscope")
+            if variant == "torch-recorder":
+                torch.cuda.memory._record_memory_history(stacks="python")
+                timed()
+            times[variant].append(timed())
+            torch.cuda.memory._record_memory_history(enabled=None)
+    hook.install(sink)
+    capture.stop()
+
+    def at(xs: list[float], cycle_ids, q: float) -> float:
+        picked = sorted(xs[i] for i in cycle_ids)
+        return picked[int(q * (len(picked) - 1))]
+
+    def ratio(v: str, cycle_ids, q: float) -> float:
+        return at(times[v], cycle_ids, q) / at(times["none"], cycle_ids, q)
+
+    rng = random.Random(0)
+    draws = [[rng.randrange(cycles) for _ in range(cycles)] for _ in range(1000)]
+    out = {}
+    for v in variants:
+        row = {"median_ms": statistics.median(times[v]), "steps": cycles, "times_ms": times[v]}
+        for label, q in (("median", 0.5), ("p20", 0.2)):
+            boot = sorted(ratio(v, d, q) for d in draws)
+            row[f"{label}_ratio"] = ratio(v, range(cycles), q)
+            row[f"{label}_ratio_95"] = [boot[24], boot[974]]
+        out[v] = row
+    return out
+
+
 def repeat_interleaved(args) -> int:
     """The interleaved set in `args.repeat` fresh processes: what one process's allocator state,
     placement or clock happens to be cannot decide the figure."""
@@ -294,6 +363,8 @@ def main() -> int:
     ap.add_argument("--out")
     ap.add_argument("--interleaved", nargs=3, type=int, metavar=("ROUNDS", "BLOCK", "WARMUP"),
                     help="all variants in one process, alternating every BLOCK steps")
+    ap.add_argument("--alternate", nargs=2, type=int, metavar=("CYCLES", "WARMUP"),
+                    help="all variants in one process, one step each per cycle (the order rotated)")
     ap.add_argument("--repeat", type=int, default=1, metavar="N",
                     help="with --interleaved: the whole set N times, each in a fresh process")
     ap.add_argument("--alloc-cost", type=int, metavar="PAIRS", help="ns per small allocate+free, by state")
@@ -302,6 +373,17 @@ def main() -> int:
         result = alloc_cost(args.alloc_cost)
         for state, ns in result.items():
             print(f"{state:30s} {ns:8.0f} ns per allocate+free")
+        return 0
+    if args.alternate:
+        result = {name: alternate(name, *args.alternate) for name in args.workloads}
+        for name, variants in result.items():
+            for v, r in variants.items():
+                m, p = r["median_ratio_95"], r["p20_ratio_95"]
+                print(f"{name:13s} {v:19s} median step {r['median_ms']:7.2f} ms  x{r['median_ratio']:.3f} [{m[0]:.3f}, {m[1]:.3f}]"
+                      f"  20th percentile x{r['p20_ratio']:.3f} [{p[0]:.3f}, {p[1]:.3f}]  ({r['steps']} steps)")
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump(result, f, indent=1)
         return 0
     if args.interleaved and args.repeat > 1:
         return repeat_interleaved(args)
