@@ -183,7 +183,7 @@ Recorder::HookThread* Recorder::join_thread() noexcept {
         t->recorder = id_;
         t->known_streams = 0;
         for (ThreadStack& s : t->stacks) s.stack = 0;
-        t->buffer = std::move(buffer);
+        t->buffer = buffer.get();
         return t;
     } catch (...) {
         return nullptr;
@@ -268,7 +268,7 @@ void Recorder::allocator_event(EventKind kind, uint8_t device, uint64_t addr, ui
         if (kind == EventKind::alloc)
             buffer.allocations.store(buffer.allocations.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
         {
-            std::lock_guard lock(buffer.mutex);
+            std::lock_guard lock(buffer.lock);
             if (kind == EventKind::free_completed && folded_into_request(buffer.events, e)) return;
             buffer.events.push_back(q);
             // Numbered last, once nothing can fail: the drain waits for every number it hands out.
@@ -291,7 +291,7 @@ void Recorder::drain_locked(bool all) {
         std::lock_guard lock(buffers_mutex_);
         taken_.resize(buffers_.size());
         for (size_t k = 0; k < buffers_.size(); ++k) {
-            std::lock_guard buffer(buffers_[k]->mutex);
+            std::lock_guard buffer(buffers_[k]->lock);
             std::swap(buffers_[k]->events, taken_[k]);
         }
     }

@@ -4,7 +4,8 @@
 // thread allocated, without the GIL: so it never takes the GIL, never throws, and does only what
 // cannot wait — read the clock, walk the thread's frames while they exist, find the stack in the
 // thread's own cache — then appends the event to the thread's own buffer, numbered in its
-// device's order. Nothing on that path is shared between threads but the device's counter, which
+// device's order (a completion right behind its request, at the same instant, turns the request
+// into one `free` instead: the trace writer would fold them anyway). Nothing on that path is shared between threads but the device's counter, which
 // the allocator's lock already serialises; the shared stack table is locked only for a stack the
 // thread has not met. A worker thread drains the buffers every 2 ms, device by device in number
 // order, into the file and the live monitor (a step end drains what is left first), and hands the
@@ -27,6 +28,7 @@
 #include "capture/clock.h"
 #include "analysis/live_monitor.h"
 #include "capture/python_frames.h"
+#include "capture/spin_lock.h"
 #include "events/event.h"
 #include "findings/findings.h"
 #include "trace/writer.h"
@@ -93,10 +95,11 @@ private:
         uint64_t seq;  // in its device's order
     };
     // One hook thread's events, drained by the worker; outlives its thread until drained.
-    struct ThreadBuffer {
-        std::mutex mutex;  // the owner appends, the drain swaps: contended only at a drain
-        std::vector<Queued> events;
+    // One cache line: what an event touches besides its own slot.
+    struct alignas(64) ThreadBuffer {
+        SpinLock lock;  // the owner appends, the drain swaps
         std::atomic<uint64_t> allocations{0};  // written by the owner alone
+        std::vector<Queued> events;
     };
     // A stack as one hook thread met it last in its slot of the thread's direct-mapped cache:
     // the usual allocation finds its stack in one line, without a lock or a division.
@@ -111,9 +114,9 @@ private:
     // All a hook thread keeps for the recorder it feeds, the hot part first.
     struct HookThread {
         uint64_t recorder = 0;  // the id these are for
+        ThreadBuffer* buffer = nullptr;  // owned by the recorder's list: it outlives the thread
         size_t known_streams = 0;
         std::pair<uint64_t, uint16_t> streams[8];
-        std::shared_ptr<ThreadBuffer> buffer;
         RawFrame frames[kMaxFrames];
         ThreadStack stacks[kThreadStacks];
     };
@@ -136,9 +139,13 @@ private:
     void fail(const std::string& why) noexcept;
     void worker();
 
-    std::string path_;
-    uint64_t id_ = 0;  // never reused, unlike an address: keys the hook threads' stream caches
+    // What every event reads, together.
+    uint64_t id_ = 0;  // never reused, unlike an address: keys the hook threads' caches
+    std::atomic<bool> stopped_{false};
+    std::atomic<bool> python_stacks_{true};
     EventClock clock_;
+
+    std::string path_;
     std::unique_ptr<TraceWriter> writer_;  // thread-safe itself
 
     mutable std::mutex buffers_mutex_;  // taken once per thread, to register its buffer
@@ -165,8 +172,6 @@ private:
     uint32_t step_name_ = 0;
     mutable std::mutex fault_mutex_;
     std::string fault_;
-    std::atomic<bool> stopped_{false};
-    std::atomic<bool> python_stacks_{true};
 
     std::mutex worker_mutex_;
     std::condition_variable worker_wake_;
