@@ -5,9 +5,9 @@
 // cannot wait — read the clock, walk the thread's frames while they exist, find the stack in the
 // thread's own cache — then appends the event to the thread's own buffer, numbered in its
 // device's order (a completion right behind its request, at the same instant, turns the request
-// into one `free` instead: the trace writer would fold them anyway). Nothing on that path is shared between threads but the device's counter, which
-// the allocator's lock already serialises; the shared stack table is locked only for a stack the
-// thread has not met. A worker thread drains the buffers every 2 ms, device by device in number
+// into one `free` instead: the trace writer would fold them anyway). Nothing on that path is
+// shared between threads but the device's counter, which the allocator's lock already
+// serialises; the shared stack table is locked only for a stack the thread has not met. A worker thread drains the buffers every 2 ms, device by device in number
 // order, into the file and the live monitor (a step end drains what is left first), and hands the
 // file its chunk every half second, so SIGKILL loses at most that. Any internal fault stops the
 // capture (the run goes on) and is reported once through fault().
