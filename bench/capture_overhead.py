@@ -147,10 +147,13 @@ def null_sink() -> int:
     return ctypes.cast(null_sink.lib.null_sink, ctypes.c_void_p).value
 
 
-def interleaved(name: str, rounds: int, block: int, warmup: int) -> dict:
-    """The variants in one process, alternating every `block` steps, so drift hits all alike.
-    "none" here has vramscope's hook attached but idle (torch cannot detach it): alloc_cost()
-    measures what that costs. "hook-to-null-sink" prices torch's side of the hook alone."""
+IN_PROCESS = VARIANTS + ["vramscope-no-stacks", "hook-to-null-sink"]
+
+
+def in_process(name: str, warmup: int):
+    """The workload warmed and a capture started in this process; returns its step, a function that
+    puts the process in one of IN_PROCESS's states (torch's recorder stays on until the caller
+    turns it off), and one that ends the capture."""
     import torch
     import vramscope
     from vramscope import _core
@@ -161,21 +164,38 @@ def interleaved(name: str, rounds: int, block: int, warmup: int) -> dict:
         step()
     capture = vramscope.track(tempfile.mktemp(suffix=".vscope"), summary=False, live_warnings=False).start()
     hook, recorder, sink, nothing = capture._hook, capture._recorder, _core.allocator_sink(), null_sink()
-    variants = VARIANTS + ["vramscope-no-stacks", "hook-to-null-sink"]
-    times = {v: [] for v in variants}
-    round_ratios = {v: [] for v in variants}
+
+    def enter(variant: str) -> None:
+        if variant.startswith("vramscope"):
+            hook.install(sink)
+        elif variant == "hook-to-null-sink":
+            hook.install(nothing)
+        else:
+            hook.uninstall()
+        recorder.set_python_stacks(variant == "vramscope")
+        if variant == "torch-recorder":
+            torch.cuda.memory._record_memory_history(stacks="python")
+
+    def done() -> None:
+        hook.install(sink)
+        capture.stop()
+
+    return step, enter, done
+
+
+def interleaved(name: str, rounds: int, block: int, warmup: int) -> dict:
+    """The variants in one process, alternating every `block` steps, so drift hits all alike.
+    "none" here has vramscope's hook attached but idle (torch cannot detach it): alloc_cost()
+    measures what that costs. "hook-to-null-sink" prices torch's side of the hook alone."""
+    import torch
+
+    step, enter, done = in_process(name, warmup)
+    times = {v: [] for v in IN_PROCESS}
+    round_ratios = {v: [] for v in IN_PROCESS}
     for r in range(rounds):
         in_round = {}
-        for variant in variants[r % len(variants):] + variants[: r % len(variants)]:
-            if variant.startswith("vramscope"):
-                hook.install(sink)
-            elif variant == "hook-to-null-sink":
-                hook.install(nothing)
-            else:
-                hook.uninstall()
-            recorder.set_python_stacks(variant == "vramscope")
-            if variant == "torch-recorder":
-                torch.cuda.memory._record_memory_history(stacks="python")
+        for variant in IN_PROCESS[r % len(IN_PROCESS):] + IN_PROCESS[: r % len(IN_PROCESS)]:
+            enter(variant)
             block_times = []
             for i in range(block + 2):
                 torch.cuda.synchronize()
@@ -187,10 +207,9 @@ def interleaved(name: str, rounds: int, block: int, warmup: int) -> dict:
             times[variant] += block_times
             in_round[variant] = statistics.median(block_times)
             torch.cuda.memory._record_memory_history(enabled=None)
-        for variant in variants:
+        for variant in IN_PROCESS:
             round_ratios[variant].append(in_round[variant] / in_round["none"])
-    hook.install(sink)
-    capture.stop()
+    done()
     base = statistics.median(times["none"])
     return {v: {"median_ms": statistics.median(t), "ratio_to_none": statistics.median(t) / base,
                 "quartiles_ms": statistics.quantiles(t, n=4), "steps": len(t),
@@ -211,17 +230,9 @@ def alternate(name: str, cycles: int, warmup: int) -> dict:
     import random
 
     import torch
-    import vramscope
-    from vramscope import _core
 
-    torch.cuda.init()
-    step = workload(name)
-    for _ in range(warmup):
-        step()
-    capture = vramscope.track(tempfile.mktemp(suffix=".vscope"), summary=False, live_warnings=False).start()
-    hook, recorder, sink, nothing = capture._hook, capture._recorder, _core.allocator_sink(), null_sink()
-    variants = VARIANTS + ["vramscope-no-stacks", "hook-to-null-sink"]
-    times = {v: [] for v in variants}  # times[v][c]: cycle c's step of variant v, ms
+    step, enter, done = in_process(name, warmup)
+    times = {v: [] for v in IN_PROCESS}  # times[v][c]: cycle c's step of variant v, ms
 
     def timed() -> float:
         torch.cuda.synchronize()
@@ -231,21 +242,13 @@ def alternate(name: str, cycles: int, warmup: int) -> dict:
         return 1e3 * (time.perf_counter() - t0)
 
     for c in range(cycles):
-        for variant in variants[c % len(variants):] + variants[: c % len(variants)]:
-            if variant.startswith("vramscope"):
-                hook.install(sink)
-            elif variant == "hook-to-null-sink":
-                hook.install(nothing)
-            else:
-                hook.uninstall()
-            recorder.set_python_stacks(variant == "vramscope")
+        for variant in IN_PROCESS[c % len(IN_PROCESS):] + IN_PROCESS[: c % len(IN_PROCESS)]:
+            enter(variant)
             if variant == "torch-recorder":
-                torch.cuda.memory._record_memory_history(stacks="python")
-                timed()
+                timed()  # it starts cold
             times[variant].append(timed())
             torch.cuda.memory._record_memory_history(enabled=None)
-    hook.install(sink)
-    capture.stop()
+    done()
 
     def at(xs: list[float], cycle_ids, q: float) -> float:
         picked = sorted(xs[i] for i in cycle_ids)
@@ -257,7 +260,7 @@ def alternate(name: str, cycles: int, warmup: int) -> dict:
     rng = random.Random(0)
     draws = [[rng.randrange(cycles) for _ in range(cycles)] for _ in range(1000)]
     out = {}
-    for v in variants:
+    for v in IN_PROCESS:
         row = {"median_ms": statistics.median(times[v]), "steps": cycles, "times_ms": times[v]}
         for label, q in (("median", 0.5), ("p20", 0.2)):
             boot = sorted(ratio(v, d, q) for d in draws)
