@@ -16,6 +16,7 @@ per-process medians.
   python bench/capture_overhead.py --alternate 1000 20 --workloads transformer
       (one process, every variant one step per cycle: neighbouring steps compared, every step
       counted; the ratio of medians and of 20th percentiles to no capture, with 95% intervals)
+  python bench/capture_overhead.py --pool a.json b.json   # several --alternate --out files as one
   python bench/capture_overhead.py --alloc-cost 200000          # ns per allocation, by state
 """
 
@@ -224,11 +225,8 @@ def alternate(name: str, cycles: int, warmup: int) -> dict:
     """Every variant once a cycle, one step each, the order rotated every cycle: on a host whose
     step times spread by +-10 % from one step to the next, blocks of steps compare drift as much as
     variants; here neighbouring steps are compared, and every step counts. Switching torch's
-    recorder on is followed by one untimed step (it starts cold). Per variant: the ratio of its
-    median step to no capture's over all cycles, and a 95 % interval from resampling whole cycles;
-    and the same for the 20th percentile, which the host's interference moves least."""
-    import random
-
+    recorder on is followed by one untimed step (it starts cold). Returns every variant's step
+    times, cycle by cycle; summarise_alternate() makes the figures."""
     import torch
 
     step, enter, done = in_process(name, warmup)
@@ -249,22 +247,40 @@ def alternate(name: str, cycles: int, warmup: int) -> dict:
             times[variant].append(timed())
             torch.cuda.memory._record_memory_history(enabled=None)
     done()
+    return {v: {"times_ms": times[v]} for v in IN_PROCESS}
 
-    def at(xs: list[float], cycle_ids, q: float) -> float:
-        picked = sorted(xs[i] for i in cycle_ids)
-        return picked[int(q * (len(picked) - 1))]
 
-    def ratio(v: str, cycle_ids, q: float) -> float:
-        return at(times[v], cycle_ids, q) / at(times["none"], cycle_ids, q)
+def summarise_alternate(runs: list[dict]) -> dict:
+    """The figures of one or more --alternate runs (separate processes pooled: each run's steps
+    divided by its own "none" median first). Per variant: the ratio of its median step to no
+    capture's, and of their 20th percentiles, each with a 95 % interval from resampling cycles
+    within each run."""
+    import random
+
+    def normalised(run: dict, v: str, cycle_ids) -> list[float]:
+        base = statistics.median(run["none"]["times_ms"])
+        return [run[v]["times_ms"][i] / base for i in cycle_ids]
+
+    def at(xs: list[float], q: float) -> float:
+        xs = sorted(xs)
+        return xs[int(q * (len(xs) - 1))]
+
+    def ratio(v: str, picks: list, q: float) -> float:
+        mine = [x for run, ids in zip(runs, picks) for x in normalised(run, v, ids)]
+        none = [x for run, ids in zip(runs, picks) for x in normalised(run, "none", ids)]
+        return at(mine, q) / at(none, q)
 
     rng = random.Random(0)
-    draws = [[rng.randrange(cycles) for _ in range(cycles)] for _ in range(1000)]
+    cycles = [len(run["none"]["times_ms"]) for run in runs]
+    everything = [range(n) for n in cycles]
+    draws = [[[rng.randrange(n) for _ in range(n)] for n in cycles] for _ in range(1000)]
     out = {}
     for v in IN_PROCESS:
-        row = {"median_ms": statistics.median(times[v]), "steps": cycles, "times_ms": times[v]}
+        row = {"median_ms": statistics.median(t for run in runs for t in run[v]["times_ms"]), "steps": sum(cycles),
+               "runs": len(runs)}
         for label, q in (("median", 0.5), ("p20", 0.2)):
             boot = sorted(ratio(v, d, q) for d in draws)
-            row[f"{label}_ratio"] = ratio(v, range(cycles), q)
+            row[f"{label}_ratio"] = ratio(v, everything, q)
             row[f"{label}_ratio_95"] = [boot[24], boot[974]]
         out[v] = row
     return out
@@ -368,6 +384,7 @@ def main() -> int:
                     help="all variants in one process, alternating every BLOCK steps")
     ap.add_argument("--alternate", nargs=2, type=int, metavar=("CYCLES", "WARMUP"),
                     help="all variants in one process, one step each per cycle (the order rotated)")
+    ap.add_argument("--pool", nargs="+", metavar="JSON", help="the figures of several --alternate --out files together")
     ap.add_argument("--repeat", type=int, default=1, metavar="N",
                     help="with --interleaved: the whole set N times, each in a fresh process")
     ap.add_argument("--alloc-cost", type=int, metavar="PAIRS", help="ns per small allocate+free, by state")
@@ -377,16 +394,23 @@ def main() -> int:
         for state, ns in result.items():
             print(f"{state:30s} {ns:8.0f} ns per allocate+free")
         return 0
-    if args.alternate:
-        result = {name: alternate(name, *args.alternate) for name in args.workloads}
-        for name, variants in result.items():
-            for v, r in variants.items():
+    if args.alternate or args.pool:
+        if args.alternate:
+            runs = {name: [alternate(name, *args.alternate)] for name in args.workloads}
+        else:
+            runs = {}
+            for path in args.pool:
+                with open(path) as f:
+                    for name, r in json.load(f)["runs"].items():
+                        runs.setdefault(name, []).extend(r)
+        for name, rs in runs.items():
+            for v, r in summarise_alternate(rs).items():
                 m, p = r["median_ratio_95"], r["p20_ratio_95"]
                 print(f"{name:13s} {v:19s} median step {r['median_ms']:7.2f} ms  x{r['median_ratio']:.3f} [{m[0]:.3f}, {m[1]:.3f}]"
-                      f"  20th percentile x{r['p20_ratio']:.3f} [{p[0]:.3f}, {p[1]:.3f}]  ({r['steps']} steps)")
+                      f"  20th percentile x{r['p20_ratio']:.3f} [{p[0]:.3f}, {p[1]:.3f}]  ({r['steps']} steps, {r['runs']} runs)")
         if args.out:
             with open(args.out, "w") as f:
-                json.dump(result, f, indent=1)
+                json.dump({"runs": runs}, f, indent=1)
         return 0
     if args.interleaved and args.repeat > 1:
         return repeat_interleaved(args)
