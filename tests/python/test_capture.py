@@ -158,6 +158,29 @@ def test_two_threads_feeding_at_once_lose_nothing(tmp_path):
     assert {"worker_a", "worker_b"} <= functions
 
 
+def test_threads_that_end_leave_every_event_behind(tmp_path):
+    """A thread's hook state ends with the thread; its queued events stay with the recorder until
+    the drain takes them: fifty short-lived threads, a hundred allocations each, none lost."""
+    path = tmp_path / "short_lived.vscope"
+    recorder = _core.Recorder(str(path))
+    recorder.activate()
+
+    def short_lived(k):
+        for i in range(100):
+            _core.feed_allocator_event(ALLOC, 0, 0x1000_0000 + (k * 100 + i) * 512, 512)
+
+    for wave in range(10):
+        threads = [threading.Thread(target=short_lived, args=(wave * 5 + k,)) for k in range(5)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    recorder.deactivate()
+    recorder.close()
+    assert recorder.allocations == 5000
+    assert json.loads(_core.analyze_json(str(path)))["events"] == 5000
+
+
 def test_an_autograd_node_is_the_outermost_frame(tmp_path):
     path = tmp_path / "node.vscope"
     recorder = _core.Recorder(str(path))
