@@ -42,6 +42,41 @@ std::string entry(const char* action, uint64_t addr, int32_t size, int frames_re
 
 }  // namespace
 
+// LONG1 at every width Python writes, and wider: n little-endian two's-complement bytes.
+TEST(Pickle, ReadsLongsOfEveryWidth) {
+    struct Case {
+        __int128 value;
+        bool fits;  // in 64 bits (values in [2^63, 2^64) keep their bits, as addresses)
+    };
+    const __int128 two64 = __int128(1) << 64;
+    const Case cases[] = {{0, true}, {1, true}, {-1, true}, {127, true}, {128, true}, {-128, true}, {-129, true},
+                          {0x7f12345678, true}, {0x7f1234567800, true}, {-0x7f1234567800, true},
+                          {0x1700000000000000, true}, {INT64_MAX, true}, {INT64_MIN, true},
+                          {__int128(1) << 63, true}, {two64 - 1, true}, {two64, false}, {-two64, false}};
+    for (const Case& c : cases) {
+        for (int n = 0; n <= 12; ++n) {
+            // The value must survive n bytes: shifting them back out gives what went in.
+            const __int128 lo = n == 0 ? 0 : -(__int128(1) << (8 * n - 1)), hi = n == 0 ? 0 : (__int128(1) << (8 * n - 1)) - 1;
+            if (n < 16 && (c.value < lo || c.value > hi)) continue;
+            P p;
+            p.op('}').str("v").op('\x8a').u8(uint8_t(n));
+            for (int k = 0; k < n; ++k) p.u8(uint8_t(uint64_t(c.value >> (8 * k))));
+            p.op('s');
+            const std::string bytes = p.stop();
+            pickle::Document d = pickle::parse(bytes, "t.pickle");
+            const std::optional<pickle::Value> v = d.get(d.root(), "v");
+            ASSERT_TRUE(v) << n;
+            const std::string what = "value " + std::to_string(int64_t(c.value)) + " in " + std::to_string(n) + " bytes";
+            if (c.fits) {
+                EXPECT_NE(v->type, pickle::Type::big_integer) << what;
+                EXPECT_EQ(uint64_t(v->i), uint64_t(c.value)) << what;
+            } else {
+                EXPECT_EQ(v->type, pickle::Type::big_integer) << what;
+            }
+        }
+    }
+}
+
 TEST(Pickle, ReadsDataOpcodes) {
     P p;
     p.op('}').memo().mark().str("a").i1(7).str("big").long1(0x7f1234567800ull).str("neg").i4(-5)

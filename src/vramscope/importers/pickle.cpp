@@ -294,6 +294,9 @@ private:
             const bool negative = b[n - 1] & 0x80;
             std::memcpy(&v, b, n < 8 ? n : 8);
             if (n < 8 && negative) v |= ~uint64_t(0) << (8 * n);
+            // Wider: the rest must be sign bytes, and a negative value must still read as negative
+            // in 64 bits (0xff-filled bytes over a clear bit 63 are below -2^63).
+            fits = n <= 8 || !negative || (v >> 63);
             for (uint64_t k = 8; k < n; ++k) fits = fits && b[k] == (negative ? 0xff : 0x00);
         }
         out = int64_t(v);
