@@ -133,6 +133,15 @@ def test_a_recorder_that_saw_no_allocation_leaves_no_file(tmp_path):
     assert not path.exists()
 
 
+def run_at_once(*functions):
+    """Each function on a thread of its own, all started before any is waited for."""
+    threads = [threading.Thread(target=f) for f in functions]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
 def test_two_threads_feeding_at_once_lose_nothing(tmp_path):
     path = tmp_path / "threads.vscope"
     recorder = _core.Recorder(str(path))
@@ -146,11 +155,7 @@ def test_two_threads_feeding_at_once_lose_nothing(tmp_path):
         for i in range(5000):
             _core.feed_allocator_event(ALLOC, 1, 0x9000_0000 + i * 512, 512)
 
-    threads = [threading.Thread(target=f) for f in (worker_a, worker_b)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_at_once(worker_a, worker_b)
     recorder.deactivate()
     recorder.close()
     assert recorder.allocations == 10000
@@ -170,11 +175,7 @@ def test_threads_that_end_leave_every_event_behind(tmp_path):
             _core.feed_allocator_event(ALLOC, 0, 0x1000_0000 + (k * 100 + i) * 512, 512)
 
     for wave in range(10):
-        threads = [threading.Thread(target=short_lived, args=(wave * 5 + k,)) for k in range(5)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        run_at_once(*(lambda k=wave * 5 + k: short_lived(k) for k in range(5)))
     recorder.deactivate()
     recorder.close()
     assert recorder.allocations == 5000
