@@ -365,10 +365,10 @@ Findings conclude(Replay& r, const Steps& steps, const AnalysisOptions& opt,
     if (has_memory_events && starts_mid_run) {
         // Blocks the snapshot still lists but the trace never saw allocated: they predate it.
         std::unordered_set<uint64_t> seen_live;
-        for (const LiveAlloc& a : live) seen_live.insert(a.addr ^ uint64_t(a.device) << 56);
+        for (const LiveAlloc& a : live) seen_live.insert(block_key(a.device, a.addr));
         std::vector<LiveBlock> before;
         for (const LiveBlock& b : t.final_blocks)
-            if (!seen_live.count(b.addr ^ uint64_t(b.device) << 56)) before.push_back(b);
+            if (!seen_live.count(block_key(b.device, b.addr))) before.push_back(b);
         uint64_t baseline = 0;
         for (const DeviceInfo& d : t.devices) baseline += d.baseline_allocated;
         if (!before.empty() || baseline > 0) {

@@ -132,11 +132,11 @@ void Replay::take(const Event& e) {
 void Replay::stop() {
     stopped_ = true;
     if (checks_)
-        for (const LiveAlloc& a : live_allocs()) checks_->adopt(a.addr ^ (uint64_t(a.device) << 56), a.size);
+        for (const LiveAlloc& a : live_allocs()) checks_->adopt(block_key(a.device, a.addr), a.size);
 }
 
 void Replay::process(const Event& e) {
-    const uint64_t key = e.addr ^ (uint64_t(e.device) << 56);
+    const uint64_t key = block_key(e.device, e.addr);
     entries += 1 + (e.kind == EventKind::free);
     if (!has_memory_events && (is_block_event(e.kind) || is_segment_event(e.kind))) {
         has_memory_events = true;

@@ -109,7 +109,7 @@ private:
     std::unordered_map<uint64_t, uint32_t> site_index_;  // device << 32 | site frame
     std::vector<uint32_t> site_of_stack_;                // by stack id, for device stack_device_: the hot path
     uint8_t stack_device_ = 0;
-    AddressMap live_;                                    // (device << 56) ^ addr -> index into pool_
+    AddressMap live_;                                    // block_key() -> index into pool_
     std::vector<LiveAlloc> pool_;
     std::vector<uint32_t> free_slots_;
     uint64_t seq_ = 0;

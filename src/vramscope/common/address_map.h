@@ -7,6 +7,10 @@
 
 namespace vramscope {
 
+// A live block's key, whatever its device: addresses lie below 2^56, so the device goes above
+// them. Replay and validation key their maps alike, so one can hand its blocks to the other.
+inline uint64_t block_key(uint8_t device, uint64_t addr) { return addr ^ uint64_t(device) << 56; }
+
 template <class Value>
 class AddressMapOf {
 public:

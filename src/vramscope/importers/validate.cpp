@@ -19,7 +19,7 @@ void EventValidator::see_devices(const Trace& t) {
 }
 
 void EventValidator::check_addresses(const Event& e) {
-    const uint64_t key = uint64_t(e.device) << 56 ^ e.addr;
+    const uint64_t key = block_key(e.device, e.addr);
     switch (e.kind) {
     case EventKind::alloc:
         // A live size is under kImpossibleSize, never the map's kMissing.

@@ -73,7 +73,7 @@ private:
     // Out of line: the message's string would make every inline check save all registers.
     [[gnu::noinline]] void fault(std::string_view what) { tally_.add(what); }
     FaultTally tally_;
-    AddressMapOf<uint64_t> live_{4096};  // (device << 56) ^ address -> size, of each live block
+    AddressMapOf<uint64_t> live_{4096};  // block_key() -> size, of each live block
     std::array<uint64_t, 256> live_bytes_{};  // by device
     uint64_t size_total_ = 0;
     size_t devices_seen_ = 0;
