@@ -65,7 +65,6 @@ double measured_rate(const Truth& truth, const Findings& f) {
     return fit_line(truth.allocated, first, std::min(last, truth.allocated.size() - 1)).slope;
 }
 
-
 }  // namespace
 
 TEST(Fixtures, EveryRecordedSnapshotGivesTheRecordedTruth) {
