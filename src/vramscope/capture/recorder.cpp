@@ -214,8 +214,7 @@ bool Recorder::folded_into_request(std::vector<Queued>& events, const Event& e) 
     Event& r = last.event;
     // Next to each other in the device's order (the allocator's lock held across both), at one
     // instant: what the trace writer would fold itself, folded before it costs a slot.
-    if (r.kind != EventKind::free_requested || r.addr != e.addr || r.size != e.size || r.device != e.device ||
-        r.stream != e.stream || r.time_us != e.time_us ||
+    if (!completes(r, e) || r.time_us != e.time_us ||
         last.seq + 1 != device_seq_[e.device].next.load(std::memory_order_relaxed))
         return false;
     r.kind = EventKind::free;

@@ -59,4 +59,13 @@ struct Event {
 };
 static_assert(sizeof(Event) == 32);
 
+// `completion` ends the wait that `request` began: the same block, device and stream, not earlier.
+// At the same instant the two are one `free` (the trace writer, the recorder and the snapshot
+// importer all fold them by this rule).
+inline bool completes(const Event& request, const Event& completion) {
+    return request.kind == EventKind::free_requested && completion.kind == EventKind::free_completed &&
+           completion.addr == request.addr && completion.size == request.size && completion.device == request.device &&
+           completion.stream == request.stream && completion.time_us >= request.time_us;
+}
+
 }  // namespace vramscope

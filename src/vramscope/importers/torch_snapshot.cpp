@@ -440,13 +440,10 @@ private:
             if (list) entry.frames_token = s.token();
         }
         // A completion right after its request, at the same instant, is one `free`.
-        if (ev.kind == EventKind::free_completed && !t_.events.empty()) {
-            Event& last = t_.events.back();
-            if (last.kind == EventKind::free_requested && last.addr == ev.addr && last.time_us == ev.time_us &&
-                last.device == ev.device && last.stream == ev.stream) {
-                last.kind = EventKind::free;
-                return;
-            }
+        if (ev.kind == EventKind::free_completed && !t_.events.empty() && completes(t_.events.back(), ev) &&
+            t_.events.back().time_us == ev.time_us) {
+            t_.events.back().kind = EventKind::free;
+            return;
         }
         t_.events.push_back(ev);
         if (__builtin_expect((t_.events.size() & 0xFFF) == 0, 0) && t_.events.size() * sizeof(Event) > limits_.max_held_bytes)

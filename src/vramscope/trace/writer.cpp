@@ -190,8 +190,7 @@ void TraceWriter::event(const Event& e) {
     if (has_pending_free_) {
         has_pending_free_ = false;
         const Event& p = pending_free_;
-        if (e.kind == EventKind::free_completed && e.addr == p.addr && e.size == p.size &&
-            e.device == p.device && e.stream == p.stream && e.time_us >= p.time_us) {
+        if (completes(p, e)) {
             if (e.time_us > p.time_us) return emit_locked(p, &e);
             Event whole = p;
             whole.kind = EventKind::free;
