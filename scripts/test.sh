@@ -5,9 +5,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Debian's chromium drives the report's browser test (tests/python/test_report_browser.py).
-if [ ! -f /usr/include/gtest/gtest.h ] || [ ! -f /usr/include/zlib.h ] || ! command -v chromium >/dev/null; then
+# ISA-L, the fast inflater, is optional for a build; the tests read gzip with it and with zlib.
+if [ ! -f /usr/include/gtest/gtest.h ] || [ ! -f /usr/include/zlib.h ] || [ ! -f /usr/include/isa-l/igzip_lib.h ] ||
+   ! command -v chromium >/dev/null; then
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libgtest-dev zlib1g-dev chromium >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libgtest-dev zlib1g-dev libisal-dev chromium >/dev/null
 fi
 python3 -m pip install -q "nanobind>=2.0" "scikit-build-core>=0.10" "pytest>=7" ninja cmake playwright
 # torch for the capture tests, pinned: here it resolves to a CPU build (an unpinned one pulls

@@ -100,6 +100,44 @@ TEST(HostileGzip, CrcLengthAndTrailingBytesAreChecked) {
     EXPECT_NE(error_of([&] { load_bytes(whole + gz("more"), "two.pickle.gz"); }).find("data follows"), std::string::npos);
 }
 
+// Every inflater this build has reads the same bytes and refuses the same damage: ISA-L's, the
+// fastest, must not accept what zlib's refuses.
+TEST(HostileGzip, EveryInflaterReadsTheSameAndRefusesTheSameDamage) {
+    std::string plain(3 << 20, '\0');  // 3 MiB: several ring blocks, compressible but not trivial
+    for (size_t i = 0; i < plain.size(); ++i) plain[i] = char("snapshot"[i % 8] + (i * 2654435761u >> 29));
+    const std::string one = gz(plain), two = one + gz("second member");
+    auto read = [](const std::string& input, Inflater inflater) {
+        GzipStream stream(input, "t.gz", UINT64_MAX, inflater);
+        std::string out;
+        std::string_view chunk;
+        while (stream.next(chunk)) out += chunk;
+        return out;
+    };
+    auto refused = [&](const std::string& input, Inflater inflater) {
+        return error_of([&] { read(input, inflater); });
+    };
+    for (const Inflater inflater : {Inflater::zlib, Inflater::isal}) {
+        if (!built_with(inflater)) continue;
+        SCOPED_TRACE(inflater == Inflater::isal ? "isal" : "zlib");
+        EXPECT_TRUE(read(one, inflater) == plain);
+        EXPECT_TRUE(read(two, inflater) == plain + "second member");
+        EXPECT_EQ(read(gz(""), inflater), "");
+        for (size_t back : {8u, 1u}) {  // the CRC-32, the length
+            std::string bad = one;
+            bad[bad.size() - back] ^= 1;
+            EXPECT_NE(refused(bad, inflater).find("t.gz: offset "), std::string::npos) << back;
+        }
+        std::string flipped = one;
+        flipped[one.size() / 2] ^= 0x10;
+        EXPECT_NE(refused(flipped, inflater), "");
+        EXPECT_NE(refused(one.substr(0, one.size() / 2), inflater).find("cut short"), std::string::npos);
+        EXPECT_NE(refused(one.substr(0, one.size() - 3), inflater), "");
+        EXPECT_NE(refused(one + "garbage", inflater), "");
+        EXPECT_NE(refused("\x1f\x8b\x09garbage and more garbage", inflater), "");
+    }
+    if (!built_with(Inflater::isal)) EXPECT_EQ(fastest_inflater(), Inflater::zlib);
+}
+
 TEST(HostileGzip, ContentIsToldByItsFirstBytesAndInflationIsBounded) {
     const std::string zeros = gz(std::string(8 << 20, '\0'));
     EXPECT_NE(error_of([&] { load_bytes(zeros, "zeros.gz"); }).find("zeros.gz: offset 0: gzip data whose content is neither"),

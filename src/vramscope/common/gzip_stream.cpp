@@ -2,69 +2,36 @@
 
 #include "common/progress.h"
 
-#include <zlib.h>
-
 #include <stdexcept>
 
 namespace vramscope {
 
-struct GzipStream::Inflater {
-    z_stream z{};
-    bool started = false, ended = false;
-    uint64_t decoded = 0;
-    std::string error;  // met after a block's first bytes: thrown at the next call, after them
-    ~Inflater() {
-        if (started) inflateEnd(&z);
-    }
-};
-
-GzipStream::GzipStream(std::string_view gz, std::string name, uint64_t max_decoded)
-    : in_(gz), name_(std::move(name)), max_decoded_(max_decoded), inflater_(std::make_unique<Inflater>()),
+GzipStream::GzipStream(std::string_view gz, std::string name, uint64_t max_decoded, Inflater inflater)
+    : in_(gz), name_(std::move(name)), max_decoded_(max_decoded), inflater_(inflater),
       ring_([this](char* out, size_t capacity) { return inflate_into(out, capacity); }) {}
 
 GzipStream::~GzipStream() = default;
 
 size_t GzipStream::inflate_into(char* out, size_t capacity) {
-    Inflater& f = *inflater_;
-    z_stream& z = f.z;
-    if (!f.error.empty()) throw std::runtime_error(f.error);
-    if (f.ended) return 0;
-    if (!f.started) {
-        if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) throw std::runtime_error(name_ + ": cannot start gzip decoder");
-        f.started = true;
-        z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in_.data()));
-        z.avail_in = uInt(std::min<size_t>(in_.size(), 0x7fffffff));
-    }
-    z.next_out = reinterpret_cast<Bytef*>(out);
-    z.avail_out = uInt(capacity);
-    std::string error;
-    while (z.avail_out > 0) {
-        const int rc = inflate(&z, Z_NO_FLUSH);
-        const size_t consumed = size_t(reinterpret_cast<const char*>(z.next_in) - in_.data());
-        if (z.avail_in == 0 && consumed < in_.size()) z.avail_in = uInt(std::min<size_t>(in_.size() - consumed, 0x7fffffff));
-        if (rc == Z_STREAM_END) {
-            if (consumed == in_.size()) {
-                f.ended = true;
-                break;
-            }
-            inflateReset(&z);  // concatenated gzip members are valid gzip
-            continue;
+    if (!error_.empty()) throw std::runtime_error(error_);
+    if (!decoder_) {
+        try {
+            decoder_ = make_decoder(inflater_, in_);
+        } catch (const std::exception& e) {
+            throw std::runtime_error(name_ + ": " + e.what());
         }
-        if (rc == Z_OK || (rc == Z_BUF_ERROR && z.avail_out == 0)) continue;
-        error = name_ + ": offset " + std::to_string(consumed) + ": " +
-                (rc == Z_BUF_ERROR ? std::string("gzip data cut short") : std::string(z.msg ? z.msg : "corrupt gzip data"));
-        break;
     }
-    const size_t n = capacity - z.avail_out;
-    f.decoded += n;  // total_out restarts with each member
-    if (f.decoded > max_decoded_ && error.empty())
-        error = name_ + ": offset " + std::to_string(reinterpret_cast<const char*>(z.next_in) - in_.data()) +
-                ": gzip data inflates to more than " + std::to_string(max_decoded_) +
-                " bytes (the limit; --max-decoded raises it)";
-    Progress::report(size_t(reinterpret_cast<const char*>(z.next_in) - in_.data()));
-    if (!error.empty()) {
-        if (n == 0) throw std::runtime_error(error);
-        f.error = std::move(error);
+    if (decoder_->ended()) return 0;
+    std::string why;
+    const size_t n = decoder_->inflate(out, capacity, why);
+    decoded_ += n;
+    if (decoded_ > max_decoded_ && why.empty())
+        why = "gzip data inflates to more than " + std::to_string(max_decoded_) + " bytes (the limit; --max-decoded raises it)";
+    Progress::report(decoder_->consumed());
+    if (!why.empty()) {
+        // Met after this block's first bytes: thrown at the next call, once they are read.
+        error_ = name_ + ": offset " + std::to_string(decoder_->consumed()) + ": " + why;
+        if (n == 0) throw std::runtime_error(error_);
     }
     return n;
 }

@@ -9,6 +9,7 @@
 #include "common/block_ring.h"
 #include "common/chunk_source.h"
 #include "common/file.h"
+#include "common/inflate.h"
 
 namespace vramscope {
 
@@ -17,11 +18,12 @@ namespace vramscope {
 // are not gzip, or content over max_decoded bytes.
 Bytes gunzip(std::string_view gz, const std::string& name, uint64_t max_decoded = UINT64_MAX);
 
-// zlib checks each member's CRC-32 and length at its end: read a stream to its end (next()
+// Each member's CRC-32 and length are checked at its end: read a stream to its end (next()
 // returning false) for them to have been checked.
 class GzipStream : public ChunkSource {
 public:
-    GzipStream(std::string_view gz, std::string name, uint64_t max_decoded = UINT64_MAX);
+    GzipStream(std::string_view gz, std::string name, uint64_t max_decoded = UINT64_MAX,
+               Inflater inflater = fastest_inflater());
     ~GzipStream() override;
 
     bool next(std::string_view& chunk) override { return ring_.next(chunk); }
@@ -29,13 +31,15 @@ public:
     uint64_t expected_bytes() const override;
 
 private:
-    struct Inflater;
     size_t inflate_into(char* out, size_t capacity);  // the ring's producer
 
     std::string_view in_;
     std::string name_;
     uint64_t max_decoded_;
-    std::unique_ptr<Inflater> inflater_;
+    Inflater inflater_;
+    std::unique_ptr<Decoder> decoder_;  // made on the ring's thread
+    uint64_t decoded_ = 0;
+    std::string error_;  // met after a block's first bytes: thrown at the next call
     BlockRing ring_;  // last: its thread stops before the inflater goes
 };
 
