@@ -42,39 +42,48 @@ std::string entry(const char* action, uint64_t addr, int32_t size, int frames_re
 
 }  // namespace
 
-// LONG1 at every width Python writes, and wider: n little-endian two's-complement bytes.
-TEST(Pickle, ReadsLongsOfEveryWidth) {
-    struct Case {
-        __int128 value;
-        bool fits;  // in 64 bits (values in [2^63, 2^64) keep their bits, as addresses)
-    };
+namespace {
+// LONG1 at every width Python writes, and wider: n little-endian two's-complement bytes. Calls
+// check(value, n, fits, bytes of the opcode) for each value that n bytes can hold.
+template <class F> void for_each_long(F&& check) {
     const __int128 two64 = __int128(1) << 64;
-    const Case cases[] = {{0, true}, {1, true}, {-1, true}, {127, true}, {128, true}, {-128, true}, {-129, true},
-                          {0x7f12345678, true}, {0x7f1234567800, true}, {-0x7f1234567800, true},
-                          {0x1700000000000000, true}, {INT64_MAX, true}, {INT64_MIN, true},
-                          {__int128(1) << 63, true}, {two64 - 1, true}, {two64, false}, {-two64, false}};
-    for (const Case& c : cases) {
+    const std::pair<__int128, bool> cases[] = {  // the value, and whether it fits 64 bits (values
+        // in [2^63, 2^64) keep their bits, as addresses)
+        {0, true}, {1, true}, {-1, true}, {127, true}, {128, true}, {-128, true}, {-129, true},
+        {0x7f12345678, true}, {0x7f1234567800, true}, {-0x7f1234567800, true},
+        {0x1700000000000000, true}, {INT64_MAX, true}, {INT64_MIN, true},
+        {__int128(1) << 63, true}, {two64 - 1, true}, {two64, false}, {-two64, false}};
+    for (const auto& [value, fits] : cases) {
         for (int n = 0; n <= 12; ++n) {
             // The value must survive n bytes: shifting them back out gives what went in.
             const __int128 lo = n == 0 ? 0 : -(__int128(1) << (8 * n - 1)), hi = n == 0 ? 0 : (__int128(1) << (8 * n - 1)) - 1;
-            if (n < 16 && (c.value < lo || c.value > hi)) continue;
-            P p;
-            p.op('}').str("v").op('\x8a').u8(uint8_t(n));
-            for (int k = 0; k < n; ++k) p.u8(uint8_t(uint64_t(c.value >> (8 * k))));
-            p.op('s');
-            const std::string bytes = p.stop();
-            pickle::Document d = pickle::parse(bytes, "t.pickle");
-            const std::optional<pickle::Value> v = d.get(d.root(), "v");
-            ASSERT_TRUE(v) << n;
-            const std::string what = "value " + std::to_string(int64_t(c.value)) + " in " + std::to_string(n) + " bytes";
-            if (c.fits) {
-                EXPECT_NE(v->type, pickle::Type::big_integer) << what;
-                EXPECT_EQ(uint64_t(v->i), uint64_t(c.value)) << what;
-            } else {
-                EXPECT_EQ(v->type, pickle::Type::big_integer) << what;
-            }
+            if (n < 16 && (value < lo || value > hi)) continue;
+            std::string op = {'\x8a', char(n)};
+            for (int k = 0; k < n; ++k) op.push_back(char(uint8_t(uint64_t(value >> (8 * k)))));
+            check(value, n, fits, op);
         }
     }
+}
+}  // namespace
+
+TEST(Pickle, ReadsLongsOfEveryWidth) {
+    for_each_long([](__int128 value, int n, bool fits, const std::string& op) {
+        P p;
+        p.op('}').str("v");
+        p.b += op;
+        p.op('s');
+        const std::string bytes = p.stop();
+        pickle::Document d = pickle::parse(bytes, "t.pickle");
+        const std::optional<pickle::Value> v = d.get(d.root(), "v");
+        ASSERT_TRUE(v) << n;
+        const std::string what = "value " + std::to_string(int64_t(value)) + " in " + std::to_string(n) + " bytes";
+        if (fits) {
+            EXPECT_NE(v->type, pickle::Type::big_integer) << what;
+            EXPECT_EQ(uint64_t(v->i), uint64_t(value)) << what;
+        } else {
+            EXPECT_EQ(v->type, pickle::Type::big_integer) << what;
+        }
+    });
 }
 
 TEST(Pickle, ReadsDataOpcodes) {
@@ -389,6 +398,33 @@ TEST(PickleSink, LaterBatchesComeStraightFromTheBytesAndAListKeptAsATokenReadsAs
         TakeFlat cut;
         pickle::parse(chunks.first(), chunks, "flat.pickle", &cut);
         EXPECT_EQ(cut.taken + cut.flat.size(), 15u) << piece;
+    }
+}
+
+// The flat path decodes LONG1 on its own (one load where 8 bytes follow): every width reads as the
+// generic path reads it, with bytes to spare after it and at the very end of the input.
+TEST(PickleSink, FlatDictsReadLongsOfEveryWidthAsTheGenericPathDoes) {
+    for (const bool room_after : {true, false}) {
+        for_each_long([&](__int128 value, int n, bool fits, const std::string& op) {
+            P p;
+            p.op(']').memo().op(']').memo();                      // outer, then the streamed list
+            p.mark().op('}').memo().str("n").memo().i1(0).op('s').op('e');  // its first batch: generic
+            p.mark().op('}').memo();
+            if (room_after) p.mark().str("pad").memo().str("sixteen bytes...").memo();
+            p.get(3);  // "n"
+            p.b += op;
+            p.op(room_after ? 'u' : 's').op('e').op('a');
+            const std::string bytes = p.stop();
+            TakeFlat sink;
+            pickle::parse(bytes, "long.pickle", &sink);
+            const std::string what = "value " + std::to_string(int64_t(value)) + " in " + std::to_string(n) + " bytes";
+            if (!fits) {
+                EXPECT_EQ(sink.taken, 2u) << what << ": a big integer goes the generic way";
+                return;
+            }
+            ASSERT_EQ(sink.flat.size(), 1u) << what;
+            EXPECT_EQ(uint64_t(sink.flat[0].back()), uint64_t(value)) << what;
+        });
     }
 }
 
