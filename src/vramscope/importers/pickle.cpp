@@ -672,8 +672,20 @@ private:
     }
     bool flat_integer(const uint8_t*& p, int op, int64_t& v) {
         if (op == 0x8a) {  // LONG1: a length byte, then the bytes
-            if (!has(p, 1) || !has(p, 1 + size_t(*p)) || !long_value(p + 1, *p, v)) return false;
-            p += 1 + size_t(*p);
+            if (!has(p, 1) || !has(p, 1 + size_t(*p))) return false;
+            const size_t n = *p;
+            if (n - 1 < 8 && has(p, 9)) {
+                // 1 to 8 bytes (addresses, times), 8 readable: one load and a sign-extending
+                // shift. long_value()'s copy of n bytes is a rep movsb and a stalled reload here,
+                // 6 % of an import's samples.
+                uint64_t bits;
+                std::memcpy(&bits, p + 1, 8);
+                const unsigned unused = unsigned(64 - 8 * n);
+                v = int64_t(bits << unused) >> unused;
+            } else if (!long_value(p + 1, n, v)) {
+                return false;
+            }
+            p += 1 + n;
             return true;
         }
         const size_t n = op == 'K' ? 1 : op == 'M' ? 2 : 4;
