@@ -8,7 +8,6 @@
 
 #include "common/file.h"
 #include "common/gzip_stream.h"
-#include "common/prefault.h"
 #include "common/read_ahead.h"
 #include "importers/pickle.h"
 #include "importers/validate.h"
@@ -65,7 +64,6 @@ public:
     SnapshotImporter(Trace& trace, const std::string& name, const ReadLimits& limits)
         : t_(trace), name_(name), limits_(limits) {
         last_time_.fill(kNoTime);
-        prefault_events();
     }
 
     [[gnu::flatten]] bool take(const Document& doc, Ref list, const Ref* items, size_t n, size_t offset,
@@ -448,17 +446,10 @@ private:
             return;
         }
         t_.events.push_back(ev);
-        if (__builtin_expect((t_.events.size() & 0xFFF) == 0, 0)) {
-            if (t_.events.size() * sizeof(Event) > limits_.max_held_bytes)
-                throw std::runtime_error(name_ + ": offset " + std::to_string(offset_) + ": more than " +
-                                         std::to_string(limits_.max_held_bytes >> 20) +
-                                         " MiB of events (the limit; --max-memory raises it)");
-            prefault_events();
-        }
-    }
-    void prefault_events() {
-        const Event* e = t_.events.data();
-        prefault_.ahead_of(e, e + t_.events.capacity(), e + t_.events.size());
+        if (__builtin_expect((t_.events.size() & 0xFFF) == 0, 0) && t_.events.size() * sizeof(Event) > limits_.max_held_bytes)
+            throw std::runtime_error(name_ + ": offset " + std::to_string(offset_) + ": more than " +
+                                     std::to_string(limits_.max_held_bytes >> 20) +
+                                     " MiB of events (the limit; --max-memory raises it)");
     }
 
     // What makes an entry untrustworthy: a field missing, a negative size, time running back.
@@ -561,7 +552,6 @@ private:
     std::vector<Ref> refs_;
     std::unordered_map<uint16_t, uint64_t> allocated_, reserved_;
     size_t unknown_actions_ = 0;
-    Prefault prefault_;  // the events' pages, on a second thread
 };
 
 }  // namespace
@@ -578,8 +568,8 @@ Trace import_with(const std::string& name, size_t pickle_bytes, const ReadLimits
         trace.source = name;
         trace.format = "torch-snapshot";
         // A trace entry takes 45 pickle bytes at least (60 to 90 in real snapshots): room for all
-        // of them, so the events are never copied as they grow. Untouched capacity costs only
-        // address space, and the prefault stays a window ahead of the events written.
+        // of them, so the events are never copied as they grow (a copy doubled the peak memory
+        // of a file of small entries). Untouched capacity costs only address space.
         trace.events.reserve(std::min<size_t>(pickle_bytes / 40, limits.max_held_bytes / sizeof(Event)));
         SnapshotImporter importer(trace, name, limits);
         importer.run(parse(stream ? &importer : nullptr));
