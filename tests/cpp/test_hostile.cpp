@@ -23,11 +23,18 @@ using namespace vramscope;
 
 namespace {
 
-std::string gz(const std::string& plain) {
-    uLongf n = compressBound(uLong(plain.size())) + 32;
+// `header`: a gzip header with every optional field (extra, name, comment, header CRC), as
+// other writers than Python's may put there.
+std::string gz(const std::string& plain, bool header = false) {
+    uLongf n = compressBound(uLong(plain.size())) + 128;
     std::string out(n, '\0');
     z_stream z{};
     deflateInit2(&z, 9, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY);
+    char extra[] = "ex", name[] = "snapshot.pickle", comment[] = "written elsewhere";
+    gz_header h{};
+    h.extra = reinterpret_cast<Bytef*>(extra), h.extra_len = 2;
+    h.name = reinterpret_cast<Bytef*>(name), h.comment = reinterpret_cast<Bytef*>(comment), h.hcrc = 1;
+    if (header) deflateSetHeader(&z, &h);
     z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(plain.data()));
     z.avail_in = uInt(plain.size());
     z.next_out = reinterpret_cast<Bytef*>(out.data());
@@ -121,6 +128,10 @@ TEST(HostileGzip, EveryInflaterReadsTheSameAndRefusesTheSameDamage) {
         SCOPED_TRACE(inflater == Inflater::isal ? "isal" : "zlib");
         EXPECT_TRUE(read(one, inflater) == plain);
         EXPECT_TRUE(read(two, inflater) == plain + "second member");
+        EXPECT_EQ(read(gz("every header field", true), inflater), "every header field");
+        std::string renamed = gz("every header field", true);
+        renamed[14] ^= 1;  // the name's first byte (after 10 fixed bytes and 4 of extra): its CRC fails
+        EXPECT_NE(refused(renamed, inflater), "");
         EXPECT_EQ(read(gz(""), inflater), "");
         for (size_t back : {8u, 1u}) {  // the CRC-32, the length
             std::string bad = one;
