@@ -110,7 +110,9 @@ TEST(HostileGzip, CrcLengthAndTrailingBytesAreChecked) {
 // Every inflater this build has reads the same bytes and refuses the same damage: ISA-L's, the
 // fastest, must not accept what zlib's refuses.
 TEST(HostileGzip, EveryInflaterReadsTheSameAndRefusesTheSameDamage) {
-    std::string plain(3 << 20, '\0');  // 3 MiB: several ring blocks, compressible but not trivial
+    // Several ring blocks (1 MiB), compressible but not trivial, ending inside a block, so that
+    // a second member starts in the middle of one.
+    std::string plain((5 << 19) + 12345, '\0');
     for (size_t i = 0; i < plain.size(); ++i) plain[i] = char("snapshot"[i % 8] + (i * 2654435761u >> 29));
     const std::string one = gz(plain), two = one + gz("second member");
     auto read = [](const std::string& input, Inflater inflater) {
@@ -144,6 +146,17 @@ TEST(HostileGzip, EveryInflaterReadsTheSameAndRefusesTheSameDamage) {
         EXPECT_NE(refused(one.substr(0, one.size() / 2), inflater).find("cut short"), std::string::npos);
         EXPECT_NE(refused(one.substr(0, one.size() - 3), inflater), "");
         EXPECT_NE(refused(one + "garbage", inflater), "");
+        // Bytes after a member that are too few for a gzip header: refused, and nothing but the
+        // member's own bytes read before the error.
+        const std::string with_trailing = one + "garbage!";
+        GzipStream trailing(with_trailing, "t.gz", UINT64_MAX, inflater);
+        std::string before_error;
+        EXPECT_NE(error_of([&] {
+                      std::string_view chunk;
+                      while (trailing.next(chunk)) before_error += chunk;
+                  }),
+                  "");
+        EXPECT_TRUE(before_error == plain) << before_error.size() << " bytes read, not " << plain.size();
         EXPECT_NE(refused("\x1f\x8b\x09garbage and more garbage", inflater), "");
     }
     if (!built_with(Inflater::isal)) EXPECT_EQ(fastest_inflater(), Inflater::zlib);

@@ -45,14 +45,16 @@ public:
     size_t consumed() const override { return size_t(reinterpret_cast<const char*>(state_.next_in) - in_.data()); }
 
 private:
-    // The state of a fresh member, its input where the last one's ended.
+    // The state of a fresh member, its input where the last one's ended and its output where
+    // the last one's stopped (isal_inflate_init clears both).
     void start_member() {
-        uint8_t* next_in = state_.next_in;
-        const uint32_t avail_in = state_.avail_in;
+        uint8_t* const next_in = state_.next_in;
+        uint8_t* const next_out = state_.next_out;
+        const uint32_t avail_in = state_.avail_in, avail_out = state_.avail_out;
         isal_inflate_init(&state_);
         state_.crc_flag = ISAL_GZIP;  // the header parsed, the trailer's CRC-32 and length checked
-        state_.next_in = next_in;
-        state_.avail_in = avail_in;
+        state_.next_in = next_in, state_.avail_in = avail_in;
+        state_.next_out = next_out, state_.avail_out = avail_out;
     }
     static const char* why(int rc) {
         switch (rc) {

@@ -502,7 +502,8 @@ private:
     // before its first event is the final state minus what the trace added.
     void compute_baselines() {
         // Unsigned, so hostile sizes wrap instead of overflowing; validate_events() faults them.
-        std::unordered_map<uint16_t, uint64_t> alloc_delta, reserved_delta;
+        // By an event's device (8 bits): no hash lookup per event.
+        std::array<uint64_t, 256> alloc_delta{}, reserved_delta{};
         for (const Event& e : t_.events) {
             switch (e.kind) {
             case EventKind::alloc: alloc_delta[e.device] += e.size; break;
@@ -516,8 +517,11 @@ private:
             }
         }
         for (DeviceInfo& d : t_.devices) {
-            d.baseline_allocated = uint64_t(std::max<int64_t>(0, int64_t(allocated_[d.device] - alloc_delta[d.device])));
-            d.baseline_reserved = uint64_t(std::max<int64_t>(0, int64_t(reserved_[d.device] - reserved_delta[d.device])));
+            const bool has_events = d.device < alloc_delta.size();  // a segment's device may be any 16 bits
+            d.baseline_allocated = uint64_t(std::max<int64_t>(
+                0, int64_t(allocated_[d.device] - (has_events ? alloc_delta[d.device] : 0))));
+            d.baseline_reserved = uint64_t(std::max<int64_t>(
+                0, int64_t(reserved_[d.device] - (has_events ? reserved_delta[d.device] : 0))));
         }
     }
 
