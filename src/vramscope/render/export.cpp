@@ -204,7 +204,7 @@ std::string to_perfetto_json(const Trace& t, const Findings& f) {
         default: break;
         }
         if (is_block_event(e.kind) || is_segment_event(e.kind))
-            if (e.time_us - l.last_sample >= 1000) sample(e.device, e.time_us);
+            if (e.time_us >= l.last_sample + 1000) sample(e.device, e.time_us);  // not a - b: b starts at INT64_MIN
         if (next_end < steps.ends.size() && steps.ends[next_end] == i) {
             for (auto& [device, lv] : level) sample(device, e.time_us);
             step_starts.push_back(step_start);
