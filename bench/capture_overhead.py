@@ -17,6 +17,7 @@ per-process medians.
       (one process, every variant one step per cycle: neighbouring steps compared, every step
       counted; the ratio of medians and of 20th percentiles to no capture, with 95% intervals)
   python bench/capture_overhead.py --pool a.json b.json   # several --alternate --out files as one
+      (and, from separate processes, each run's own figure: their median and range)
   python bench/capture_overhead.py --alloc-cost 200000          # ns per allocation, by state
 """
 
@@ -286,6 +287,13 @@ def summarise_alternate(runs: list[dict]) -> dict:
     return out
 
 
+def per_run_ratios(runs: list[dict]) -> dict:
+    """Each --alternate run's own figure, per variant: its median step over its "none" median. With
+    runs from fresh processes, the median of these and their range are the whole set repeated."""
+    return {v: [statistics.median(r[v]["times_ms"]) / statistics.median(r["none"]["times_ms"]) for r in runs]
+            for v in IN_PROCESS}
+
+
 def repeat_interleaved(args) -> int:
     """The interleaved set in `args.repeat` fresh processes: what one process's allocator state,
     placement or clock happens to be cannot decide the figure."""
@@ -408,6 +416,10 @@ def main() -> int:
                 m, p = r["median_ratio_95"], r["p20_ratio_95"]
                 print(f"{name:13s} {v:19s} median step {r['median_ms']:7.2f} ms  x{r['median_ratio']:.3f} [{m[0]:.3f}, {m[1]:.3f}]"
                       f"  20th percentile x{r['p20_ratio']:.3f} [{p[0]:.3f}, {p[1]:.3f}]  ({r['steps']} steps, {r['runs']} runs)")
+            if len(rs) > 1:
+                for v, ratios in per_run_ratios(rs).items():
+                    print(f"{name:13s} {v:19s} each run x" + " x".join(f"{x:.3f}" for x in ratios) +
+                          f"  median of runs x{statistics.median(ratios):.3f}, range x{min(ratios):.3f}-x{max(ratios):.3f}")
         if args.out:
             with open(args.out, "w") as f:
                 json.dump({"runs": runs}, f, indent=1)
