@@ -31,12 +31,15 @@ public:
             if (state_.avail_in == 0 && consumed() < in_.size())
                 state_.avail_in = uint32_t(std::min<size_t>(in_.size() - consumed(), UINT32_MAX));
             if (state_.block_state == ISAL_BLOCK_FINISH) {
+                ++members_ended_;
                 if (consumed() == in_.size()) ended_ = true;
                 else start_member();
                 continue;
             }
             if (state_.avail_in == in_before && state_.avail_out == out_before) {  // all input read, member open
-                error = "gzip data cut short";
+                // Too few bytes after a member for a header: more likely junk than a cut member.
+                error = members_ended_ && state_.total_out == 0 ? "bytes after the gzip member that are not gzip"
+                                                                : "gzip data cut short";
                 break;
             }
         }
@@ -67,6 +70,7 @@ private:
 
     std::string_view in_;
     inflate_state state_{};
+    size_t members_ended_ = 0;
 };
 
 }  // namespace
