@@ -2,10 +2,12 @@
 // our own step markers, else torch's optimizer annotations, else optimizer frames in the stacks,
 // else the period of the allocations. StepFinder sees the events once, as they stream by.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -20,6 +22,11 @@ struct Steps {
     std::vector<size_t> ends;
     StepsSource source = StepsSource::none;
     std::string detail;  // e.g. the annotation name, or the anchor site of the period
+    // What one step is, as a report says "per <unit>": the markers' own unit (the one most of them
+    // carry, e.g. "optimizer step", "eval batch", "generate() call"; "step" for markers without
+    // one), "optimizer step" for the optimizer's annotations or frames, "repeat of <site>" for a
+    // period. Empty when there are no steps.
+    std::string unit;
     // Inferred period, before its ends are known: a step ends just before each allocation with
     // this key (period_key) after the first. Only what a second look at the events can place.
     std::optional<uint64_t> period_anchor;
@@ -27,6 +34,11 @@ struct Steps {
 
 // What the period counts: an allocation's stack, or its size when it has none.
 inline uint64_t period_key(const Event& e) { return e.stack ? uint64_t(e.stack) : (uint64_t(1) << 63) | e.size; }
+
+// The unit of steps that torch.optim ends, whether from markers, annotations or frames.
+inline constexpr std::string_view kOptimizerStepUnit = "optimizer step";
+// The unit of markers written without one (traces recorded before markers named their unit).
+inline constexpr std::string_view kUnnamedStepUnit = "step";
 
 // What an annotation's name says: torch wraps optimizer.step() and zero_grad() in
 // record_function("Optimizer.step#<Class>.step") and ("Optimizer.zero_grad#<Class>.zero_grad").
@@ -60,14 +72,32 @@ private:
         uint8_t device;
         size_t next_alloc;  // index of the first allocation after it (SIZE_MAX: none)
     };
+    // How one period key recurs: enough to tell an outer unit (a turn) from the repeats inside it.
+    struct Recurrence {
+        uint32_t count = 0;
+        size_t first = 0, last = 0;             // event indices
+        size_t min_gap = SIZE_MAX, max_gap = 0;  // between consecutive occurrences, in events
+        void see(size_t i) {
+            if (count++ == 0) {
+                first = i;
+            } else {
+                min_gap = std::min(min_gap, i - last);
+                max_gap = std::max(max_gap, i - last);
+            }
+            last = i;
+        }
+    };
     void see_any(const Event& e);
     bool optimizer_stack(uint32_t stack);
     bool from_optimizer_annotations(Steps& out) const;
     bool from_period(Steps& out) const;
+    std::string marker_unit() const;
+    std::string period_unit(uint64_t key) const;
 
     const StackTable& stacks_;
     size_t index_ = 0;
     std::vector<size_t> markers_;
+    std::vector<std::pair<uint32_t, size_t>> marker_names_;  // (name, markers) in order of first use: a few
     AnnotationKinds annotations_;
     std::vector<OptimizerEnd> optimizer_ends_;
     size_t waiting_for_alloc_ = 0;       // optimizer_ends_ from here on have no next_alloc yet
@@ -75,7 +105,7 @@ private:
     std::vector<int8_t> in_optimizer_;  // by stack id: -1 unknown, 0 no, 1 under torch/optim/
     bool in_optimizer_run_ = false;
     std::vector<size_t> optimizer_frame_ends_;
-    std::unordered_map<uint64_t, std::pair<uint32_t, size_t>> period_;  // key -> (count, first index)
+    std::unordered_map<uint64_t, Recurrence> period_;
 };
 
 // The steps of a trace in memory, ends placed for every source.
