@@ -10,6 +10,7 @@
 
 #include "analysis/fit.h"
 #include "analysis/judge.h"
+#include "analysis/ledger.h"
 #include "analysis/replay.h"
 #include "analysis/sites.h"
 #include "analysis/step_cuts.h"
@@ -122,38 +123,37 @@ Findings cannot_judge(const Trace& t, uint64_t entries, bool allocated_any) {
     return f;
 }
 
-Findings conclude(Replay& r, const Steps& steps, const AnalysisOptions& opt,
-                  std::chrono::steady_clock::time_point started) {
+// The steps conclude judges: the first after warm-up, and whether enough follow.
+struct Span {
+    size_t S = 0;            // full steps
+    size_t s0 = 0;           // first judged step
+    size_t w = 1;            // survival window
+    bool judgeable = false;  // kMinSteps step ends after warm-up, and the window elapsed inside the trace
+    size_t last_judged = 0;  // last step whose survivors can be judged
+    size_t judged() const { return judgeable ? last_judged - s0 + 1 : 0; }
+};
+
+// The bytes a site held at the end of step k (its run-length series written down to the end).
+double held_at(const SiteSeries& s, size_t k) {
+    const auto after = std::upper_bound(s.held.begin(), s.held.end(), k,
+                                        [](size_t step, const std::pair<uint32_t, double>& e) { return step < e.first; });
+    return after == s.held.begin() ? 0 : std::prev(after)->second;
+}
+
+// Whether a site held more at some judged step end than at the one before.
+bool rises_after(const SiteSeries& s, size_t s0, size_t S) {
+    double before = held_at(s, s0);
+    for (const auto& [k, bytes] : s.held) {
+        if (k <= s0 || k >= S) continue;
+        if (bytes > before) return true;
+        before = bytes;
+    }
+    return false;
+}
+
+void note_steps(Findings& f, const Replay& r, const Steps& steps, const Span& span) {
     const Trace& t = r.context;
-    r.finish();
-    Findings f;
-    f.source = t.source;
-    f.format = t.format;
-    f.warnings = t.warnings;
-    f.window = std::max<uint32_t>(1, opt.window);
-    for (const auto& kv : t.meta) f.meta.push_back(kv);
-    f.steps_source = steps.source;
-    f.steps_detail = steps.detail;
-    f.steps_before_trace = r.steps_before_trace;
-    const bool has_memory_events = r.has_memory_events;
-    f.event_count = r.entries;
-    const size_t S = r.full_steps();
-    f.step_count = S;
-    size_t s0 = opt.first_step > 0           ? std::min<size_t>(opt.first_step, S)
-                : opt.warmup_steps >= 0     ? std::min<size_t>(size_t(opt.warmup_steps), S)
-                                            : warmup_steps(S);
-    // The first step of a trace that starts mid-run is cut short: never judged.
-    const bool starts_mid_run =
-        f.steps_before_trace > 0 ||
-        std::any_of(t.devices.begin(), t.devices.end(), [](const DeviceInfo& d) { return d.baseline_allocated > 0; });
-    if (starts_mid_run && S > 0) s0 = std::max<size_t>(s0, 1);
-    f.warmup_steps = s0;
-    const size_t w = f.window;
-    // Steps whose survivors can be judged: kMinSteps step ends after warm-up, and the window
-    // must have elapsed inside the trace.
-    const bool judgeable = has_memory_events && S >= s0 + std::max<size_t>(kMinSteps, w + 3);
-    const size_t last_judged = judgeable ? S - 1 - w : 0;
-    if (!has_memory_events) {
+    if (!r.has_memory_events) {
         if (!t.final_blocks.empty())
             f.notes.push_back("This snapshot has no trace history, only the memory state at the moment it was taken, so "
                               "growth over steps cannot be measured. Record one with "
@@ -162,66 +162,86 @@ Findings conclude(Replay& r, const Steps& steps, const AnalysisOptions& opt,
                               "with `vramscope run`.");
         else
             f.notes.push_back("The input holds no memory events.");
-    } else if (!judgeable) {
-        f.notes.push_back("Only " + std::to_string(S) + " full steps found (from " + std::string(describe(steps.source)) +
-                          "); at least " + std::to_string(s0 + std::max<size_t>(kMinSteps, w + 3)) +
+    } else if (!span.judgeable) {
+        f.notes.push_back("Only " + std::to_string(span.S) + " full steps found (from " + std::string(describe(steps.source)) +
+                          "); at least " + std::to_string(span.s0 + std::max<size_t>(kMinSteps, span.w + 3)) +
                           " are needed to tell a leak from warm-up or a cache. Record more steps.");
     }
     if (f.steps_before_trace > 0)
-        f.notes.push_back("The trace covers the last " + std::to_string(S) + " full steps of a run of at least " +
-                          std::to_string(S + f.steps_before_trace) + " (" + std::to_string(f.steps_before_trace) +
+        f.notes.push_back("The trace covers the last " + std::to_string(span.S) + " full steps of a run of at least " +
+                          std::to_string(span.S + f.steps_before_trace) + " (" + std::to_string(f.steps_before_trace) +
                           " steps ended before its first memory event: torch's ring buffer of max_entries wrapped, "
                           "or recording began late); rates and steps are judged over the steps it covers, counted "
                           "from its start.");
+}
 
-    // The blocks never freed: survivors too when their window has passed inside the trace.
-    const std::vector<LiveAlloc> live = r.live_allocs();
-    if (judgeable)
-        for (const LiveAlloc& a : live) {
-            if (a.step <= last_judged) r.sites[a.site].add_survivor(a, uint32_t(w), uint32_t(S));
-        }
-    // Sites that ever left survivors get per-step series, in the order their first survivor was
-    // allocated.
+// What judging the sites gives the device-level explanations and the projection.
+struct SiteTotals {
+    std::map<uint16_t, double> leak_rate;                               // recent rates of the leaks, by device
+    std::map<uint16_t, std::map<uint64_t, uint64_t>> leaked_by_stream;  // live bytes of leak sites
+    std::vector<LedgerBuilder> ledgers;                                 // by index in r.devices
+};
+
+// Every site: judged on its survivors and on what it holds (analysis/judge.h); a leak becomes a
+// finding, a bounded cache or warm-up an explanation, and its growth goes to one ledger part.
+SiteTotals judge_sites(Replay& r, Findings& f, const Span& span, const std::vector<LiveAlloc>& live) {
+    const Trace& t = r.context;
+    const size_t S = span.S, s0 = span.s0, w = span.w, judged = span.judged();
+    SiteTotals totals;
+    if (!span.judgeable) return totals;
+    for (const LiveAlloc& a : live)
+        if (a.step <= span.last_judged) r.sites[a.site].add_survivor(a, uint32_t(w), uint32_t(S));
+    for (SiteSeries& s : r.sites) s.record_held(uint32_t(S));
+    std::vector<size_t> ledger_of(256, 0);
+    for (size_t i = 0; i < r.devices.size(); ++i) {
+        const DeviceSummary& d = r.devices[i];
+        ledger_of[d.device] = i;
+        totals.ledgers.emplace_back(d.device, 0, S - 1, d.timeline[0].allocated, d.timeline[S - 1].allocated);
+    }
+    // Sites judged: those that left survivors, in the order their first survivor was allocated,
+    // then those whose holdings rose without any.
+    std::vector<SiteSeries*> judged_sites;
+    for (SiteSeries& s : r.sites)
+        if (s.surviving_allocations) judged_sites.push_back(&s);
+    std::sort(judged_sites.begin(), judged_sites.end(),
+              [](const SiteSeries* a, const SiteSeries* b) { return a->first_survivor < b->first_survivor; });
+    for (SiteSeries& s : r.sites)
+        if (!s.surviving_allocations && rises_after(s, s0, S)) judged_sites.push_back(&s);
+        else if (!s.surviving_allocations)  // no rise once warm-up was over
+            totals.ledgers[ledger_of[s.device]].add(LedgerPart::warm_up, int64_t(held_at(s, S - 1) - held_at(s, 0)),
+                                                    source_line(t.stacks, s.site_frame));
     std::vector<JudgedSite> series;
     std::vector<size_t> series_of(r.sites.size(), SIZE_MAX);
-    if (judgeable) {
-        std::vector<SiteSeries*> with_survivors;
-        for (SiteSeries& s : r.sites)
-            if (s.surviving_allocations) with_survivors.push_back(&s);
-        std::sort(with_survivors.begin(), with_survivors.end(),
-                  [](const SiteSeries* a, const SiteSeries* b) { return a->first_survivor < b->first_survivor; });
-        for (SiteSeries* s : with_survivors) {
-            series_of[size_t(s - r.sites.data())] = series.size();
-            series.push_back(JudgedSite{s, {}, {}});
-        }
+    for (SiteSeries* s : judged_sites) {
+        series_of[size_t(s - r.sites.data())] = series.size();
+        series.push_back(JudgedSite{s, {}, {}});
     }
+    // Blocks never freed: where they were allocated, and the ones explain maps to tensors: those
+    // the judge counted (a window old: the last steps' are still in loop locals), else the newest.
+    std::vector<std::vector<std::pair<uint64_t, uint64_t>>> young(series.size());
     for (const LiveAlloc& a : live) {
         if (a.step >= S || series_of[a.site] == SIZE_MAX) continue;
         JudgedSite& js = series[series_of[a.site]];
         js.stream_bytes[t.streams[a.stream]] += a.size;
-        // Blocks the judge counted (a window old): the last steps' are still in loop locals.
         if (js.live_blocks.size() < 4096 && a.step + w < S) js.live_blocks.emplace_back(a.addr, a.size);
+        else if (a.step + w >= S) young[series_of[a.site]].emplace_back(a.addr, a.size);
     }
 
-    // Device-level growth, for shares and for the not-leak explanations.
-    std::map<uint16_t, LineFit> device_alloc_fit;
+    std::map<uint16_t, LineFit> device_alloc_fit;  // for each leak's share of the growth
     for (DeviceSummary& d : r.devices) {
         std::vector<double> alloc;
         for (size_t k = 0; k < S; ++k) alloc.push_back(double(d.timeline[k].allocated));
-        if (judgeable) device_alloc_fit[d.device] = fit_line(alloc, s0, S - 1);
+        device_alloc_fit[d.device] = fit_line(alloc, s0, S - 1);
     }
 
-    std::map<uint16_t, double> leak_rate;
-    std::map<uint16_t, std::map<uint64_t, uint64_t>> leaked_by_stream;
     uint64_t warmup_bytes = 0;
     std::vector<std::pair<uint64_t, SourceLine>> warmup_sites;
-    const size_t judged = judgeable ? last_judged - s0 + 1 : 0;
-    for (JudgedSite& js : series) {
+    for (size_t i = 0; i < series.size(); ++i) {
+        JudgedSite& js = series[i];
         SiteSeries& s = *js.s;
         // Made dense one site at a time: sites × steps never exist at once.
-        s.record_held(uint32_t(S));
         const std::vector<double> held = dense_held(s, S);  // bytes from this site live at each full step's end
-        // Of those, allocated `window` or more steps before: what the judge reads.
+        // Of those, allocated `window` or more steps before.
         const std::vector<double> aged = dense_aged(s.aged_deltas, S);
         std::vector<double> survived(S, 0);  // bytes allocated in step k still live at the end of k+window
         for (const auto& [k, bytes] : s.survived) survived[k] += double(bytes);
@@ -232,7 +252,7 @@ Findings conclude(Replay& r, const Steps& steps, const AnalysisOptions& opt,
         uint64_t best_bytes = 0;
         for (const auto& [stack, bytes] : s.bytes_by_stack)
             if (bytes > best_bytes) best_bytes = bytes, best_stack = stack;
-        sf.stack = stack_lines(t.stacks, best_stack);
+        sf.stack = stack_lines(t.stacks, best_stack ? best_stack : s.last_stack);
         sf.stack_shown_from = machinery_frames(sf.stack);
         uint64_t stream_best = 0;
         for (const auto& [stream, bytes] : js.stream_bytes)
@@ -240,35 +260,52 @@ Findings conclude(Replay& r, const Steps& steps, const AnalysisOptions& opt,
         sf.surviving_allocations = s.surviving_allocations;
         sf.live_bytes = uint64_t(held[S - 1]);
         sf.peak_bytes = uint64_t(*std::max_element(held.begin(), held.end()));
-        sf.live_blocks = std::move(js.live_blocks);
+        sf.live_blocks = js.live_blocks.empty() ? std::move(young[i]) : std::move(js.live_blocks);
         sf.held.assign(held.begin(), held.end());
         size_t recurring = 0;
         bool first_set = false;
-        for (size_t k = 0; k <= last_judged; ++k) {
+        for (size_t k = 0; k <= span.last_judged; ++k) {
             if (survived[k] <= 0) continue;
             if (!first_set) sf.first_step = k, first_set = true;
             if (k >= s0) ++recurring;
         }
-        sf.recurrence = judged ? double(recurring) / double(judged) : 0;
-        const Judgement j = judge(std::span<const double>(aged).subspan(s0));
+        const SiteJudgement site = judge_site(std::span<const double>(aged).subspan(s0), std::span<const double>(held).subspan(s0));
+        const Judgement& j = site.leak();
+        sf.evidence = site.evidence();
+        if (sf.evidence == LeakEvidence::replaced_bigger) {
+            // Nothing survives: what recurs is the rise, from its first step on.
+            recurring = j.rises;
+            sf.first_step = s0;
+            for (size_t k = 1; k < S; ++k)
+                if (held[k] > held[k - 1]) {
+                    sf.first_step = k;
+                    break;
+                }
+        }
+        sf.recurrence = judged ? std::min(1.0, double(recurring) / double(judged)) : 0;
         sf.shape = j.shape;
         sf.bytes_per_step = j.bytes_per_step;
         sf.recent_bytes_per_step = j.recent_bytes_per_step;
         sf.fit_r2 = j.r2;
+        bool confirmed = false;
+        const SourceLine site_line = sf.site;
+        const int64_t delta = int64_t(held[S - 1] - held[0]);
         // Confidence grows with how many steps showed the leak, not with how often: a leak that
         // strikes every 10th step, as a steady staircase, is as sure as a ramp.
-        if (is_leak(j.shape) && recurring >= 2) {
+        if (site.leaks() && recurring >= 2) {
             sf.confidence = std::clamp(j.r2, 0.0, 1.0) * std::min(1.0, double(recurring) / 5.0) *
                             std::min(1.0, double(judged) / 8.0);
+            confirmed = sf.confidence >= 0.5;
             const LineFit& dfit = device_alloc_fit[s.device];
             sf.share_of_growth = dfit.slope > 0 ? std::min(1.0, j.bytes_per_step / dfit.slope) : 0;
-            leak_rate[s.device] += j.recent_bytes_per_step;
-            for (const auto& [stream, bytes] : js.stream_bytes) leaked_by_stream[s.device][stream] += bytes;
+            totals.leak_rate[s.device] += j.recent_bytes_per_step;
+            for (const auto& [stream, bytes] : js.stream_bytes) totals.leaked_by_stream[s.device][stream] += bytes;
             f.leaks.push_back(std::move(sf));
-        } else if (recurring == 0 || j.shape == Shape::warm_up) {
+        } else if (s.surviving_allocations && (recurring == 0 || site.aged.shape == Shape::warm_up) &&
+                   ledger_part(site, S - s0, false) == LedgerPart::warm_up) {
             warmup_bytes += sf.live_bytes;
             warmup_sites.emplace_back(sf.live_bytes, sf.site);
-        } else if (j.shape == Shape::bounded && sf.peak_bytes > 0) {
+        } else if (site.aged.shape == Shape::bounded && sf.peak_bytes > 0) {
             NotLeak n;
             n.kind = NotLeakKind::bounded_cache;
             n.bytes = sf.peak_bytes;
@@ -276,11 +313,12 @@ Findings conclude(Replay& r, const Steps& steps, const AnalysisOptions& opt,
             n.device = sf.device;
             n.why = "allocations here outlive their step in " + std::to_string(recurring) + " of " +
                     std::to_string(judged) + " steps; what it holds rose to a high at step " +
-                    std::to_string(s0 + j.last_high) + ", then made no new high in the last " +
-                    std::to_string(S - 1 - s0 - j.last_high) + " steps (at most " + mib(double(sf.peak_bytes)) +
+                    std::to_string(s0 + site.aged.last_high) + ", then made no new high in the last " +
+                    std::to_string(S - 1 - s0 - site.aged.last_high) + " steps (at most " + mib(double(sf.peak_bytes)) +
                     ", now " + mib(double(sf.live_bytes)) + "): a cache with a bound, not a leak";
             f.not_leaks.push_back(std::move(n));
         }
+        totals.ledgers[ledger_of[s.device]].add(ledger_part(site, S - s0, confirmed), delta, site_line);
     }
     std::sort(f.leaks.begin(), f.leaks.end(),
               [](const SiteFinding& a, const SiteFinding& b) { return a.bytes_per_step > b.bytes_per_step; });
@@ -300,22 +338,28 @@ Findings conclude(Replay& r, const Steps& steps, const AnalysisOptions& opt,
         }
         f.not_leaks.push_back(std::move(n));
     }
+    return totals;
+}
 
+// Per device: its streams, the projected OOM step, and growth that is not a leak (fragmentation,
+// activation peaks, free memory kept in torch's cache).
+void explain_devices(Replay& r, Findings& f, const Span& span, const std::vector<LiveAlloc>& live, SiteTotals& totals,
+                     const AnalysisOptions& opt) {
+    const Trace& t = r.context;
+    const size_t S = span.S, s0 = span.s0;
     for (DeviceSummary& d : r.devices) {
         if (opt.device_memory) {
             d.total_memory = opt.device_memory;
             d.capacity_source = "--device-memory";
         }
-        const uint64_t capacity = d.total_memory;
         std::map<uint64_t, uint64_t> live_by_stream;
         for (const LiveAlloc& a : live)
             if (a.device == d.device) live_by_stream[t.streams[a.stream]] += a.size;
         for (const auto& [stream, bytes] : live_by_stream)
-            d.streams.push_back(StreamUsage{stream, bytes, leaked_by_stream[d.device][stream]});
-        if (!judgeable) continue;
-        const double rate = leak_rate[d.device];
+            d.streams.push_back(StreamUsage{stream, bytes, totals.leaked_by_stream[d.device][stream]});
+        if (!span.judgeable) continue;
         const StepPoint& last = d.timeline[S - 1];
-        d.projected_oom_step = projected_oom_step(S - 1, capacity, last.peak_allocated, rate);
+        d.projected_oom_step = projected_oom_step(S - 1, d.total_memory, last.peak_allocated, totals.leak_rate[d.device]);
         if (d.projected_oom_step && (!f.projected_oom_step || *d.projected_oom_step < *f.projected_oom_step))
             f.projected_oom_step = d.projected_oom_step;
         const StepPoint& first = d.timeline[s0];
@@ -343,7 +387,7 @@ Findings conclude(Replay& r, const Steps& steps, const AnalysisOptions& opt,
             n.bytes = uint64_t(max_peak - min_peak);
             n.device = d.device;
             n.why = "the peak inside a step ranges from " + mib(min_peak) + " to " + mib(max_peak) +
-                    " while memory at step end stays level: input sizes vary from step to step";
+                    " while memory at step end moves " + mib(alloc_growth) + ": input sizes vary from step to step";
             f.not_leaks.push_back(std::move(n));
         }
         if (last.reserved > last.allocated && last.reserved - last.allocated >= std::max<uint64_t>(last.reserved / 10, 1 << 20)) {
@@ -356,46 +400,112 @@ Findings conclude(Replay& r, const Steps& steps, const AnalysisOptions& opt,
             f.not_leaks.push_back(std::move(n));
         }
     }
-    if (!has_memory_events && !t.final_blocks.empty()) {
+}
+
+// Memory the trace never saw allocated: a snapshot's state alone, or blocks from before its start.
+void explain_before_trace(Replay& r, Findings& f, const std::vector<LiveAlloc>& live, bool starts_mid_run) {
+    const Trace& t = r.context;
+    if (!r.has_memory_events && !t.final_blocks.empty()) {
         const Holders h = largest_holders(t.final_blocks, r.resolver, t.stacks);
         f.notes.push_back("The snapshot shows " + mib(double(h.bytes)) + " allocated in " +
                           std::to_string(t.final_blocks.size()) + " blocks and " + mib(double(t.final_reserved)) +
                           " reserved. Largest holders:" + h.text);
     }
-    if (has_memory_events && starts_mid_run) {
-        // Blocks the snapshot still lists but the trace never saw allocated: they predate it.
-        std::unordered_set<uint64_t> seen_live;
-        for (const LiveAlloc& a : live) seen_live.insert(block_key(a.device, a.addr));
-        std::vector<LiveBlock> before;
-        for (const LiveBlock& b : t.final_blocks)
-            if (!seen_live.count(block_key(b.device, b.addr))) before.push_back(b);
-        uint64_t baseline = 0;
-        for (const DeviceInfo& d : t.devices) baseline += d.baseline_allocated;
-        if (!before.empty() || baseline > 0) {
-            NotLeak n;
-            n.kind = NotLeakKind::before_trace;
-            if (before.empty()) {
-                n.bytes = baseline;
-                n.why = mib(double(baseline)) + " was allocated before the trace's first event; the trace cannot say where";
-            } else {
-                const Holders h = largest_holders(before, r.resolver, t.stacks);
-                n.bytes = h.bytes;
-                n.site = source_line(t.stacks, h.top_site);
-                n.why = mib(double(h.bytes)) + " in " + std::to_string(before.size()) +
-                        " blocks allocated before the trace's first event and still live at its end (from the "
-                        "snapshot's segments, with the stacks torch kept); too old to judge. Largest holders:" + h.text;
-            }
-            f.not_leaks.push_back(std::move(n));
-        }
+    if (!r.has_memory_events || !starts_mid_run) return;
+    // Blocks the snapshot still lists but the trace never saw allocated: they predate it.
+    std::unordered_set<uint64_t> seen_live;
+    for (const LiveAlloc& a : live) seen_live.insert(block_key(a.device, a.addr));
+    std::vector<LiveBlock> before;
+    for (const LiveBlock& b : t.final_blocks)
+        if (!seen_live.count(block_key(b.device, b.addr))) before.push_back(b);
+    uint64_t baseline = 0;
+    for (const DeviceInfo& d : t.devices) baseline += d.baseline_allocated;
+    if (before.empty() && baseline == 0) return;
+    NotLeak n;
+    n.kind = NotLeakKind::before_trace;
+    if (before.empty()) {
+        n.bytes = baseline;
+        n.why = mib(double(baseline)) + " was allocated before the trace's first event; the trace cannot say where";
+    } else {
+        const Holders h = largest_holders(before, r.resolver, t.stacks);
+        n.bytes = h.bytes;
+        n.site = source_line(t.stacks, h.top_site);
+        n.why = mib(double(h.bytes)) + " in " + std::to_string(before.size()) +
+                " blocks allocated before the trace's first event and still live at its end (from the "
+                "snapshot's segments, with the stacks torch kept); too old to judge. Largest holders:" + h.text;
     }
+    f.not_leaks.push_back(std::move(n));
+}
 
+// The verdict: a leak where confirmed sites leak; "no leak" only when every device's ledger
+// balances within its allowance; else "cannot judge", with the growth nobody explained named.
+void give_verdict(Findings& f, const Span& span, const std::string& unit) {
     double total_rate = 0;
     for (const SiteFinding& l : f.leaks)
         if (l.confidence >= 0.5) total_rate += l.bytes_per_step;
     f.leak_bytes_per_step = total_rate;
-    f.verdict = total_rate > 0 ? Verdict::leak : judgeable ? Verdict::no_leak : Verdict::cannot_judge;
+    bool balanced = true;
+    for (const DeviceLedger& l : f.ledger) {
+        if (balances(l)) continue;
+        balanced = false;
+        std::string why = mib(double(l.part(LedgerPart::unexplained))) + " of the " + mib(double(l.growth)) +
+                          " growth of allocated memory on cuda:" + std::to_string(l.device) + " from step " +
+                          std::to_string(l.from_step) + " to " + std::to_string(l.to_step) +
+                          " is explained by no leak, cache, warm-up or variation (more than the " +
+                          mib(double(l.unexplained_allowed)) + " a verdict may leave open). Held by:";
+        for (size_t k = 0; k < l.unexplained_sites.size(); ++k) {
+            const SourceLine& at = l.unexplained_sites[k].site;
+            why += (k ? ", " : " ") + mib(double(l.unexplained_sites[k].bytes)) + " at " +
+                   (at.line ? base_name(at.file) + ":" + std::to_string(at.line) + " " + at.function : at.file);
+        }
+        why += total_rate > 0 ? "." : ". Record more " + unit + "s to tell whether it keeps growing.";
+        f.notes.insert(f.notes.begin(), std::move(why));
+    }
+    f.verdict = total_rate > 0                      ? Verdict::leak
+                : span.judgeable && balanced        ? Verdict::no_leak
+                                                    : Verdict::cannot_judge;
+}
+
+Findings conclude(Replay& r, const Steps& steps, const AnalysisOptions& opt,
+                  std::chrono::steady_clock::time_point started) {
+    const Trace& t = r.context;
+    r.finish();
+    Findings f;
+    f.source = t.source;
+    f.format = t.format;
+    f.warnings = t.warnings;
+    f.window = std::max<uint32_t>(1, opt.window);
+    for (const auto& kv : t.meta) f.meta.push_back(kv);
+    f.steps_source = steps.source;
+    f.steps_detail = steps.detail;
+    f.step_unit = steps.unit;
+    f.steps_before_trace = r.steps_before_trace;
+    f.event_count = r.entries;
+    Span span;
+    span.S = r.full_steps();
+    f.step_count = span.S;
+    span.s0 = opt.first_step > 0         ? std::min<size_t>(opt.first_step, span.S)
+              : opt.warmup_steps >= 0   ? std::min<size_t>(size_t(opt.warmup_steps), span.S)
+                                        : warmup_steps(span.S);
+    // The first step of a trace that starts mid-run is cut short: never judged.
+    const bool starts_mid_run =
+        f.steps_before_trace > 0 ||
+        std::any_of(t.devices.begin(), t.devices.end(), [](const DeviceInfo& d) { return d.baseline_allocated > 0; });
+    if (starts_mid_run && span.S > 0) span.s0 = std::max<size_t>(span.s0, 1);
+    f.warmup_steps = span.s0;
+    span.w = f.window;
+    span.judgeable = r.has_memory_events && span.S >= span.s0 + std::max<size_t>(kMinSteps, span.w + 3);
+    span.last_judged = span.judgeable ? span.S - 1 - span.w : 0;
+    note_steps(f, r, steps, span);
+
+    const std::vector<LiveAlloc> live = r.live_allocs();
+    SiteTotals totals = judge_sites(r, f, span, live);
+    explain_devices(r, f, span, live, totals, opt);
+    explain_before_trace(r, f, live, starts_mid_run);
+    for (LedgerBuilder& l : totals.ledgers) f.ledger.push_back(l.finish());
+    give_verdict(f, span, steps.unit.empty() ? "step" : steps.unit);
     // Nothing to judge is no "no leak" either: the notes above say what is missing.
-    if (!has_memory_events) f.input_faults.push_back(t.source + ": no memory events: nothing to judge");
+    if (!r.has_memory_events) f.input_faults.push_back(t.source + ": no memory events: nothing to judge");
     f.devices = std::move(r.devices);
     f.allocated_any = r.has_block_events;
     f.first_step_shown = opt.first_step;

@@ -13,7 +13,8 @@ Judgement judge(std::span<const double> held) {
     if (n == 0) return j;
     double high = held[0];
     for (size_t i = 1; i < n; ++i) {
-        if (held[i] > held[i - 1]) ++j.rises, j.last_rise = i;
+        if (held[i] > held[i - 1]) ++j.rises, j.last_rise = i, j.gained += held[i] - held[i - 1];
+        else j.given_back += held[i - 1] - held[i];
         if (held[i] > high) high = held[i], j.last_high = i;
     }
     for (size_t i = n - 1; i > 0 && held[i] > held[i - 1]; --i) j.first_rise = i - 1;
@@ -30,21 +31,27 @@ Judgement judge(std::span<const double> held) {
         j.shape = held.back() > held.front() ? Shape::too_short : Shape::level;
         return j;
     }
-    const size_t tail = std::min(flat_tail(n), n - 1);
-    const double before = *std::max_element(held.begin(), held.end() - tail);
-    const double at_end = *std::max_element(held.end() - tail, held.end());
-    const bool new_high_at_end = at_end > before;
+    const bool new_high = new_high_at_end(j, n);
     const double span = double(n - 1);
     const bool grows = all.slope >= kMinLeakRate && all.r2 >= 0.5 && held.back() - held.front() >= 0.25 * all.slope * span;
-    if (j.rises >= 2 && new_high_at_end && grows) {
+    if (j.rises >= 2 && new_high && grows) {
         const LineFit early = fit_line(held, 0, n / 2), late = fit_line(held, n / 2, n - 1);
         j.shape = late.slope < (2.0 / 3.0) * early.slope ? Shape::slowing : Shape::rising;
-    } else if (j.rises >= 2 && !new_high_at_end) {
+    } else if (j.rises >= 2 && !new_high) {
         j.shape = Shape::bounded;
     } else {
         j.shape = Shape::level;
     }
     return j;
+}
+
+bool new_high_at_end(const Judgement& j, size_t n) {
+    if (n < 2) return false;
+    return j.rises > 0 && j.last_high >= n - std::min(flat_tail(n), n - 1);
+}
+
+SiteJudgement judge_site(std::span<const double> aged, std::span<const double> held) {
+    return SiteJudgement{judge(aged), judge(held)};
 }
 
 std::optional<uint64_t> projected_oom_step(uint64_t step, uint64_t capacity, uint64_t peak, double rate) {

@@ -10,6 +10,11 @@
 //   quarter of slope × span, and reached a new high in its last flat_tail(n) step ends;
 // - `bounded`: it rose in at least 2 steps, but held no new high in its last flat_tail(n) step
 //   ends: flat at the end, or falling. Growth that merely slows is not a bound.
+// A site is judged on two series (judge_site): the bytes of its blocks a window old or more at
+// each step end (what steps leave behind), and all the bytes it holds then (a buffer freed and
+// replaced by a bigger one every step leaves nothing behind, yet grows). It leaks when either
+// series does, all it holds only if it gives back at most a quarter of what it gains (varies());
+// the survivors are the evidence when both do.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -24,6 +29,7 @@ inline constexpr size_t kMinSteps = 8;        // step ends after warm-up needed 
 inline constexpr size_t kWarmupSteps = 3;     // steps never judged at the start (optimizer state, caches)
 inline constexpr double kMinLeakRate = 512;   // bytes/step below which nothing is called a leak
 inline constexpr size_t kRecentSteps = 64;    // the recent rate's span; also what the live monitor keeps
+inline constexpr double kGivesBack = 0.25;    // falls over rises past which holdings vary, not grow
 // Warm-up for a run of `steps` steps: kWarmupSteps, fewer only for runs too short to judge anyway.
 inline size_t warmup_steps(size_t steps) { return steps / 4 < kWarmupSteps ? steps / 4 : kWarmupSteps; }
 // Step ends at the end of a series that must show no new high for it to count as bounded.
@@ -38,9 +44,33 @@ struct Judgement {
     size_t last_rise = 0;              // index of the last of them
     size_t last_high = 0;              // index of the last step end that held more than all before it
     size_t first_rise = 0;             // index of the first step end of the final unbroken climb
+    double gained = 0;                 // the rises added up
+    double given_back = 0;             // the falls added up
+    // It gives back more than kGivesBack of what it gains: what it holds at step ends goes up
+    // and down (a batch in hand of varying size), however it trends.
+    bool varies() const { return given_back > kGivesBack * gained; }
 };
 
 Judgement judge(std::span<const double> held);
+
+// True when a judged series of n step ends made a new high in its last flat_tail(n) of them.
+bool new_high_at_end(const Judgement& j, size_t n);
+
+struct SiteJudgement {
+    Judgement aged;  // its blocks a window old or more (level when none ever survived)
+    Judgement held;  // all it holds
+    // All it holds leaks only when it does not vary: a batch in hand that grows with its input
+    // gives back at step ends, a buffer replaced by a bigger one never does.
+    bool held_leaks() const { return is_leak(held.shape) && !held.varies(); }
+    bool leaks() const { return is_leak(aged.shape) || held_leaks(); }
+    LeakEvidence evidence() const {
+        return is_leak(aged.shape) || !held_leaks() ? LeakEvidence::survivors : LeakEvidence::replaced_bigger;
+    }
+    // The series that shows the leak: its rate, shape and fit are the site's.
+    const Judgement& leak() const { return evidence() == LeakEvidence::survivors ? aged : held; }
+};
+
+SiteJudgement judge_site(std::span<const double> aged, std::span<const double> held);
 
 // The step at which `capacity` is reached from `peak` bytes at `step` when `rate` bytes/step
 // accumulate; none without a rate or a capacity.

@@ -50,22 +50,30 @@ std::optional<uint64_t> LiveMonitor::projected_oom_step() const {
     return first;
 }
 
-Judgement LiveMonitor::judge_recent(const Series& s) const {
+SiteJudgement LiveMonitor::judge_recent(const Series& s) const {
     const size_t n = std::min(s.count, kRecentSteps);
-    std::array<double, kRecentSteps> v;
-    for (size_t i = 0; i < n; ++i) v[i] = s.held[(s.count - n + i) % kRecentSteps];
-    return judge(std::span<const double>(v.data(), n));
+    std::array<double, kRecentSteps> aged, held;
+    for (size_t i = 0; i < n; ++i) {
+        aged[i] = s.aged[(s.count - n + i) % kRecentSteps];
+        held[i] = s.held[(s.count - n + i) % kRecentSteps];
+    }
+    return judge_site(std::span<const double>(aged.data(), n), std::span<const double>(held.data(), n));
 }
 
 std::vector<std::pair<uint64_t, uint64_t>> LiveMonitor::newest_blocks(uint8_t device, uint32_t site) const {
     std::vector<std::pair<uint64_t, size_t>> mine;  // (serial, slot)
     std::vector<bool> free(blocks_.size());
     for (uint32_t slot : free_slots_) free[slot] = true;
-    // Blocks that outlived a step end, as the judge counts them: the step in hand still holds its
-    // newest blocks in loop locals, which would hide the container that keeps the old ones.
-    for (size_t slot = 0; slot < blocks_.size(); ++slot)
-        if (!free[slot] && blocks_[slot].site == site && blocks_[slot].device == device && blocks_[slot].step + 1 < step_)
-            mine.emplace_back(blocks_[slot].serial, slot);
+    // Blocks that outlived a step end, as the judge counts survivors: the step in hand still holds
+    // its newest blocks in loop locals, which would hide the container that keeps the old ones. A
+    // buffer replaced every step has none: its newest block is what grows.
+    for (const bool old_only : {true, false}) {
+        for (size_t slot = 0; slot < blocks_.size(); ++slot)
+            if (!free[slot] && blocks_[slot].site == site && blocks_[slot].device == device &&
+                (!old_only || blocks_[slot].step + 1 < step_))
+                mine.emplace_back(blocks_[slot].serial, slot);
+        if (!mine.empty()) break;
+    }
     const size_t n = std::min(mine.size(), kBlocksKept);
     std::partial_sort(mine.begin(), mine.begin() + n, mine.end(), [](auto& a, auto& b) { return a.first > b.first; });
     std::vector<std::pair<uint64_t, uint64_t>> out;
@@ -89,32 +97,35 @@ std::vector<LiveLeak> LiveMonitor::end_step() {
     if (step_ > kWarmupSteps) {
         for (const auto& [k, all] : held_) {
             auto young = fresh_.find(k);
-            const int64_t bytes = all - (young == fresh_.end() ? 0 : young->second);
+            const int64_t aged = all - (young == fresh_.end() ? 0 : young->second);
             auto it = series_.find(k);
             if (it == series_.end()) {
-                if (bytes <= 0) continue;
+                if (all <= 0) continue;
                 it = series_.emplace(k, Series{}).first;
                 // It held nothing at the step ends since warm-up: the offline series has those zeros too.
                 it->second.count = std::min<size_t>(step_ - kWarmupSteps - 1, kRecentSteps);
             }
             Series& s = it->second;
-            s.held[s.count % kRecentSteps] = double(std::max<int64_t>(0, bytes));
+            s.aged[s.count % kRecentSteps] = double(std::max<int64_t>(0, aged));
+            s.held[s.count % kRecentSteps] = double(std::max<int64_t>(0, all));
             ++s.count;
             if (s.count < kMinSteps) continue;
-            const Judgement j = judge_recent(s);
+            const SiteJudgement site = judge_recent(s);
+            const Judgement& j = site.leak();
             const uint8_t device = uint8_t(k >> 56);
             const size_t n = std::min(s.count, kRecentSteps);
-            if (is_leak(j.shape)) s.recent_rate = j.recent_bytes_per_step;
-            if (is_leak(j.shape) && !s.reported) {
+            if (site.leaks()) s.recent_rate = j.recent_bytes_per_step;
+            if (site.leaks() && !s.reported) {
                 s.reported = true;
-                s.last = LiveLeak{device, uint32_t(k), j.shape, j.bytes_per_step, step_ - n + j.first_rise, std::nullopt, {}};
+                s.last = LiveLeak{device, uint32_t(k), j.shape, site.evidence(), j.bytes_per_step, step_ - n + j.first_rise, std::nullopt, {}};
                 found.push_back(s.last);
-            } else if (is_leak(j.shape)) {  // still leaking: its rate and shape as they are now
+            } else if (site.leaks()) {  // still leaking: its rate and shape as they are now
                 s.last.shape = j.shape;
+                s.last.evidence = site.evidence();
                 s.last.bytes_per_step = j.bytes_per_step;
             } else if (s.reported) {
                 s.reported = false;
-                found.push_back(LiveLeak{device, uint32_t(k), j.shape, j.bytes_per_step, step_ - n + j.last_high, std::nullopt, {}});
+                found.push_back(LiveLeak{device, uint32_t(k), j.shape, site.evidence(), j.bytes_per_step, step_ - n + j.last_high, std::nullopt, {}});
             }
         }
     }

@@ -1,11 +1,12 @@
 // Judges a run while it goes, so a leak is reported before the run ends (or OOMs). It keeps what
 // the judge needs for the recent steps only: the live blocks, and per allocation site the bytes
-// it held at each of the last kRecentSteps step ends. Memory follows live blocks and sites, never
-// the length of the run. A site's series counts the blocks at least one step old at each step end
-// (what a step leaves behind, not the batch in hand), as the offline analysis with its default
-// window of 1 does. The rule is analysis/judge.h, the one the offline analysis applies: on
-// the same step ends both reach the same shape. A site confirmed while it climbs and judged
-// bounded later (a cache that filled) is withdrawn: the monitor's last word is the final table's.
+// it held at each of the last kRecentSteps step ends, twice: its blocks at least one step old
+// (what a step leaves behind, not the batch in hand, as the offline analysis with its default
+// window of 1 counts survivors), and all it holds (a buffer replaced by a bigger one every step).
+// Memory follows live blocks and sites, never the length of the run. The rule is
+// analysis/judge.h's judge_site, the one the offline analysis applies: on the same step ends both
+// reach the same shape. A site confirmed while it climbs and judged bounded later (a cache that
+// filled) is withdrawn: the monitor's last word is the final table's.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -24,6 +25,7 @@ struct LiveLeak {
     uint8_t device = 0;
     uint32_t site = 0;  // frame id, as the caller gave it
     Shape shape = Shape::rising;
+    LeakEvidence evidence = LeakEvidence::survivors;
     double bytes_per_step = 0;
     uint64_t first_step = 0;  // first step of the climb that was judged
     std::optional<uint64_t> projected_oom_step;
@@ -57,7 +59,8 @@ private:
         uint8_t device;
     };
     struct Series {
-        std::array<double, kRecentSteps> held{};  // ring: bytes at step ends
+        std::array<double, kRecentSteps> aged{};  // ring: bytes at step ends of blocks a step old or more
+        std::array<double, kRecentSteps> held{};  // ring: all bytes at step ends
         size_t count = 0;                         // step ends recorded (ring holds the last kRecentSteps)
         bool reported = false;  // confirmed as a leak, not withdrawn since
         LiveLeak last;          // what was said when it was confirmed
@@ -70,7 +73,7 @@ private:
         double leak_rate = 0;  // recent rates of the leaks held now: what the OOM projection uses
     };
     static uint64_t key(uint8_t device, uint64_t value) { return value ^ uint64_t(device) << 56; }
-    Judgement judge_recent(const Series& s) const;
+    SiteJudgement judge_recent(const Series& s) const;
     std::vector<std::pair<uint64_t, uint64_t>> newest_blocks(uint8_t device, uint32_t site) const;
 
     AddressMap live_{4096};                        // by device and address -> index in blocks_

@@ -161,6 +161,7 @@ void Replay::process(const Event& e) {
         const uint32_t site = site_of(e.device, e.stack);
         pool_[slot] = LiveAlloc{e.addr, e.size, seq_++, e.stack, site, step_, e.stream, e.device, false};
         change(sites[site], int64_t(e.size));
+        sites[site].last_stack = e.stack;
         s.allocated += int64_t(e.size);
         if (e.stream >= s.by_stream.size()) s.by_stream.resize(context.streams.size(), 0);
         s.by_stream[e.stream] += int64_t(e.size);

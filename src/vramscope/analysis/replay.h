@@ -32,6 +32,7 @@ struct LiveAlloc {
 struct SiteSeries {
     uint16_t device = 0;
     uint32_t site_frame = 0;
+    uint32_t last_stack = 0;           // of its latest allocation: the stack shown when none survived
     int64_t live = 0;                  // bytes live now
     uint32_t touched = 0;              // step of the last change to `live`
     bool ever_touched = false;

@@ -1,6 +1,7 @@
 // What analysis concludes about one trace: the contract every consumer reads (terminal, JSON,
 // HTML, assert, compare). docs/findings.md documents its JSON form; bump kSchemaVersion on change.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -64,19 +65,39 @@ struct SiteFinding {
     uint16_t device = 0;
     uint64_t stream = 0;             // where most of its surviving bytes were allocated
     Shape shape = Shape::rising;     // rising, or slowing (a leak whose growth slows but goes on)
-    double bytes_per_step = 0;       // fitted slope of its live bytes over the judged steps
+    LeakEvidence evidence = LeakEvidence::survivors;
+    double bytes_per_step = 0;       // fitted slope of the bytes it holds at step ends over the judged steps
     double recent_bytes_per_step = 0;  // over the second half of the judged steps, at most the last 64 (the OOM projection's)
     double fit_r2 = 0;
-    uint64_t first_step = 0;         // first step whose allocations here outlived the window
+    uint64_t first_step = 0;         // first step whose allocations here outlived the window, else of its climb
     uint64_t live_bytes = 0;         // held at the last step's end
     uint64_t peak_bytes = 0;         // most it held at any step's end
     std::vector<uint64_t> held;      // bytes it held at each full step's end (the report's stacked area)
     uint64_t surviving_allocations = 0;
-    double recurrence = 0;           // share of judged steps that left survivors here
+    double recurrence = 0;           // share of judged steps that left survivors here, or (replaced-bigger) that rose
     double share_of_growth = 0;      // of the device's allocated growth over the judged steps
     double confidence = 0;           // 0..1
     // Blocks still live at the end (address, size): what `explain` maps to tensors.
     std::vector<std::pair<uint64_t, uint64_t>> live_blocks;
+};
+
+// A site's share of a ledger part.
+struct LedgerSite {
+    SourceLine site;
+    int64_t bytes = 0;
+};
+
+// One device's growth of allocated bytes at step ends, from the end of the first full step to
+// the end of the last, split so that the parts sum to it exactly (analysis/ledger.h).
+struct DeviceLedger {
+    uint16_t device = 0;
+    uint64_t from_step = 0, to_step = 0;
+    uint64_t allocated_from = 0, allocated_to = 0;
+    int64_t growth = 0;                               // allocated_to - allocated_from
+    std::array<int64_t, kLedgerParts> parts{};        // by LedgerPart
+    int64_t unexplained_allowed = 0;                  // what a "no leak" may stand beside
+    std::vector<LedgerSite> unexplained_sites;        // the largest, at most 5
+    int64_t part(LedgerPart p) const { return parts[size_t(p)]; }
 };
 
 struct NotLeak {
@@ -95,6 +116,7 @@ struct Findings {
     uint64_t step_count = 0;        // full steps
     StepsSource steps_source = StepsSource::none;
     std::string steps_detail;
+    std::string step_unit;          // what one step is, as users count it ("optimizer step", "eval batch")
     uint32_t window = 1;
     uint64_t warmup_steps = 0;      // judged steps start after these
     uint64_t steps_before_trace = 0; // steps the run made before the trace's first event (a ring buffer that wrapped)
@@ -103,6 +125,7 @@ struct Findings {
     std::vector<DeviceSummary> devices;
     std::vector<SiteFinding> leaks;       // sorted by bytes_per_step, largest first
     std::vector<NotLeak> not_leaks;
+    std::vector<DeviceLedger> ledger;     // by device: where the growth went; sums exactly
     std::vector<std::string> notes;       // what the reader should know (no history, few steps)
     std::vector<std::string> warnings;    // from reading the input
     std::vector<std::string> input_faults;  // why the input cannot be judged (verdict "cannot-judge")

@@ -81,6 +81,38 @@ void columns(Json& j, const DeviceSummary& d, const std::vector<size_t>& at, siz
     j.close('}');
 }
 
+// Each device's growth and where it went: the parts sum to `growth` exactly.
+void ledger_array(Json& j, const std::vector<DeviceLedger>& ledger) {
+    j.key("ledger");
+    j.open('[');
+    for (const DeviceLedger& l : ledger) {
+        j.open('{');
+        j.field("device", uint64_t(l.device));
+        j.field("from_step", l.from_step);
+        j.field("to_step", l.to_step);
+        j.field("allocated_from", l.allocated_from);
+        j.field("allocated_to", l.allocated_to);
+        j.field("growth", l.growth);
+        j.key("parts");
+        j.open('{');
+        for (size_t p = 0; p < kLedgerParts; ++p) j.field(std::string(name(LedgerPart(p))).c_str(), l.parts[p]);
+        j.close('}');
+        j.field("unexplained_allowed", l.unexplained_allowed);
+        j.key("unexplained_sites");
+        j.open('[');
+        for (const LedgerSite& s : l.unexplained_sites) {
+            j.open('{');
+            j.key("site");
+            source_line(j, s.site);
+            j.field("bytes", s.bytes);
+            j.close('}');
+        }
+        j.close(']');
+        j.close('}');
+    }
+    j.close(']');
+}
+
 // report: the HTML report's data, column-oriented and at most kReportPoints steps a series.
 void findings_object(Json& j, const Findings& f, bool report = false) {
     std::map<uint16_t, std::vector<size_t>> sampled;
@@ -101,6 +133,7 @@ void findings_object(Json& j, const Findings& f, bool report = false) {
     j.field("count", f.step_count);
     j.field("source", name(f.steps_source));
     j.field("detail", f.steps_detail);
+    j.field("unit", f.step_unit);
     j.field("warmup", f.warmup_steps);
     j.field("before_trace", f.steps_before_trace);
     j.field("window", uint64_t(f.window));
@@ -164,6 +197,7 @@ void findings_object(Json& j, const Findings& f, bool report = false) {
         j.close(']');
         j.field("stack_shown_from", uint64_t(l.stack_shown_from));
         j.field("shape", name(l.shape));
+        j.field("evidence", name(l.evidence));
         j.field("recent_bytes_per_step", l.recent_bytes_per_step);
         j.field("device", uint64_t(l.device));
         j.field("stream", l.stream);
@@ -201,6 +235,7 @@ void findings_object(Json& j, const Findings& f, bool report = false) {
         j.close('}');
     }
     j.close(']');
+    ledger_array(j, f.ledger);
     j.key("notes");
     j.open('[');
     for (const auto& n : f.notes) j.value(n);

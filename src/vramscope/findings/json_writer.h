@@ -38,6 +38,10 @@ public:
         comma();
         out += std::to_string(v);
     }
+    void value(int64_t v) {
+        comma();
+        out += std::to_string(v);
+    }
     void value(double v) {
         comma();
         if (!std::isfinite(v)) {

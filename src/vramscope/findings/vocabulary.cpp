@@ -46,6 +46,26 @@ std::string_view name(StepsSource s) {
     return "?";
 }
 
+std::string_view name(LeakEvidence e) {
+    switch (e) {
+    case LeakEvidence::survivors: return "survivors";
+    case LeakEvidence::replaced_bigger: return "replaced-bigger";
+    }
+    return "?";
+}
+
+std::string_view name(LedgerPart p) {
+    switch (p) {
+    case LedgerPart::leak: return "leak";
+    case LedgerPart::bounded_cache: return "bounded-cache";
+    case LedgerPart::warm_up: return "warm-up";
+    case LedgerPart::variation: return "variation";
+    case LedgerPart::before_trace: return "before-trace";
+    case LedgerPart::unexplained: return "unexplained";
+    }
+    return "?";
+}
+
 std::string_view describe(StepsSource s) {
     switch (s) {
     case StepsSource::markers: return "vramscope step markers";

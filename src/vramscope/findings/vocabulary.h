@@ -2,6 +2,7 @@
 // left out), Python receives them as enums (src/python/module.cpp), and JSON spells them with
 // the names below, which docs/findings.md lists. Never a hand-copied string or number.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <string_view>
 
@@ -32,6 +33,24 @@ enum class NotLeakKind : uint8_t {
     before_trace,   // live before the trace's first event (a ring buffer that wrapped, a late start)
 };
 
+// How a leak site's holdings at step ends grow (analysis/ledger.h tells them apart).
+enum class LeakEvidence : uint8_t {
+    survivors,        // its blocks outlive their step and pile up
+    replaced_bigger,  // each step frees its buffer and allocates a bigger one: nothing survives, yet it grows
+};
+
+// Where a device's growth of allocated bytes at step ends went: every byte in exactly one part
+// (analysis/ledger.h is the rule).
+enum class LedgerPart : uint8_t {
+    leak,           // sites judged to leak, confirmed
+    bounded_cache,  // sites whose survivors rose to a bound
+    warm_up,        // sites that took their memory in the warm-up steps, or once, and kept it
+    variation,      // sites whose holdings at step ends go up and down: activations, varying batches
+    before_trace,   // blocks allocated before the trace began, freed during it
+    unexplained,    // growth no rule accounts for: a "no leak" may not stand beside much of it
+};
+inline constexpr size_t kLedgerParts = 6;
+
 enum class StepsSource : uint8_t { markers, optimizer_annotations, optimizer_frames, inferred_period, none };
 
 // Several runs as one: a leak anywhere is a leak; else a run that cannot be judged says so.
@@ -46,6 +65,8 @@ std::string_view name(Verdict v);
 std::string_view name(Shape s);
 std::string_view name(NotLeakKind k);
 std::string_view name(StepsSource s);
+std::string_view name(LeakEvidence e);
+std::string_view name(LedgerPart p);
 // Where steps came from, in words for the summary line ("steps: 30 from ...").
 std::string_view describe(StepsSource s);
 
