@@ -22,6 +22,10 @@ size_t Replay::add_device(uint8_t device) {
                 const auto a = int64_t(d.baseline_allocated);
                 state_[i] = {a, int64_t(d.baseline_reserved), 0, a, {}};
             }
+        // A device first seen mid-run held what it held before at the step ends already cut:
+        // every timeline has one point per step, so step k is timeline[k] on every device.
+        const DeviceState& s = state_[i];
+        devices[i].timeline.assign(step_, StepPoint{uint64_t(s.allocated), uint64_t(s.reserved), uint64_t(s.peak), 0, {}});
     }
     slot_of_device_[device] = int16_t(i);
     return i;
