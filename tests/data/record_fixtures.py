@@ -15,7 +15,12 @@ Usage:
     python record_fixtures.py --scenario NAME --out DIR      # one scenario
     python record_fixtures.py --describe FILE.pickle.gz      # schema summary
     python record_fixtures.py --all --dry-cpu                # logic check on
-        CPU: runs the loops without CUDA or recording, writes nothing
+        CPU: runs the loops without CUDA or recording, writes nothing; where a
+        scenario watches its leak's holders (Run.watch), checks their bytes at
+        every step end and the leak's kind against the truth
+    python record_fixtures.py --all --only A,B --out DIR     # some scenarios
+    python record_fixtures.py --scenario NAME --plain TRUTH.json  # record
+        nothing (run it under `vramscope run`): only the truth, to that file
 
 Needs a CUDA GPU (except --describe and --dry-cpu). Models are small so that
 each .pickle.gz stays well under 1 MiB.
@@ -27,6 +32,7 @@ import argparse
 import collections
 import contextlib
 import gzip
+import itertools
 import json
 import os
 import pickle
@@ -52,6 +58,13 @@ SCENARIOS = [
     "leak_ring_wrap",
     "leak_expandable_segments",
     "leak_stacks_all",
+    # Issue 20: each class of leak, as a public bug report showed it (the URL above each scenario).
+    "leak_eval_concat",
+    "leak_metric_reclone",
+    "leak_kv_cache_turns",
+    "leak_hook_no_grad",
+    "leak_loader_registry",
+    "leak_several_sizes",
 ]
 
 # Recorder settings other than the default (stacks="python", max_entries=1_000_000), per scenario.
@@ -107,6 +120,8 @@ class Run:
                           **RECORDING.get(name, {})}
         self.device = torch.device("cpu" if dry_cpu else "cuda")
         self.steps: list[dict] = []
+        self.watched: dict = {}  # leak name -> what its holder holds now (see watch())
+        self.held_storages: dict[str, list[set]] = {}
         torch.manual_seed(1234)
         random.seed(1234)
         if not dry_cpu:
@@ -123,6 +138,27 @@ class Run:
             return
         self.torch.cuda.memory._record_memory_history(**self.recording)
 
+    def watch(self, **holders):
+        """Each leak's holder, read at every step end: name -> a function giving the tensors it holds
+        now. The steps then carry held_bytes (name -> bytes of the distinct storages held, as the
+        allocator's blocks: rounded up to 512 B), and finish() checks them against the expected
+        components: every step's growth, and the kind (survivors: what was held stays held;
+        replacement: as many buffers, each replaced by a bigger one). This is what --dry-cpu checks,
+        where there is no memory_allocated(); reading it allocates nothing on the device."""
+        self.watched = holders
+        self.held_storages = {name: [] for name in holders}
+
+    def held(self) -> dict:
+        out = {}
+        for name, holder in self.watched.items():
+            storages = {}
+            for t in holder():
+                s = t.untyped_storage()
+                storages[s.data_ptr()] = round_block(s.nbytes())
+            self.held_storages[name].append(set(storages))
+            out[name] = sum(storages.values())
+        return out
+
     def record_step(self, i: int, **extra):
         torch = self.torch
         if self.dry:
@@ -134,9 +170,45 @@ class Run:
         entry = {"step": i, "allocated": alloc, "reserved": resv,
                  "time_us": int(time.time() * 1e6)}
         entry.update(extra)
+        if self.watched:
+            entry["held_bytes"] = self.held()
         self.steps.append(entry)
         print(f"  [{self.name}] step {i:2d} allocated={alloc:>12,d} reserved={resv:>12,d}"
-              + "".join(f" {k}={v}" for k, v in extra.items()), flush=True)
+              + "".join(f" {k}={v}" for k, v in entry.items() if k in extra or k == "held_bytes"), flush=True)
+
+    def check_held(self, expected: dict):
+        """The watched holders against the expected components (see watch()); raises on a mismatch."""
+        components = {c["name"]: c for c in expected.get("leak_components", [])}
+        problems = []
+        for name, storages in self.held_storages.items():
+            c = components[name]
+            series = [s["held_bytes"][name] for s in self.steps]
+            each = c.get("bytes_each_step") or [c["bytes"]] * len(series)
+            want = list(itertools.accumulate(each))
+            if series != want:
+                problems.append(f"{name}: held {series} per step, expected {want}")
+            if abs(sum(each) / len(each) - c["bytes"]) > 0.01 * c["bytes"]:
+                problems.append(f"{name}: mean growth {sum(each) / len(each):.0f} B, expected {c['bytes']}")
+            for k, (a, b) in enumerate(zip(storages, storages[1:]), 1):
+                if c["kind"] == "survivors" and not a <= b:
+                    problems.append(f"{name}: step {k} freed what step {k - 1} held (kind survivors)")
+                if c["kind"] == "replacement" and (len(a) != len(b) or (a == b and each[k] > 0)):
+                    problems.append(f"{name}: step {k} holds {len(b)} buffers (before: {len(a)}), "
+                                    f"{'the same ones' if a == b else 'not one each replaced'} (kind replacement)")
+        if len(self.steps) > 2 and not self.dry:  # memory_allocated() itself: the rate a reader should find
+            ys = [s["allocated"] for s in self.steps[1:]]
+            n = len(ys)
+            xm, ym = (n - 1) / 2, sum(ys) / n
+            slope = sum((x - xm) * (y - ym) for x, y in enumerate(ys)) / sum((x - xm) ** 2 for x in range(n))
+            rate = expected["leak_bytes_per_step"]
+            print(f"CHECK {self.name}: memory_allocated() least-squares slope from step 1: {slope:,.0f} B per "
+                  f"{expected.get('unit', 'step')}, expected {rate:,.0f} "
+                  + ("(ok)" if abs(slope - rate) <= 0.10 * rate else "(WARNING: off by more than 10%)"), flush=True)
+        if problems:
+            raise AssertionError(f"{self.name}: the leak's holders do not match the truth:\n  " + "\n  ".join(problems))
+        print(f"CHECK {self.name}: held bytes and kind match the truth for "
+              + ", ".join(f"{n} ({components[n]['kind']}, {components[n]['bytes']:,.0f} B per "
+                          f"{expected.get('unit', 'step')})" for n in self.held_storages), flush=True)
 
     def stream(self, s):
         return contextlib.nullcontext() if self.dry else self.torch.cuda.stream(s)
@@ -159,6 +231,8 @@ class Run:
         }
         if extra:
             truth.update(extra)
+        if self.watched:
+            self.check_held(expected)
         if len(self.steps) >= 2:
             a0, a1 = self.steps[1]["allocated"], self.steps[-1]["allocated"]
             truth["measured_slope_bytes_per_step_from_step1"] = (a1 - a0) / (len(self.steps) - 2 or 1)
@@ -714,6 +788,344 @@ def scenario_leak_stacks_all(run: Run):
                "stacks='all' (C++ frames first in every stack).", expected)
 
 
+# --- issue 20: each class of leak, after a public bug report -----------------------------------
+# Expected fields beyond leak_expected()'s: `kind` (survivors: each step's leaked blocks stay alive;
+# replacement: the holder frees its buffer and allocates a bigger one each step, so no block of a
+# step survives the next), `unit` (what one step of `steps` is, as a user counts it) and
+# `leak_components` (one per leaking site: name, what, bytes per unit, site, stream, owner, kind;
+# `bytes_each_step` where the growth differs from step to step). The top-level site, stream, owner
+# and kind are those of the largest component; leak_bytes_per_step is the sum of all of them.
+
+
+def leak_component(name: str, what: str, function: str, marker: str, per_step: float, owner: tuple, kind: str,
+                   stream: str = "default", **more) -> dict:
+    starts = [owner[0]] if isinstance(owner[0], str) else list(owner[0])
+    return {"name": name, "what": what, "bytes": per_step, "site": site(function, marker), "stream": stream,
+            "owner": {"starts": starts, "through": owner[1]}, "kind": kind, **more}
+
+
+def components_expected(components: list[dict], unit: str, **more) -> dict:
+    top = max(components, key=lambda c: c["bytes"])
+    return {"verdict": "leak", "leak_bytes_per_step": sum(c["bytes"] for c in components), "leak_site": top["site"],
+            "leak_stream": top["stream"], "owner": top["owner"], "kind": top["kind"], "unit": unit,
+            "leak_components": components, **more}
+
+
+# Re-creates https://github.com/huggingface/transformers/issues/7232 (eval predictions concatenated on the GPU).
+def scenario_leak_eval_concat(run: Run):
+    """Eval loop (model.eval(), torch.no_grad(), no optimizer) that concatenates each batch's outputs
+    into one GPU tensor: each batch frees the old buffer and allocates one a batch bigger."""
+    torch = run.torch
+    nn = torch.nn
+    B, D, C = 256, 1024, 1024
+    dev = run.device
+    run.start()
+    model = nn.Sequential(nn.Linear(D, D), nn.ReLU(), nn.Linear(D, C)).to(dev)
+    model.eval()
+    all_preds = torch.empty(0, C, device=dev)  # no block: the caching allocator hands out nothing for 0 B
+    run.watch(eval_concat=lambda: [all_preds])
+    with torch.no_grad():
+        for i in range(STEPS):
+            x = torch.randn(B, D, device=dev)
+            out = model(x)
+            all_preds = torch.cat([all_preds, out])  # MARK: leak_eval_concat
+            del x, out
+            run.record_step(i, rows=all_preds.shape[0])
+    per_batch = round_block(B * C * 4)
+    expected = components_expected([leak_component(
+        "eval_concat", f"all_preds = torch.cat([all_preds, out]): float32 [{B}, {C}] more each eval batch; the "
+        "old buffer is freed as the new one is made", "scenario_leak_eval_concat", "leak_eval_concat", per_batch,
+        ("scenario_leak_eval_concat() local 'all_preds'", ""), "replacement")], unit="eval batch")
+    run.finish(f"MLP 1024-1024-{C} in eval mode under torch.no_grad(), no optimizer, 30 eval batches of {B}; "
+               "each batch's outputs are concatenated on the GPU into one tensor (all_preds = torch.cat(...)): "
+               f"growth by replacement, {per_batch} B per eval batch, with no block surviving the next batch.",
+               expected)
+
+
+# Re-creates https://github.com/Lightning-AI/torchmetrics/issues/3294 (a metric called each step grows GPU memory).
+def scenario_leak_metric_reclone(run: Run):
+    """A metric module whose forward() copies its whole stored history and concatenates the batch
+    onto it, every optimizer step: the state grows by replacement."""
+    torch = run.torch
+    nn = torch.nn
+    B, D, K = 256, 1024, 512
+    dev = run.device
+
+    class RunningAveragePrecision(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scores = torch.empty(0, K, device=dev)  # a plain attribute, as Metric.add_state makes
+
+        def forward(self, logits):
+            batch = logits.detach()[:, :K].sigmoid()
+            history = self.scores.clone()  # the global state copied before the batch is merged in
+            self.scores = torch.cat([history, batch])  # MARK: leak_metric_reclone
+            return self.scores.mean()
+
+    run.start()
+    model, opt = mlp_and_optimizer(run, D)
+    metric = RunningAveragePrecision()
+    run.watch(metric_state=lambda: [metric.scores])
+    for i in range(STEPS):
+        out = train_step(model, opt, torch.randn(B, D, device=dev))
+        value = metric(out)
+        del out, value
+        run.record_step(i)
+    per_step = round_block(B * K * 4)
+    expected = components_expected([leak_component(
+        "metric_state", f"metric.scores = torch.cat([metric.scores.clone(), batch]): float32 [{B}, {K}] more each "
+        "step; the previous state and its clone are freed", "forward", "leak_metric_reclone", per_step,
+        (("scenario_leak_metric_reclone() local 'metric'", "forward() local 'self'"), ".scores"), "replacement")],
+        unit="optimizer step")
+    run.finish(f"MLP 1024-1024-1024, AdamW, batch {B}, 30 steps; a metric module called every step clones its "
+               f"whole stored state and concatenates the batch's sigmoid scores (float32 [{B}, {K}]) onto it: "
+               f"growth by replacement, {per_step} B per optimizer step.", expected)
+
+
+# Re-creates https://github.com/lm-sys/FastChat/issues/3223 (GPU memory keeps growing with more chat turns).
+def scenario_leak_kv_cache_turns(run: Run):
+    """Inference, no optimizer: a chat session's KV cache is kept across turns and never trimmed.
+    Each turn is one generate() call: a 16-token prompt, then 8..24 decode tokens; every token is
+    concatenated onto each layer's cache (growth by replacement, per token). Truth per turn."""
+    torch = run.torch
+    nn = torch.nn
+    B, D, L, VOCAB, PROMPT = 4, 256, 2, 512, 16
+    dev = run.device
+    rng = random.Random(2024)
+
+    class KVCache:
+        def __init__(self, layers):
+            self.kv = [torch.empty(2, B, 0, D, device=dev) for _ in range(layers)]
+
+        def update(self, layer, k, v):
+            self.kv[layer] = torch.cat([self.kv[layer], torch.stack([k, v])], dim=2)  # MARK: leak_kv_cache_turns
+            return self.kv[layer][0], self.kv[layer][1]
+
+        def tokens(self):
+            return self.kv[0].shape[2]
+
+    class TinyChatModel(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(VOCAB, D)
+            self.qkv = nn.ModuleList(nn.Linear(D, 3 * D) for _ in range(L))
+            self.proj = nn.ModuleList(nn.Linear(D, D) for _ in range(L))
+            self.head = nn.Linear(D, VOCAB)
+
+        def forward(self, ids, cache):
+            h = self.embed(ids)
+            for layer in range(L):
+                q, k, v = self.qkv[layer](h).chunk(3, dim=-1)
+                keys, values = cache.update(layer, k, v)
+                att = torch.softmax(q @ keys.transpose(1, 2) / D ** 0.5, dim=-1)
+                h = h + self.proj[layer](att @ values)
+            return self.head(h[:, -1])
+
+        @torch.no_grad()
+        def generate(self, prompt, cache, max_new_tokens):
+            logits = self(prompt, cache)
+            new = []
+            for _ in range(max_new_tokens):
+                token = logits.argmax(-1, keepdim=True)
+                new.append(token)
+                logits = self(token, cache)
+            return torch.cat(new, dim=1)
+
+    run.start()
+    model = TinyChatModel().to(dev).eval()
+    cache = KVCache(L)
+    run.watch(kv_cache=lambda: cache.kv)
+    per_token = L * round_block(2 * B * D * 4)  # each layer's cache: float32 [2, B, tokens, D]
+    added = []
+    for turn in range(STEPS):
+        new_tokens = rng.randint(8, 24)
+        before = cache.tokens()
+        prompt = torch.randint(0, VOCAB, (B, PROMPT), device=dev)
+        reply = model.generate(prompt, cache, new_tokens)
+        del prompt, reply
+        added.append(cache.tokens() - before)
+        run.record_step(turn, new_tokens=new_tokens, cache_tokens=cache.tokens())
+    each = [n * per_token for n in added]
+    expected = components_expected([leak_component(
+        "kv_cache", f"each layer's cache float32 [2, {B}, tokens, {D}] concatenated with every new token's keys "
+        f"and values ({per_token} B per token over {L} layers); prompt {PROMPT} + 8..24 new tokens a turn",
+        "update", "leak_kv_cache_turns", sum(each) / len(each),
+        (("scenario_leak_kv_cache_turns() local 'cache'", "generate() local 'cache'", "forward() local 'cache'"),
+         ".kv["), "replacement", bytes_each_step=each, bytes_per_token=per_token)],
+        unit="turn", step_boundary="one turn: one TinyChatModel.generate() call returns",
+        notes="the rate varies from turn to turn with the number of tokens (see bytes_each_step); "
+              "leak_bytes_per_step is its mean")
+    run.finish(f"Tiny {L}-layer attention model, no optimizer, 30 chat turns of batch {B}: each turn is one "
+               f"generate() call with a {PROMPT}-token prompt and 8..24 decode tokens (seeded); the KV cache is "
+               "kept across turns and never trimmed; every token is concatenated onto each layer's cache, so "
+               f"memory grows by replacement, {per_token} B per token, about {sum(each) / len(each):,.0f} B per turn.",
+               expected, {"tokens_added_per_turn": added})
+
+
+# Re-creates https://github.com/meta-pytorch/opacus/issues/176 (a forward hook keeps activations under no_grad).
+def scenario_leak_hook_no_grad(run: Run):
+    """A forward hook on a submodule stores a copy of its output, made under torch.no_grad() (no
+    grad_fn), in a list attribute of the model, never cleared. Training loop with an optimizer."""
+    torch = run.torch
+    nn = torch.nn
+    B, D, H = 256, 1024, 2048
+    dev = run.device
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Sequential(nn.Linear(D, H), nn.ReLU())
+            self.head = nn.Linear(H, D)
+            self.captured = []  # activations kept for a per-sample statistic, consumed by nothing
+            self.body.register_forward_hook(self._capture)
+
+        def _capture(self, module, args, output):
+            with torch.no_grad():
+                self.captured.append(output.clone())  # MARK: leak_hook_no_grad
+
+        def forward(self, x):
+            return self.head(self.body(x))
+
+    run.start()
+    model = Net().to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    run.watch(hook_captures=lambda: model.captured)
+    for i in range(STEPS):
+        out = train_step(model, opt, torch.randn(B, D, device=dev))
+        del out
+        run.record_step(i, captured=len(model.captured))
+    per_step = round_block(B * H * 4)
+    expected = components_expected([leak_component(
+        "hook_captures", f"a forward hook on model.body appends output.clone() (float32 [{B}, {H}], made under "
+        "torch.no_grad(): no grad_fn) to model.captured", "_capture", "leak_hook_no_grad", per_step,
+        (("scenario_leak_hook_no_grad() local 'model'", "_capture() local 'self'", "forward() local 'self'"),
+         ".captured["), "survivors")], unit="optimizer step")
+    run.finish(f"MLP (Linear 1024->{H}, ReLU as model.body; Linear {H}->1024), AdamW, batch {B}, 30 steps; a "
+               "forward hook on model.body copies its output under torch.no_grad() into the list attribute "
+               f"model.captured, never cleared: {per_step} B per optimizer step, with no autograd edge to it.",
+               expected)
+
+
+# The registry of every loader ever prepared (leak_loader_registry): a module global, as accelerate's shared state is.
+_PREPARED_LOADERS: list = []
+
+
+# Re-creates https://github.com/huggingface/accelerate/issues/2234 (prepared data loaders are never released).
+def scenario_leak_loader_registry(run: Run):
+    """Each step prepares a new device loader (a wrapper with a GPU prefetch buffer) and the module's
+    registry keeps every loader ever prepared, so every prefetch buffer stays alive."""
+    torch = run.torch
+    B, D, MICRO = 384, 1024, 2
+    dev = run.device
+
+    class DeviceLoader:
+        """Batches of a CPU dataset, each copied into one device buffer before it is handed out."""
+
+        def __init__(self, data):
+            self.data = data
+            self.prefetch = torch.empty(B, D, device=dev)  # MARK: leak_loader_registry
+
+        def __iter__(self):
+            for start in range(0, self.data.shape[0], B):
+                self.prefetch.copy_(self.data[start:start + B])
+                yield self.prefetch
+
+    def prepare(loader):
+        _PREPARED_LOADERS.append(loader)  # BUG: kept for the state of every loader, never dropped
+        return loader
+
+    run.start()
+    model, opt = mlp_and_optimizer(run, D)
+    run.watch(loader_registry=lambda: [loader.prefetch for loader in _PREPARED_LOADERS])
+    for i in range(STEPS):
+        loader = prepare(DeviceLoader(torch.randn(MICRO * B, D)))  # one epoch's shard, a new loader each time
+        for batch in loader:
+            model(batch).pow(2).mean().div(MICRO).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        del loader, batch
+        run.record_step(i, prepared=len(_PREPARED_LOADERS))
+    per_step = round_block(B * D * 4)
+    expected = components_expected([leak_component(
+        "loader_registry", f"each prepared DeviceLoader's prefetch buffer, float32 [{B}, {D}], kept by the module "
+        "global registry _PREPARED_LOADERS", "__init__", "leak_loader_registry", per_step,
+        (("__main__._PREPARED_LOADERS[", "record_fixtures._PREPARED_LOADERS["), ".prefetch"), "survivors")],
+        unit="optimizer step")
+    run.finish(f"MLP 1024-1024-1024, AdamW, 30 steps of {MICRO} micro-batches of {B}; each step prepares a new "
+               f"loader whose prefetch buffer (float32 [{B}, {D}]) is on the GPU, and a module-level registry keeps "
+               f"every prepared loader: {per_step} B per optimizer step.", expected)
+
+
+# Re-creates https://github.com/huggingface/trl/pull/5700 (offload stash left on a side stream), plus two smaller leaks.
+def scenario_leak_several_sizes(run: Run):
+    """Three leaks of different sizes in one run: activation copies stashed on a side stream and never
+    cleared (4 MiB a step, the largest), the input batches kept in a replay dict (1 MiB a step) and a
+    logged sample of each step's output (256 KiB a step)."""
+    torch = run.torch
+    nn = torch.nn
+    B, D, H, SAMPLE = 256, 1024, 4096, 64
+    dev = run.device
+
+    class Offloader:
+        def __init__(self):
+            self.stream = run.new_stream()
+            self.fwd_stash = []
+
+        def stash(self, t):
+            if self.stream is not None:
+                self.stream.wait_stream(torch.cuda.current_stream())
+            with run.stream(self.stream):
+                copy = t.detach().clone()  # MARK: leak_several_sizes_offload
+            if self.stream is not None:
+                torch.cuda.current_stream().wait_stream(self.stream)
+            self.fwd_stash.append(copy)  # BUG: the stash is never cleared after backward
+
+    class Block(nn.Module):
+        def __init__(self, offloader):
+            super().__init__()
+            self.up = nn.Linear(D, H)
+            self.down = nn.Linear(H, D)
+            self.offloader = offloader
+
+        def forward(self, x):
+            h = torch.relu(self.up(x))
+            self.offloader.stash(h)
+            return self.down(h)
+
+    run.start()
+    offloader = Offloader()
+    model = Block(offloader).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    replay = {}
+    logged = []
+    run.watch(offload_stash=lambda: offloader.fwd_stash, replay_inputs=lambda: replay.values(),
+              logged_samples=lambda: logged)
+    for i in range(STEPS):
+        x = torch.randn(B, D, device=dev)  # MARK: leak_several_sizes_replay
+        out = train_step(model, opt, x)
+        replay[i] = x  # a replay buffer that never evicts
+        logged.append(out.detach()[:SAMPLE].clone())  # MARK: leak_several_sizes_logged
+        del x, out
+        run.record_step(i)
+    expected = components_expected([
+        leak_component("offload_stash", f"relu(up(x)), float32 [{B}, {H}], cloned on a side stream "
+                       "(torch.cuda.Stream) into Offloader.fwd_stash, never cleared", "stash",
+                       "leak_several_sizes_offload", round_block(B * H * 4),
+                       (("scenario_leak_several_sizes() local 'offloader'",
+                         "scenario_leak_several_sizes() local 'model'"), ".fwd_stash["), "survivors", stream="side"),
+        leak_component("replay_inputs", f"each step's input batch, float32 [{B}, {D}], kept in a dict keyed by step",
+                       "scenario_leak_several_sizes", "leak_several_sizes_replay", round_block(B * D * 4),
+                       ("scenario_leak_several_sizes() local 'replay'[", ""), "survivors"),
+        leak_component("logged_samples", f"the first {SAMPLE} rows of each step's output, float32 [{SAMPLE}, {D}], "
+                       "appended to a list", "scenario_leak_several_sizes", "leak_several_sizes_logged",
+                       round_block(SAMPLE * D * 4), ("scenario_leak_several_sizes() local 'logged'[", ""), "survivors"),
+    ], unit="optimizer step")
+    run.finish(f"MLP (Linear 1024->{H}, ReLU, Linear {H}->1024), AdamW, batch {B}, 30 steps, three leaks: the "
+               "hidden activation cloned on a side stream into an offloader's stash never cleared (4 MiB a step, "
+               "the largest), each input batch kept in a replay dict (1 MiB a step), the first 64 rows of each "
+               "output logged in a list (256 KiB a step).", expected)
+
+
 # --------------------------------------------------------------------------
 # Snapshot schema description (plain pickle data, no torch needed)
 # --------------------------------------------------------------------------
@@ -838,9 +1250,24 @@ def run_scenario(name: str, out_dir: str | None, dry: bool, live: str | None = N
     globals()["scenario_" + name](run)
 
 
-def drive_all(out_dir: str, dry: bool, tar_path: str | None):
+TRUTH_NOTES = """\
+Truth files (<name>.truth.json): `steps` has one entry per step end (allocated, reserved: the
+allocator's counters; scenario fields; held_bytes: leak name -> bytes its holder holds, where the
+scenario watches it). `expected`: verdict, leak_bytes_per_step (the sum over leaking sites, per
+`unit`), leak_site (file, function, line of the largest leak's allocating line), leak_stream
+("default" or "side"), owner (starts: the owner path's possible beginnings; through: a hop it
+passes through). Issue 20's scenarios add: kind ("survivors": each step's leaked blocks stay
+alive; "replacement": the holder frees its buffer and allocates a bigger one, so no block of a step
+outlives the next), unit ("optimizer step", "eval batch", "turn": what one entry of `steps` is, as
+a user counts it), step_boundary where a step is not an optimizer step, and leak_components (one
+per leaking site: name, what, bytes, site, stream, owner, kind; bytes_each_step where the growth
+varies from step to step, bytes then its mean); the top-level site, stream, owner and kind are the
+largest component's."""
+
+
+def drive_all(out_dir: str, dry: bool, tar_path: str | None, only: list[str] | None = None):
     failures = []
-    for name in SCENARIOS:
+    for name in only or SCENARIOS:
         cmd = [sys.executable, os.path.abspath(__file__), "--scenario", name]  # its ENVIRONMENT is set there
         cmd += ["--dry-cpu"] if dry else ["--out", out_dir]
         print(f"=== {name}: {' '.join(cmd)}", flush=True)
@@ -854,7 +1281,7 @@ def drive_all(out_dir: str, dry: bool, tar_path: str | None):
     notes = ["vramscope: schema of torch.cuda.memory._dump_snapshot pickles, as recorded by "
              "tests/data/record_fixtures.py",
              "(raw printout of describe_snapshot(); recorder: _record_memory_history(enabled='all', "
-             "context='all', stacks='python', max_entries=1_000_000))", ""]
+             "context='all', stacks='python', max_entries=1_000_000))", "", TRUTH_NOTES, ""]
     import torch  # only for the version line
 
     notes.append(f"torch {torch.__version__}, python {sys.version.split()[0]}, device "
@@ -895,6 +1322,7 @@ def main():
     ap.add_argument("--out", default=os.path.dirname(os.path.abspath(__file__)))
     ap.add_argument("--tar", default=None)
     ap.add_argument("--dry-cpu", action="store_true")
+    ap.add_argument("--only", metavar="NAMES", help="with --all: these scenarios only (comma-separated)")
     ap.add_argument("--live", metavar="OUT_VSCOPE", help="capture with vramscope.track() instead of torch's recorder")
     ap.add_argument("--plain", metavar="TRUTH_JSON", help="record nothing (run under `vramscope run`); truth to this file")
     a = ap.parse_args()
@@ -904,7 +1332,11 @@ def main():
         print("\n".join(describe_snapshot(load_gz(a.describe))))
         return 0
     if a.all:
-        return drive_all(a.out, a.dry_cpu, a.tar)
+        only = [n for n in (a.only or "").split(",") if n]
+        unknown = [n for n in only if n not in SCENARIOS]
+        if unknown:
+            ap.error(f"--only: unknown scenarios {unknown}")
+        return drive_all(a.out, a.dry_cpu, a.tar, only)
     run_scenario(a.scenario, a.out, a.dry_cpu, a.live, a.plain)
     return 0
 
