@@ -446,7 +446,7 @@ void give_verdict(Findings& f, const Span& span, const std::string& unit) {
     f.leak_bytes_per_step = total_rate;
     bool balanced = true;
     for (const DeviceLedger& l : f.ledger) {
-        if (balances(l)) continue;
+        if (l.balanced()) continue;
         balanced = false;
         std::string why = mib(double(l.part(LedgerPart::unexplained))) + " of the " + mib(double(l.growth)) +
                           " growth of allocated memory on cuda:" + std::to_string(l.device) + " from step " +

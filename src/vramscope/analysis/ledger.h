@@ -44,7 +44,4 @@ private:
     DeviceLedger ledger_;
 };
 
-// Within its allowance: what "no leak" needs on every device.
-inline bool balances(const DeviceLedger& l) { return l.part(LedgerPart::unexplained) <= l.unexplained_allowed; }
-
 }  // namespace vramscope

@@ -37,7 +37,6 @@ thread_local bool t_ended = false;
 Recorder::Recorder(const std::string& path) : path_(path), writer_(std::make_unique<TraceWriter>(path)) {
     static std::atomic<uint64_t> recorders{0};
     id_ = ++recorders;
-    step_name_ = writer_->intern_string("step");
     worker_ = std::make_unique<std::thread>([this] { worker(); });
 }
 
@@ -373,7 +372,7 @@ void Recorder::marker(EventKind kind, std::string_view name) {
     }
 }
 
-std::vector<LiveFinding> Recorder::end_step() {
+std::vector<LiveFinding> Recorder::end_step(std::string_view unit) {
     std::vector<LiveFinding> out;
     if (stopped_.load(std::memory_order_relaxed)) return out;
     try {
@@ -384,7 +383,7 @@ std::vector<LiveFinding> Recorder::end_step() {
             Event e;
             e.kind = EventKind::step;
             e.time_us = clock_.now_us();
-            e.name = step_name_;
+            e.name = writer_->intern_string(unit);
             writer_->event(e);
             leaks = monitor_.end_step();
         }
@@ -412,7 +411,7 @@ std::vector<LiveFinding> Recorder::described(std::vector<LiveLeak> leaks) {
     for (LiveLeak& leak : leaks) {
         auto site = site_lines_.find(leak.site);
         out.push_back(LiveFinding{site != site_lines_.end() ? site->second : SourceLine{kNoPythonFrame, 0, ""},
-                                  leak.device, leak.shape, leak.bytes_per_step, leak.first_step,
+                                  leak.device, leak.shape, leak.evidence, leak.bytes_per_step, leak.first_step,
                                   leak.projected_oom_step, std::move(leak.newest_blocks)});
     }
     return out;

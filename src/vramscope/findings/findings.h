@@ -98,6 +98,8 @@ struct DeviceLedger {
     int64_t unexplained_allowed = 0;                  // what a "no leak" may stand beside
     std::vector<LedgerSite> unexplained_sites;        // the largest, at most 5
     int64_t part(LedgerPart p) const { return parts[size_t(p)]; }
+    // Within its allowance: what "no leak" needs on every device.
+    bool balanced() const { return part(LedgerPart::unexplained) <= unexplained_allowed; }
 };
 
 struct NotLeak {
@@ -142,6 +144,7 @@ struct LiveFinding {
     SourceLine site;
     uint16_t device = 0;
     Shape shape = Shape::rising;
+    LeakEvidence evidence = LeakEvidence::survivors;
     double bytes_per_step = 0;
     uint64_t since_step = 0;  // the climb's first step; for a withdrawal, its last new high
     std::optional<uint64_t> projected_oom_step;

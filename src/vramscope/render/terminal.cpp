@@ -82,13 +82,41 @@ std::string wrap(const std::string& text, size_t indent, size_t width) {
     return out;
 }
 
+// What one step is, as the report counts it ("optimizer step", "eval batch", "generate() call").
+std::string unit_of(const Findings& f) { return f.step_unit.empty() ? "step" : terminal_safe(f.step_unit); }
+
+std::string signed_bytes(int64_t bytes) { return (bytes > 0 ? "+" : "") + format_bytes(double(bytes)); }
+
+// Where each device's growth at step ends went: the parts sum to it, unexplained always shown.
+std::string render_ledger(const Findings& f, const Style& st) {
+    if (f.ledger.empty()) return "";
+    std::string o = "\n" + st.bold("Ledger") +
+                    st.dim(" (growth of allocated memory at step ends, every byte in one part)") + "\n";
+    for (const DeviceLedger& l : f.ledger) {
+        o += "  cuda:" + std::to_string(l.device) + "  step " + std::to_string(l.from_step) + " -> " +
+             std::to_string(l.to_step) + ": " + format_bytes(double(l.allocated_from)) + " -> " +
+             format_bytes(double(l.allocated_to)) + "  (" + signed_bytes(l.growth) + ")\n";
+        for (size_t p = 0; p < kLedgerParts; ++p) {
+            const auto part = LedgerPart(p);
+            if (l.parts[p] == 0 && part != LedgerPart::unexplained) continue;
+            std::string line = "    " + fit(std::string(name(part)), 16) + fit(signed_bytes(l.parts[p]), 13);
+            if (part == LedgerPart::unexplained) {
+                line += st.dim("a verdict may leave " + format_bytes(double(l.unexplained_allowed)) + " open");
+                if (!l.balanced()) line = st.red(line);
+            }
+            o += line + "\n";
+        }
+    }
+    return o;
+}
+
 }  // namespace
 
 std::string render_summary(const Findings& f, bool color, size_t max_leaks) {
     const Style st{color};
     std::string o;
     o += st.bold("vramscope") + "  " + terminal_safe(base_name(f.source)) + st.dim("  (" + f.format + ", " + format_count(f.event_count) + " events)") + "\n";
-    o += st.dim(wrap("steps: " + format_count(f.step_count) + " from " + std::string(describe(f.steps_source)) +
+    o += st.dim(wrap("steps: " + format_count(f.step_count) + ", one per " + unit_of(f) + ", from " + std::string(describe(f.steps_source)) +
                          (f.steps_detail.empty() ? "" : " [" + terminal_safe(f.steps_detail) + "]") + "; first " +
                          std::to_string(f.warmup_steps) + " treated as warm-up; window " + std::to_string(f.window) +
                          (f.steps_before_trace ? "; the trace starts after step " + format_count(f.steps_before_trace) +
@@ -102,7 +130,8 @@ std::string render_summary(const Findings& f, bool color, size_t max_leaks) {
         for (const auto& why : f.input_faults) o += "  " + wrap(terminal_safe(why), 2, 100) + "\n";
     } else if (f.verdict == Verdict::leak) {
         const SiteFinding& top = f.leaks.front();
-        std::string head = "LEAK  " + per_step(f.leak_bytes_per_step) + " since step " + std::to_string(top.first_step);
+        std::string head = "LEAK  " + signed_bytes(int64_t(f.leak_bytes_per_step)) + " per " + unit_of(f) +
+                           " since step " + std::to_string(top.first_step);
         o += st.red(head);
         if (f.projected_oom_step) o += st.red("  ·  OOM projected at step " + format_count(*f.projected_oom_step));
         else o += st.dim("  ·  OOM step unknown (pass --device-memory 80GiB)");
@@ -119,6 +148,10 @@ std::string render_summary(const Findings& f, bool color, size_t max_leaks) {
             std::snprintf(conf, sizeof conf, "%.2f", l.confidence);
             o += "  " + fit(std::to_string(shown), 3) + fit(per_step(l.bytes_per_step), 16) + fit(where(l.site), 40) +
                  fit(stream_label(l.stream), 18) + fit(std::to_string(l.first_step), 7) + conf + "\n";
+            if (l.evidence == LeakEvidence::replaced_bigger)
+                o += "       " + wrap("each step frees its buffer and allocates a bigger one at " + where(l.site) +
+                                        ": nothing here outlives its step, yet what it holds grows",
+                                    7, 100) + "\n";
             if (l.shape == Shape::slowing)
                 o += "       " + wrap("slowing: " + per_step(l.recent_bytes_per_step) + " over the last steps, " +
                                         per_step(l.bytes_per_step) + " over the run; growth that slows is still a leak "
@@ -152,14 +185,9 @@ std::string render_summary(const Findings& f, bool color, size_t max_leaks) {
     } else if (f.verdict == Verdict::cannot_judge) {
         o += st.red("CANNOT JUDGE") + "  " + wrap(terminal_safe(f.notes.empty() ? "the input holds nothing to judge" : f.notes.front()), 14, 100) + "\n";
     } else {
-        o += st.green("NO LEAK") + "  memory at step end does not accumulate";
-        if (!f.devices.empty() && f.step_count > 0) {
-            const auto& tl = f.devices.front().timeline;
-            o += st.dim("  (allocated " + format_bytes(double(tl[f.warmup_steps < f.step_count ? f.warmup_steps : 0].allocated)) +
-                        " -> " + format_bytes(double(tl[f.step_count - 1].allocated)) + ")");
-        }
-        o += "\n";
+        o += st.green("NO LEAK") + "  no site leaks, and the ledger below accounts for the growth at step ends\n";
     }
+    o += render_ledger(f, st);
     if (!f.not_leaks.empty()) {
         o += "\n" + st.bold("Not leaks") + st.dim(" (growth you may see, explained)") + "\n";
         for (const NotLeak& n : f.not_leaks) {
@@ -181,6 +209,8 @@ std::string render_live(const LiveFinding& live) {
                "; it was a cache that filled, not a leak (" + std::string(name(live.shape)) + ")";
     std::string line = "leak: " + per_step(live.bytes_per_step) + " at " + at + ", growing since step " +
                        format_count(live.since_step) + (live.shape == Shape::slowing ? ", slowing" : "") + ")";
+    if (live.evidence == LeakEvidence::replaced_bigger)
+        line += ": each step frees its buffer and allocates a bigger one there";
     if (live.projected_oom_step) line += "; OOM projected at step " + format_count(*live.projected_oom_step);
     return line;
 }
