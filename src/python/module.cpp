@@ -10,6 +10,7 @@
 #include <set>
 
 #include "analysis/analyze.h"
+#include "analysis/steps.h"
 #include "capture/python_frames.h"
 #include "explain/reference_walk.h"
 #include "capture/recorder.h"
@@ -159,9 +160,11 @@ NB_MODULE(_core, m) {
              nb::arg("reserved"))
         .def("name_stream", [](Recorder& r, uint64_t handle, const std::string& label) { r.name_stream(handle, label); })
         .def("marker", [](Recorder& r, EventKind kind, const std::string& name) { r.marker(kind, name); })
-        .def("end_step", [](Recorder& r) { return live_findings(r.end_step()); },
-             "Ends a step; returns what the live monitor confirmed or withdrew: [{line, site, device, shape, "
-             "bytes_per_step, since_step, projected_oom_step, blocks}].")
+        .def("end_step", [](Recorder& r, const std::string& unit) { return live_findings(r.end_step(unit)); },
+             nb::arg("unit") = std::string(kUnnamedStepUnit),
+             "Ends a step of this unit (its marker's name: 'optimizer step', 'eval batch', ...); returns what "
+             "the live monitor confirmed or withdrew: [{line, site, device, shape, bytes_per_step, since_step, "
+             "projected_oom_step, blocks}].")
         .def("leaking", [](Recorder& r) { return live_findings(r.leaking()); },
              "The live monitor's last word: the sites it holds as leaking now (same dicts as end_step).")
         .def("set_python_stacks", &Recorder::set_python_stacks)

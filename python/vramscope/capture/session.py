@@ -52,6 +52,27 @@ class Source(enum.Enum):
             return cls.allocator  # nothing to capture either way: start() says so
 
 
+class StepUnit(enum.Enum):
+    """What one step of a capture is, named by the source that ends it: (rank, the unit's name, which
+    the step marker carries into the trace and the report says "per ..."). The policy: the strongest
+    source seen owns the steps; once it has ended one, a weaker source never ends a step (sources
+    of one rank all do: a predict() after an evaluate()). So an explicit vramscope.step() beats the
+    optimizer, the optimizer beats the evaluation batches run inside training, and these the
+    generate() calls a Seq2Seq evaluation makes in each batch."""
+
+    explicit = (4, "vramscope.step()")
+    optimizer = (3, "optimizer step")
+    eval_batch = (2, "eval batch")
+    predict_batch = (2, "predict batch")
+    validation_batch = (2, "validation batch")
+    test_batch = (2, "test batch")
+    generate_call = (1, "generate() call")
+
+    def __init__(self, rank: int, spelling: str):
+        self.rank = rank
+        self.spelling = spelling
+
+
 class LeakError(AssertionError):
     """The run leaked: raised at the end of `track(fail_on_leak=True)`, and by `assert_no_leak` and the
     pytest markers when a site leaks more than their limit (the message is the finding)."""
@@ -106,8 +127,9 @@ class Capture:
         self._hook = None
         self._tensors = None  # the live-tensor source, when that is what is recorded
         self._undo: list = []
-        # The optimizer whose steps count, or "explicit": step() only (from the start, without optimizer_steps).
-        self._step_source = None if optimizer_steps else "explicit"
+        # The strongest step source seen (StepUnit); without optimizer_steps, vramscope.step() only.
+        self._step_owner: StepUnit | None = None if optimizer_steps else StepUnit.explicit
+        self._optimizer = None  # a weak reference to the optimizer whose steps count: the first one seen
         self._oom_reported = False
         self.off_reason = ""  # why this capture did not start, or stepped aside
 
@@ -142,6 +164,7 @@ class Capture:
                 return self._off("a capture is already running in this process; this one is ignored", "nested")
             _active = _last = self
             self._undo.append(torch_hooks.on_optimizer_step(self._on_optimizer_step))
+            self._follow_loops_without_optimizer()
             self._undo.append(torch_hooks.on_backward(self._on_backward))
             self._undo.append(torch_hooks.on_stream_created(self._on_stream))
             self._undo.append(torch_hooks.on_out_of_memory(self._on_oom))
@@ -366,13 +389,42 @@ class Capture:
             out.append(now if owners or then is None else {**then, "bytes_per_step": leak["bytes_per_step"]})
         return out
 
+    def _follow_loops_without_optimizer(self) -> None:
+        """Step sources beside the optimizer, each hooked when (if) the run imports its framework."""
+        if self._step_owner is StepUnit.explicit:
+            return  # nothing else can end a step
+        ended = self._step_ended
+
+        def cannot_follow(why: str) -> None:
+            warn(f"{why}; those loops' batches will not be steps")
+
+        self._undo += [
+            torch_hooks.on_trainer_batches(lambda: ended(StepUnit.eval_batch), lambda: ended(StepUnit.predict_batch),
+                                           cannot_follow),
+            torch_hooks.on_generate(lambda: ended(StepUnit.generate_call), cannot_follow),
+            torch_hooks.on_lightning_batches(lambda: ended(StepUnit.validation_batch),
+                                             lambda: ended(StepUnit.test_batch),
+                                             lambda: ended(StepUnit.predict_batch), cannot_follow),
+        ]
+
     # -- events ------------------------------------------------------------------------------
-    def end_step(self) -> None:
+    def _step_ended(self, unit: StepUnit) -> None:
+        """A source says a step of its unit ended: the ranking (StepUnit) decides whether it is one.
+        Called from inside the run's own loops: never raises."""
+        try:
+            if self._step_owner is not None and unit.rank < self._step_owner.rank:
+                return
+            self._step_owner = unit
+            self.end_step(unit)
+        except Exception as e:
+            self._step_aside(f"capture stopped at a step end ({type(e).__name__}: {e})")
+
+    def end_step(self, unit: StepUnit) -> None:
         recorder = self._recorder
         if recorder is None:
             return
         try:
-            said = recorder.end_step()
+            said = recorder.end_step(unit.spelling)
             for live in said:
                 live["line"] = self._spoken(live)
                 self.live_leaks.append(live["line"])
@@ -444,11 +496,11 @@ class Capture:
         return recorder.steps if recorder is not None else 0
 
     def _on_optimizer_step(self, optimizer) -> None:
-        if self._step_source is None:
-            self._step_source = weakref.ref(optimizer)
-        elif self._step_source == "explicit" or self._step_source() is not optimizer:
+        if self._optimizer is None:
+            self._optimizer = weakref.ref(optimizer)
+        elif self._optimizer() is not optimizer:
             return  # several optimizers: the first one's steps count
-        self.end_step()
+        self._step_ended(StepUnit.optimizer)
 
     def _on_backward(self) -> None:
         recorder = self._recorder
@@ -472,8 +524,7 @@ class Capture:
         self._report(print_it=True, analyse=self.analyse_at_end, leaking=recorder.leaking())
 
     def explicit_step(self) -> None:
-        self._step_source = "explicit"
-        self.end_step()
+        self._step_ended(StepUnit.explicit)
 
     def mark(self, name: str) -> None:
         recorder = self._recorder
@@ -503,7 +554,8 @@ def track(path="vramscope.vscope", *, fail_on_leak=False, summary=True, live_war
 
 
 def step() -> None:
-    """Ends a step, for loops without a torch.optim optimizer (then only these calls count)."""
+    """Ends a step where you count them ("vramscope.step()" in the report); from the first call on,
+    only these calls end steps (not the optimizer, evaluation batches or generate() calls)."""
     if _active is not None:
         _active.explicit_step()
 

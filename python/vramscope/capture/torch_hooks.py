@@ -1,13 +1,96 @@
-"""The Python-level events capture takes from torch: optimizer steps, backward calls, stream
-creation and out-of-memory. Each installer returns its undo; none of them raises into the run."""
+"""The Python-level events capture takes from torch and the frameworks over it: optimizer steps,
+backward calls, stream creation, out-of-memory, and the loops with no optimizer (transformers'
+evaluation, prediction and generate(), Lightning's validation, test and predict batches). Each
+installer returns its undo; none of them raises into the run. A framework is never imported here:
+its hooks go in when the run imports it (now, if it already has)."""
 
 from __future__ import annotations
 
+import functools
+import importlib.abc
+import importlib.util
 import os
 import sys
+import threading
+from types import ModuleType
 from typing import Callable
 
 Undo = Callable[[], None]
+
+
+def _wrap(owner, name: str, make: Callable[[Callable], Callable]) -> Undo:
+    """Replaces the function `name` defined on `owner` (a class or module) by make(original); the
+    undo puts the original back unless something else replaced the wrapper since."""
+    original = vars(owner)[name]
+    wrapper = functools.wraps(original)(make(original))
+    setattr(owner, name, wrapper)
+
+    def undo():
+        if vars(owner).get(name) is wrapper:
+            setattr(owner, name, original)
+
+    return undo
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Finds nothing itself: hands the module's own spec on, its loader made to call `then(module)`
+    once the module has run. Leaves sys.meta_path at its first use."""
+
+    def __init__(self, name: str, then: Callable[[ModuleType], None]):
+        self.name, self.then = name, then
+
+    def find_spec(self, name, path=None, target=None):
+        if name != self.name:
+            return None
+        try:
+            sys.meta_path.remove(self)
+        except ValueError:  # another thread's import took it first
+            return None
+        spec = importlib.util.find_spec(name)
+        loader = getattr(spec, "loader", None)
+        exec_module = getattr(loader, "exec_module", None)
+        if exec_module is None:
+            return spec
+
+        def exec_then(module):
+            loader.exec_module = exec_module  # a loader may serve other modules: only this one is patched
+            exec_module(module)
+            self.then(module)
+
+        loader.exec_module = exec_then
+        return spec
+
+
+def after_import(name: str, patch: Callable[[ModuleType], Undo], on_fault: Callable[[str], None]) -> Undo:
+    """patch(module) once the module `name` is imported: now if it is, else when its import ends.
+    A patch that fails is said to on_fault and changes nothing; the undo undoes a patch made, or
+    stops waiting for the import."""
+    undone: list[Undo] = []
+
+    def apply(module):
+        try:
+            undone.append(patch(module))
+        except Exception as e:
+            on_fault(f"{name} could not be followed ({type(e).__name__}: {e})")
+
+    waiting = None
+    if (module := sys.modules.get(name)) is not None:
+        apply(module)
+    else:
+        waiting = _AfterImport(name, apply)
+        sys.meta_path.insert(0, waiting)
+
+    def undo():
+        if waiting in sys.meta_path:
+            sys.meta_path.remove(waiting)
+        for u in undone:
+            u()
+
+    return undo
+
+
+def _all(undos: list[Undo]) -> Undo:
+    return lambda: [u() for u in reversed(undos)]
 
 
 def on_optimizer_step(callback: Callable[[object], None]) -> Undo:
@@ -22,21 +105,15 @@ def on_backward(callback: Callable[[], None]) -> Undo:
     """After each torch.autograd.backward (which Tensor.backward and accelerate call)."""
     import torch.autograd
 
-    original = torch.autograd.backward
+    def make(backward):
+        def after_backward(*args, **kwargs):
+            result = backward(*args, **kwargs)
+            callback()
+            return result
 
-    def backward(*args, **kwargs):
-        result = original(*args, **kwargs)
-        callback()
-        return result
+        return after_backward
 
-    backward.__wrapped__ = original
-    torch.autograd.backward = backward
-
-    def undo():
-        if torch.autograd.backward is backward:
-            torch.autograd.backward = original
-
-    return undo
+    return _wrap(torch.autograd, "backward", make)
 
 
 def caller_label(skip_dirs=("/torch/", "/vramscope/")) -> str:
@@ -95,3 +172,87 @@ def on_out_of_memory(callback: Callable[[int, int, int, int], None]) -> Undo:
 
     attach(observer)
     return lambda: live.__setitem__(0, False)
+
+
+def on_trainer_batches(eval_batch: Callable[[], None], predict_batch: Callable[[], None],
+                       on_fault: Callable[[str], None]) -> Undo:
+    """After each batch of transformers' Trainer.evaluate() (and the evaluation inside train()), and
+    of Trainer.predict(): the point where the evaluation loop hands the batch to the callbacks
+    (CallbackHandler.on_prediction_step), its outputs gathered; predict() says which of the two."""
+
+    def patch(trainer_module):
+        predicting = threading.local()
+
+        def make_predict(predict):
+            def counted_predict(*args, **kwargs):
+                predicting.depth = getattr(predicting, "depth", 0) + 1
+                try:
+                    return predict(*args, **kwargs)
+                finally:
+                    predicting.depth -= 1
+
+            return counted_predict
+
+        def make_prediction_step(on_prediction_step):
+            def batch_ended(*args, **kwargs):
+                control = on_prediction_step(*args, **kwargs)
+                (predict_batch if getattr(predicting, "depth", 0) else eval_batch)()
+                return control
+
+            return batch_ended
+
+        return _all([_wrap(trainer_module.Trainer, "predict", make_predict),
+                     _wrap(trainer_module.CallbackHandler, "on_prediction_step", make_prediction_step)])
+
+    return after_import("transformers.trainer", patch, on_fault)
+
+
+def on_generate(callback: Callable[[], None], on_fault: Callable[[str], None]) -> Undo:
+    """After each call of transformers' generate() (GenerationMixin's, which every model's
+    generate() reaches): the outermost only, as assisted decoding calls it again inside."""
+
+    def patch(generation_utils):
+        depth = threading.local()
+
+        def make(generate):
+            def outermost_generate(*args, **kwargs):
+                outermost = not getattr(depth, "calls", 0)
+                depth.calls = getattr(depth, "calls", 0) + 1
+                try:
+                    result = generate(*args, **kwargs)
+                finally:
+                    depth.calls -= 1
+                if outermost:
+                    callback()
+                return result
+
+            return outermost_generate
+
+        return _wrap(generation_utils.GenerationMixin, "generate", make)
+
+    return after_import("transformers.generation.utils", patch, on_fault)
+
+
+def on_lightning_batches(validation_batch: Callable[[], None], test_batch: Callable[[], None],
+                         predict_batch: Callable[[], None], on_fault: Callable[[str], None]) -> Undo:
+    """After each validation, test and predict batch of a Lightning Trainer (not the sanity check's),
+    with or without vramscope's callback: once the batch-end callbacks ran. Lightning's loops call
+    every callback hook through trainer.call._call_callback_hooks, of `lightning` and of the older
+    `pytorch_lightning` alike."""
+    ended = {"on_validation_batch_end": validation_batch, "on_test_batch_end": test_batch,
+             "on_predict_batch_end": predict_batch}
+
+    def patch(call_module):
+        def make(call_callback_hooks):
+            def batch_ended(trainer, hook_name, *args, **kwargs):
+                result = call_callback_hooks(trainer, hook_name, *args, **kwargs)
+                if hook_name in ended and not getattr(trainer, "sanity_checking", False):
+                    ended[hook_name]()
+                return result
+
+            return batch_ended
+
+        return _wrap(call_module, "_call_callback_hooks", make)
+
+    return _all([after_import(f"{package}.trainer.call", patch, on_fault)
+                 for package in ("lightning.pytorch", "pytorch_lightning")])

@@ -55,8 +55,9 @@ public:
     void allocator_event(EventKind kind, uint8_t device, uint64_t addr, uint64_t size, uint64_t stream,
                          const char* autograd_node) noexcept;
     void marker(EventKind kind, std::string_view name);
-    // Writes the step marker; returns the leaks the live monitor confirmed or withdrew at this step.
-    std::vector<LiveFinding> end_step();
+    // Writes the step marker, named by the step's unit ("optimizer step", "eval batch", ...: what
+    // Steps::unit reads back); returns the leaks the live monitor confirmed or withdrew at this step.
+    std::vector<LiveFinding> end_step(std::string_view unit);
     // The live monitor's last word: the sites it holds as leaking now.
     std::vector<LiveFinding> leaking();
 
@@ -169,7 +170,6 @@ private:
     std::unordered_map<const char*, uint32_t> node_frames_;
     std::unordered_map<uint32_t, SourceLine> site_lines_;  // frame id -> where: any frame can be a site
     std::vector<std::pair<uint64_t, uint16_t>> streams_;
-    uint32_t step_name_ = 0;
     mutable std::mutex fault_mutex_;
     std::string fault_;
 

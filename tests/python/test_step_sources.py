@@ -1,0 +1,209 @@
+"""Steps where users count them, on CPU (live tensors): transformers' evaluation and prediction
+batches, Lightning's validation, test and predict batches and generate() calls end steps in loops
+with no optimizer, each marker naming its unit; the strongest source seen owns the steps; the
+framework hooks go in when the framework is imported and come out when the capture ends."""
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import vramscope
+from tiny_trainers import llama_trainer
+from vramscope.capture import Capture, Source, torch_hooks
+from vramscope.capture.session import StepUnit
+
+torch = pytest.importorskip("torch")
+
+
+def captured(tmp_path, run) -> dict:
+    """The steps of the findings of a capture of run() (live tensors, analysed at its end)."""
+    capture = Capture(tmp_path / "steps.vscope", summary=False, live_warnings=False, explain=False,
+                      source=Source.live_tensors).start()
+    try:
+        run()
+    finally:
+        capture.stop()
+    assert capture.findings is not None, capture.off_reason
+    return capture.findings["steps"]
+
+
+def tiny_trainer(tmp_path, max_steps=4):
+    """A Trainer over a tiny Llama whose dataset is 4 batches of 2."""
+    return llama_trainer(tmp_path, keep=None, callbacks=[], vocab=64, hidden=32, tokens=8, batch=2,
+                         max_steps=max_steps, use_cpu=True, per_device_eval_batch_size=2)
+
+
+def test_hf_evaluate_ends_a_step_per_eval_batch(tmp_path):
+    trainer = tiny_trainer(tmp_path)
+    steps = captured(tmp_path, lambda: trainer.evaluate(trainer.train_dataset))
+    assert (steps["unit"], steps["count"]) == ("eval batch", 4)
+
+
+def test_hf_predict_ends_a_step_per_predict_batch(tmp_path):
+    trainer = tiny_trainer(tmp_path)
+    steps = captured(tmp_path, lambda: trainer.predict(trainer.train_dataset))
+    assert (steps["unit"], steps["count"]) == ("predict batch", 4)
+
+
+def test_after_training_the_optimizer_owns_the_steps_and_evaluation_ends_none(tmp_path):
+    trainer = tiny_trainer(tmp_path, max_steps=6)
+    steps = captured(tmp_path, lambda: (trainer.train(), trainer.evaluate(trainer.train_dataset)))
+    assert (steps["unit"], steps["count"]) == ("optimizer step", 6)
+
+
+def tiny_llama():
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=64,
+                                      pad_token_id=0, eos_token_id=1, bos_token_id=2)
+    return transformers.LlamaForCausalLM(config).eval()
+
+
+def generate(model, new_tokens: int):
+    return model.generate(torch.randint(3, 64, (1, 5)), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                          do_sample=False)
+
+
+def test_each_generate_call_is_a_step_whatever_the_tokens_it_decodes(tmp_path):
+    model = tiny_llama()
+    steps = captured(tmp_path, lambda: [generate(model, 2 + turn % 5) for turn in range(6)])
+    assert (steps["unit"], steps["count"]) == ("generate() call", 6)
+
+
+def test_once_vramscope_step_is_called_generate_calls_end_no_step(tmp_path):
+    model = tiny_llama()
+
+    def chat():
+        for _ in range(3):
+            generate(model, 3)  # three generate() calls: three steps
+        for _ in range(6):
+            generate(model, 3)  # two more steps, before the first vramscope.step()
+            generate(model, 2)
+            vramscope.step()  # from here on, only these: six
+
+    steps = captured(tmp_path, chat)
+    assert (steps["unit"], steps["count"]) == ("vramscope.step()", 3 + 2 + 6)
+
+
+def lightning_module():
+    pl = pytest.importorskip("lightning.pytorch")
+
+    class Module(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = torch.nn.Linear(16, 16)
+
+        def training_step(self, batch, batch_idx):
+            return self.net(batch).pow(2).mean()
+
+        def validation_step(self, batch, batch_idx):
+            return self.net(batch).pow(2).mean()
+
+        def test_step(self, batch, batch_idx):
+            return self.net(batch).pow(2).mean()
+
+        def predict_step(self, batch, batch_idx):
+            return self.net(batch)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    def trainer(tmp_path, **kwargs):
+        return pl.Trainer(default_root_dir=str(tmp_path), logger=False, enable_checkpointing=False,
+                          enable_progress_bar=False, enable_model_summary=False, accelerator="cpu", **kwargs)
+
+    return Module(), trainer
+
+
+def batches(n: int):
+    return torch.utils.data.DataLoader(torch.randn(8 * n, 16), batch_size=8)
+
+
+@pytest.mark.parametrize("loop,unit", [("validate", "validation batch"), ("test", "test batch"),
+                                       ("predict", "predict batch")])
+def test_lightning_evaluation_loops_end_a_step_per_batch_without_the_callback(tmp_path, loop, unit):
+    module, trainer = lightning_module()
+    steps = captured(tmp_path, lambda: getattr(trainer(tmp_path), loop)(module, batches(5)))
+    assert (steps["unit"], steps["count"]) == (unit, 5)
+
+
+def test_lightning_fit_counts_optimizer_steps_not_its_validation_or_sanity_check_batches(tmp_path):
+    module, trainer = lightning_module()
+    fit = trainer(tmp_path, max_steps=6, val_check_interval=3, num_sanity_val_steps=2)
+    steps = captured(tmp_path, lambda: fit.fit(module, batches(6), batches(4)))
+    assert (steps["unit"], steps["count"]) == ("optimizer step", 6)
+
+
+def test_the_strongest_source_seen_owns_the_steps(tmp_path):
+    """The ranking alone, through the capture's own entry point, in the order sources might come."""
+    said = []
+
+    class Recorder:  # what the capture hands the unit of each step it ends
+        def end_step(self, unit):
+            said.append(unit)
+            return []
+
+        def fault(self):
+            return ""
+
+    capture = Capture(tmp_path / "ranking.vscope")
+    capture._recorder = Recorder()
+    for unit in [StepUnit.generate_call, StepUnit.eval_batch, StepUnit.generate_call, StepUnit.predict_batch,
+                 StepUnit.optimizer, StepUnit.eval_batch, StepUnit.optimizer, StepUnit.explicit,
+                 StepUnit.optimizer, StepUnit.explicit]:
+        capture._step_ended(unit)
+    assert said == ["generate() call", "eval batch", "predict batch", "optimizer step", "optimizer step",
+                    "vramscope.step()", "vramscope.step()"]
+
+
+LAZY = """
+import sys
+import torch
+from vramscope.capture import Capture, Source
+
+capture = Capture(sys.argv[1], summary=False, live_warnings=False, explain=False, source=Source.live_tensors).start()
+assert "transformers" not in sys.modules and "lightning" not in sys.modules  # nothing imported for them
+import transformers.generation.utils as generation
+import transformers.trainer as trainer
+import lightning.pytorch.trainer.call as call
+def hooked():
+    return [generation.GenerationMixin.generate, trainer.Trainer.predict, trainer.CallbackHandler.on_prediction_step,
+            call._call_callback_hooks]
+originals = [f.__wrapped__ for f in hooked()]  # the hooks wrap the framework's own functions
+capture.stop()
+assert all(now is original for now, original in zip(hooked(), originals)), hooked()
+print("ok")
+"""
+
+
+def test_frameworks_imported_after_the_capture_starts_are_hooked_and_unhooked_at_its_end(tmp_path):
+    pytest.importorskip("transformers")
+    pytest.importorskip("lightning.pytorch")
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(LAZY), str(tmp_path / "lazy.vscope")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr
+
+
+def test_a_hook_that_cannot_go_in_is_said_once_and_the_module_imports_as_ever(tmp_path, monkeypatch):
+    (tmp_path / "vramscope_step_source_probe.py").write_text("def batch_end():\n    return 'ran'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    faults, undone = [], []
+
+    def patch(module):
+        undone.append(torch_hooks._wrap(module, "batch_end", lambda f: lambda: f() + " and hooked"))
+        return undone[0]
+
+    undo_good = torch_hooks.after_import("vramscope_step_source_probe", patch, faults.append)
+    undo_bad = torch_hooks.after_import("vramscope_step_source_probe", lambda module: module.no_such_hook,
+                                        faults.append)
+    import vramscope_step_source_probe as probe
+
+    assert probe.batch_end() == "ran and hooked"
+    assert len(faults) == 1 and "vramscope_step_source_probe could not be followed (AttributeError" in faults[0]
+    undo_bad()
+    undo_good()
+    assert probe.batch_end() == "ran"
+    del sys.modules["vramscope_step_source_probe"]
