@@ -207,3 +207,15 @@ def test_a_hook_that_cannot_go_in_is_said_once_and_the_module_imports_as_ever(tm
     undo_good()
     assert probe.batch_end() == "ran"
     del sys.modules["vramscope_step_source_probe"]
+
+
+def test_lightning_callback_captures_a_validate_run_on_its_own(tmp_path):
+    import json
+
+    from vramscope.integrations.lightning import VramscopeCallback
+
+    module, trainer = lightning_module()
+    trainer(tmp_path, callbacks=[VramscopeCallback(source=Source.live_tensors)]).validate(module, batches(5))
+    with open(tmp_path / "vramscope" / "validate" / "vramscope.json") as f:
+        steps = json.load(f)["steps"]
+    assert (steps["unit"], steps["count"]) == ("validation batch", 5)

@@ -1,7 +1,9 @@
 """Lightning: `Trainer(..., callbacks=[VramscopeCallback()])`. Captures during training, says each leak
 as it is confirmed, and when the projected OOM is near (or a leak is over its limit) saves a
 checkpoint and sets `trainer.should_stop`; the report is written beside the trace, in
-`DEFAULT_ROOT_DIR/vramscope/`, when training ends or fails (at an OOM, before it is raised)."""
+`DEFAULT_ROOT_DIR/vramscope/`, when training ends or fails (at an OOM, before it is raised).
+`validate()`, `test()` and `predict()` run on their own are captured too, a step a batch, their
+report in `DEFAULT_ROOT_DIR/vramscope/<validate|test|predict>/`."""
 
 from __future__ import annotations
 
@@ -29,9 +31,22 @@ class VramscopeCallback(Callback):
         self.checkpoint: str | None = None  # saved when the guard stopped the run
         self._last_step = -1
 
-    def on_train_start(self, trainer, pl_module):
-        self.guard = Guard(self.output_dir or os.path.join(trainer.default_root_dir, "vramscope"), **self.options)
+    def _start(self, trainer, *subfolder: str):
+        directory = os.path.join(self.output_dir or os.path.join(trainer.default_root_dir, "vramscope"), *subfolder)
+        self.guard = Guard(directory, **self.options)
         self.guard.start()
+
+    def on_train_start(self, trainer, pl_module):
+        self._start(trainer)
+
+    def setup(self, trainer, pl_module, stage):
+        # A loop with no optimizer: its batches end the steps (the capture follows Lightning's batch hooks).
+        if stage != "fit":
+            self._start(trainer, stage)
+
+    def teardown(self, trainer, pl_module, stage):
+        if stage != "fit":
+            self.on_train_end(trainer, pl_module)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         # Once per optimizer step (a batch may only accumulate gradients), on every rank alike.
