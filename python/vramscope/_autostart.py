@@ -17,13 +17,17 @@ import sys
 
 
 def _start(config: dict) -> None:
-    from .capture.session import Capture
+    """The capture started; one that cannot start leaves the run to go on without it."""
+    try:
+        from .capture.session import Capture
 
-    launched_directly = os.getppid() == config.get("launcher")
-    capture = Capture(config["output"], summary=False, device_memory=config.get("device_memory", 0),
-                      shared_name=launched_directly, analyse_at_end=False, max_steps=config.get("max_steps", 0))
-    capture.start()
-    atexit.register(capture.stop)
+        launched_directly = os.getppid() == config.get("launcher")
+        capture = Capture(config["output"], summary=False, device_memory=config.get("device_memory", 0),
+                          shared_name=launched_directly, analyse_at_end=False, max_steps=config.get("max_steps", 0))
+        capture.start()
+        atexit.register(capture.stop)
+    except Exception as e:
+        print(f"vramscope: capture could not start ({e}); the run goes on without it", file=sys.stderr)
 
 
 class _AfterTorchImport(importlib.abc.MetaPathFinder):
@@ -42,10 +46,7 @@ class _AfterTorchImport(importlib.abc.MetaPathFinder):
 
         def exec_then_start(module):
             exec_module(module)
-            try:
-                _start(config)
-            except Exception as e:
-                print(f"vramscope: capture could not start ({e}); the run goes on without it", file=sys.stderr)
+            _start(config)
 
         spec.loader.exec_module = exec_then_start
         return spec
@@ -71,11 +72,31 @@ def _preload(modules: list[str]) -> None:
             os._exit(3)  # an exception here would only be printed by site.py, and the run go on
 
 
+# What `vramscope run` puts in VRAMSCOPE_RUN (launch.run_environment): each key's type.
+_CONFIG = {"output": str, "launcher": int, "device_memory": int, "max_steps": int, "preload": list}
+
+
+def _config(text: str) -> dict:
+    """VRAMSCOPE_RUN read and checked: any other shape is a ValueError saying what is wrong, as this
+    runs in every Python process of the environment and must never fail one."""
+    config = json.loads(text)
+    if not isinstance(config, dict) or "output" not in config:
+        raise ValueError("not an object with an output")
+    for key, kind in _CONFIG.items():
+        value = config.get(key, kind())
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise ValueError(f"{key} is not {kind.__name__}")
+    if not all(isinstance(m, str) for m in config.get("preload", [])):
+        raise ValueError("preload is not a list of module names")
+    return config
+
+
 def _install() -> None:
     try:
-        config = json.loads(os.environ["VRAMSCOPE_RUN"])
-    except (KeyError, ValueError) as e:
-        print(f"vramscope: ignoring a malformed VRAMSCOPE_RUN ({e})", file=sys.stderr)
+        config = _config(os.environ["VRAMSCOPE_RUN"])
+    except (KeyError, ValueError, RecursionError) as e:
+        print(f"vramscope: ignoring a malformed VRAMSCOPE_RUN ({e}); this process runs without capture",
+              file=sys.stderr)
         return
     _preload(config.get("preload", []))
     if "torch" in sys.modules:

@@ -138,7 +138,7 @@ def test_a_matrix_file_gives_every_mode_the_baseline_each_variant_and_all(tmp_pa
     ({"command": "x", "variants": {"p": {}}}, "changes nothing"),
     ({"command": "x", "variants": {"all": {"env": {"A": "1"}}}}, "'all' cannot name"),
     ({"command": "x", "timeout": "soon"}, "not a duration"),
-    ({"command": "x", "steps": -1}, "not a number of steps"),
+    ({"command": "x", "steps": -1}, "steps: -1 is not a whole number"),
     ({"command": "x", "device_memory": "lots"}, "device_memory"),
 ])
 def test_a_matrix_that_cannot_run_as_written_says_why(tmp_path, spec, message):
@@ -268,6 +268,30 @@ def test_a_failing_preload_fails_its_cell_instead_of_running_unpatched(project, 
     assert "exit code 3" in proc.stdout
     log = (project / "vramscope-compare" / "cells" / "default" / "mp" / "log.txt").read_text()
     assert "the monkeypatch needs transformers 9" in log and "ran " not in log
+
+
+def test_a_cell_vramscope_fails_on_is_broken_with_its_reason_and_the_run_goes_on(project, traces, monkeypatch):
+    """Any exception inside a cell (here its workspace, as a tar error or a name too long for mkdir
+    would) is that cell's: recorded with its reason, the later cells run, and the table reads it."""
+    import vramscope.compare as compare_package
+    from vramscope.compare import runner
+
+    def prepare(matrix, variant, cell_dir, out_dir):
+        if variant.name == "boom":
+            raise KeyError("the setup blew up")
+        return real_prepare(matrix, variant, cell_dir, out_dir)
+
+    real_prepare = runner.prepare
+    monkeypatch.setattr(runner, "prepare", prepare)
+    monkeypatch.setenv("TRACES", str(traces))
+    monkeypatch.chdir(project)
+    rc = compare_package.main(["--gpus", "0", "--variant", "boom=env:A=1", "--variant", "after=env:B=1", "--", "python",
+                               "train.py"])
+    assert rc == 0
+    cells = table(project / "vramscope-compare")
+    assert cells[("default", "boom")]["outcome"] == "error" and cells[("default", "boom")]["status"] == "broken"
+    assert "KeyError" in cells[("default", "boom")]["why"] and "the setup blew up" in cells[("default", "boom")]["why"]
+    assert cells[("default", "after")]["outcome"] == "finished" and cells[("default", "all")]["outcome"] == "finished"
 
 
 def test_ctrl_c_stops_cleanly_and_keeps_finished_cells(project, traces):

@@ -1,8 +1,11 @@
-"""The hostile-input corpus (tests/data/hostile, made by its make_corpus.py): every file through
-analyze, convert, export and report as a user would run them, each under an address-space limit
+"""The hostile-input corpus (tests/data/hostile, made by its make_corpus.py): every trace and
+findings file through analyze, convert, export and report, every matrix through compare and every
+compare.json through compare-table, as a user would run them, each under an address-space limit
 and a timeout. No signal death, no Python traceback, the exit code its expectation says, never
-"NO LEAK" for input that cannot be trusted, and peak memory within the stated multiple of the
-limits the commands run with."""
+"NO LEAK" for input that cannot be trusted (nor "root-cause fix" from rates that are not
+measurements), and peak memory within the stated multiple of the limits the commands run with.
+Beside the corpus: outputs that are inputs, concurrent writers, files that are not files, and
+option and environment values."""
 
 from __future__ import annotations
 
@@ -20,8 +23,10 @@ import pytest
 
 HOSTILE = Path(__file__).resolve().parent.parent / "data" / "hostile"
 EXPECT = json.loads((HOSTILE / "expectations.json").read_text())
-TRACES = [n for n, e in EXPECT.items() if not e["outcome"].startswith("report")]
+TRACES = [n for n, e in EXPECT.items() if e["outcome"] in ("error", "cannot-judge", "nothing", "judged")]
 FINDINGS = [n for n, e in EXPECT.items() if e["outcome"].startswith("report")]
+MATRICES = [n for n, e in EXPECT.items() if e["outcome"] == "matrix-error"]
+TABLES = [n for n, e in EXPECT.items() if e["outcome"].startswith("table")]
 
 # The limits every command runs with here, and what a run may take beside them: pickle values
 # held and events kept are each under --max-memory; vectors may double past it while growing;
@@ -33,7 +38,7 @@ PEAK_RSS = 4 * MAX_MEMORY + (200 << 20)
 TIMEOUT = 60
 
 
-def run(*args: str) -> tuple[int, str, int, float]:
+def run(*args: str, cwd=None, env=None) -> tuple[int, str, int, float]:
     """(exit code, stdout + stderr, peak RSS in bytes, seconds) of `vramscope ARGS`."""
 
     def limit():
@@ -41,7 +46,7 @@ def run(*args: str) -> tuple[int, str, int, float]:
 
     started = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "vramscope", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            preexec_fn=limit)
+                            preexec_fn=limit, cwd=cwd, env=env)
     timer = threading.Timer(TIMEOUT, proc.kill)
     timer.start()
     out = proc.stdout.read()
@@ -201,3 +206,180 @@ def test_owners_file_beside_a_trace_is_checked_before_it_is_embedded(owners, emb
     data = data[data.index(">") + 1: data.index("</script>")]
     assert not set(data) & set("<>&") and "alert" not in data
     assert json.loads(data)["owners"] == ([[{"owner_lines": ["</script><!--<script>"]}]] if embedded else [None])
+
+
+# -- compare: matrices and results ------------------------------------------------------------------
+@pytest.mark.parametrize("name", MATRICES)
+def test_hostile_matrix_is_refused_naming_the_field_and_nothing_is_written(name, tmp_path):
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "keep.txt").write_text("the user's\n")
+    out = project / "out"
+    args = ("compare", str(HOSTILE / name), "-o", str(out))
+    rc, text, rss, _ = run(*args, cwd=project)
+    check_clean(rc, text, rss, args)
+    assert rc == 2 and EXPECT[name]["says"] in text, f"{name}: {EXPECT[name]['why']}\n{text}"
+    assert sorted(p.name for p in project.iterdir()) == ["keep.txt"] and sorted(os.listdir(tmp_path)) == ["project"]
+    assert "\x1b" not in text and "\x00" not in text
+
+
+@pytest.mark.parametrize("name", TABLES)
+def test_hostile_compare_results(name, tmp_path):
+    expect = EXPECT[name]
+    table = tmp_path / "table.json"
+    args = ("compare-table", str(HOSTILE / name), "--json", str(table))
+    rc, out, rss, _ = run(*args)
+    check_clean(rc, out, rss, args)
+    if expect["outcome"] == "table-error":
+        assert rc == 2 and expect["says"] in out and name in out, f"{name}: {expect['why']}\n{out}"
+        assert not table.exists()
+        return
+    assert rc == 0, f"{name}: {expect['why']}\n{out}"
+    statuses = {c["row"]: c["status"] for m in json.loads(table.read_text())["modes"] for c in m["cells"]}
+    assert statuses.items() >= expect["statuses"].items(), f"{name}: {expect['why']}\n{statuses}"
+    assert "root-cause fix" not in statuses.values(), statuses
+
+
+def compare_run(tmp_path: Path) -> Path:
+    """A compare run's results with its cells' findings beside them, as copies the tests may damage."""
+    for name in ("compare_cell_error.json", "findings_good.json"):
+        (tmp_path / name).write_bytes((HOSTILE / name).read_bytes())
+    return tmp_path / "compare_cell_error.json"
+
+
+def traced(tmp_path: Path) -> Path:
+    """A live trace with its owners sidecar, as `vramscope run` leaves them."""
+    trace = tmp_path / "run.vscope"
+    trace.write_bytes((HOSTILE / "good.vscope").read_bytes())
+    (tmp_path / "run.vscope.owners.json").write_text("[]")
+    return trace
+
+
+@pytest.mark.parametrize("case", ["compare-table own json", "compare-table markdown over findings", "analyze html over owners",
+                                  "report over owners", "analyze json and html one file", "convert over a hard link",
+                                  "export both into one file"])
+def test_an_output_that_is_an_input_is_refused_before_anything_is_written(case, tmp_path):
+    results, trace = compare_run(tmp_path), traced(tmp_path)
+    owners = Path(str(trace) + ".owners.json")
+    link = tmp_path / "link.vscope"
+    os.link(trace, link)
+    args, kept = {
+        "compare-table own json": (("compare-table", results, "--json", results), results),
+        "compare-table markdown over findings": (("compare-table", results, "--markdown", tmp_path / "findings_good.json"),
+                                                 tmp_path / "findings_good.json"),
+        "analyze html over owners": (("analyze", trace, "--html", owners), owners),
+        "report over owners": (("report", trace, "-o", owners), owners),
+        "analyze json and html one file": (("analyze", trace, "--json", tmp_path / "x", "--html", tmp_path / "x"),
+                                           tmp_path / "x"),
+        "convert over a hard link": (("convert", trace, link), trace),
+        "export both into one file": (("export", trace, "--perfetto", tmp_path / "x", "--memory-viz", tmp_path / "x"),
+                                      tmp_path / "x"),
+    }[case]
+    before = kept.read_bytes() if kept.exists() else None
+    rc, out, _, _ = run(*map(str, args))
+    assert rc == 2 and "Traceback" not in out, out
+    assert "would destroy it" in out or "both name" in out, out
+    assert (kept.read_bytes() if kept.exists() else None) == before
+
+
+@pytest.mark.parametrize("option", ["--json", "--markdown", "--html"])
+def test_compare_refuses_an_output_over_its_matrix_or_patch(option, tmp_path):
+    (tmp_path / "fix.patch").write_text("--- a/x\n+++ b/x\n")
+    matrix = tmp_path / "m.toml"
+    matrix.write_text('command = "python -c pass"\n[variants.p]\npatch = "fix.patch"\n')
+    for target in (matrix, tmp_path / "fix.patch"):
+        before = target.read_bytes()
+        rc, out, _, _ = run("compare", str(matrix), option, str(target), "-o", str(tmp_path / "out"), cwd=tmp_path)
+        assert rc == 2 and "would destroy it" in out and "Traceback" not in out, out
+        assert target.read_bytes() == before and not (tmp_path / "out").exists()
+
+
+def test_compare_refuses_inputs_inside_the_cells_it_replaces(tmp_path):
+    cells = tmp_path / "out" / "cells" / "default" / "baseline"
+    cells.mkdir(parents=True)
+    matrix = cells / "m.toml"
+    matrix.write_text('command = "python -c pass"\n')
+    rc, out, _, _ = run("compare", str(matrix), "-o", str(tmp_path / "out"), cwd=tmp_path)
+    assert rc == 2 and "which the run replaces" in out, out
+    assert matrix.exists()
+
+
+def test_concurrent_converts_into_one_output_never_tear_it(tmp_path):
+    """Each writes a temporary file beside the output and renames it over: the output is always one
+    of the two whole traces, and no temporary file is left."""
+    sources = [HOSTILE / "good.vscope", HOSTILE.parent / "leak_ctx_losses.pickle.gz"]
+    whole = []
+    for i, source in enumerate(sources):
+        subprocess.run([sys.executable, "-m", "vramscope", "convert", str(source), str(tmp_path / f"{i}.vscope")],
+                       check=True, capture_output=True)
+        whole.append((tmp_path / f"{i}.vscope").read_bytes())
+    out = tmp_path / "out.vscope"
+    for _ in range(4):
+        procs = [subprocess.Popen([sys.executable, "-m", "vramscope", "convert", str(s), str(out)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for s in sources]
+        assert all(p.wait(timeout=TIMEOUT) == 0 for p in procs)
+        assert out.read_bytes() in whole
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["0.vscope", "1.vscope", "out.vscope"]
+
+
+@pytest.mark.parametrize("args", [("analyze", "{trace}", "--json", ""), ("analyze", "{trace}", "--html", ""),
+                                  ("report", "{trace}", "-o", ""), ("export", "{trace}", "--perfetto", ""),
+                                  ("compare-table", "{results}", "--json", ""), ("convert", "{trace}", "--chunk-size", ""),
+                                  ("compare", "--json", "", "--", "python", "-c", "pass"),
+                                  ("compare", "-o", "", "--", "python", "-c", "pass")])
+def test_an_empty_option_value_is_an_error_not_nothing(args, tmp_path):
+    names = {"trace": str(HOSTILE / "good.vscope"), "results": str(HOSTILE / "compare_cell_error.json")}
+    rc, out, _, _ = run(*(a.format(**names) for a in args), cwd=tmp_path)
+    assert rc == 2 and "needs a value" in out and "Traceback" not in out, out
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("flags, says", [(("--timeout", "nan"), "timeout"), (("--timeout", "inf"), "timeout"),
+                                         (("--timeout", "1e999"), "timeout"), (("--steps", "\u00b2"), "steps"),
+                                         (("--steps", "99999999999999999999999"), "steps"), (("--jobs", "\u0663"), "--jobs"),
+                                         (("--launcher", "x", "--jobs", "0"), "--jobs"),
+                                         (("--device-memory", "99999999999999999999999 TB"), "device_memory"),
+                                         (("--variant", "p=args:'unclosed"), "--variant p"),
+                                         (("--variant", "..=env:A=1"), "cannot name a row or mode"),
+                                         (("--mode", "../x=--a"), "cannot name a row or mode")])
+def test_compare_flags_out_of_range_are_errors(flags, says, tmp_path):
+    rc, out, _, _ = run("compare", *flags, "-o", str(tmp_path / "out"), "--", "python", "-c", "pass", cwd=tmp_path)
+    assert rc == 2 and says in out and "Traceback" not in out, out
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_matrix_that_is_not_a_regular_file_is_refused_at_once(tmp_path):
+    fifo = tmp_path / "fifo.toml"
+    os.mkfifo(fifo)
+    big = tmp_path / "big.toml"
+    big.write_text("# " + "x" * (2 << 20) + "\n")
+    for path in (fifo, Path("/dev/zero"), tmp_path, big):
+        rc, out, _, seconds = run("compare", str(path), "-o", str(tmp_path / "out"))
+        assert rc == 2 and seconds < 10 and "Traceback" not in out, out
+        assert any(w in out for w in ("not a regular file", "Is a directory", "over 1 MiB")), out
+
+
+@pytest.mark.parametrize("target", ["file", "/dev/null/out", "/proc/version/out"])
+def test_compare_output_folder_that_cannot_be_made_is_an_error(target, tmp_path):
+    (tmp_path / "file").write_text("not a folder\n")
+    rc, out, _, _ = run("compare", "-o", target, "--", "python", "-c", "pass", cwd=tmp_path)
+    assert rc == 2 and "-o" in out and "Traceback" not in out, out
+    assert (tmp_path / "file").read_text() == "not a folder\n"
+
+
+def test_a_size_past_2_to_the_64_is_no_size():
+    rc, out, _, _ = run("analyze", str(HOSTILE / "good.vscope"), "--device-memory", "99999999999999999999999 TB")
+    assert rc == 2 and "--device-memory" in out, out
+
+
+@pytest.mark.parametrize("value", ["[1]", "null", '"x"', '{"output": 5}', '{"output": "t.vscope", "preload": "abc"}',
+                                   '{"output": "t.vscope", "max_steps": "many"}', '{"output": "t.vscope", "preload": [1]}',
+                                   "[" * 100_000])
+def test_vramscope_run_of_the_wrong_shape_warns_once_and_steps_aside(value, tmp_path):
+    """VRAMSCOPE_RUN is read by vramscope_run.pth in every Python process of the environment: one
+    of the wrong shape must not fail or kill any of them."""
+    proc = subprocess.run([sys.executable, "-c", "print('ran')"], env={**os.environ, "VRAMSCOPE_RUN": value},
+                          capture_output=True, text=True, timeout=TIMEOUT, cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout == "ran\n", proc.stderr
+    assert proc.stderr.count("ignoring a malformed VRAMSCOPE_RUN") == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert os.listdir(tmp_path) == []

@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 
 from .. import _core
-from .matrix import ALL, Matrix, MatrixError, flag_spec, from_dict, merge_flags, read
+from .matrix import ALL, MAX_JOBS, Matrix, MatrixError, flag_spec, from_dict, merge_flags, read, whole_number
+from .outputs import OutputError, refuse_inside, refuse_overwriting, write_atomic
 from .runner import Options, Runner, visible_gpus
 
 USAGE = """usage: vramscope compare [MATRIX.toml] [--variant NAME=KIND:VALUE]... [--mode NAME=ARGS]...
@@ -82,13 +83,11 @@ def parse(args: list[str]) -> tuple[Matrix, Options, dict]:
                 raise MatrixError(f"{a} needs a value")
             v = args[i + 1]
             i += 2
+            if not v:
+                raise MatrixError(f"{a} needs a value, not ''")
             if a in ("--variant", "--mode"):
                 flag_spec(spec, a[2:], v)
-            elif a == "--steps":
-                if not v.isdigit():
-                    raise MatrixError(f"--steps: {v!r} is not a number of steps")
-                spec["steps"] = int(v)
-            elif a in ("--timeout", "--device-memory"):
+            elif a in ("--steps", "--timeout", "--device-memory"):  # checked with the file's values
                 spec[a[2:].replace("-", "_")] = v
             elif a in ("-o", "--output"):
                 out = v
@@ -97,9 +96,9 @@ def parse(args: list[str]) -> tuple[Matrix, Options, dict]:
             elif a == "--launcher":
                 launcher = v.split()
             elif a == "--jobs":
-                if not v.isdigit() or int(v) < 1:
-                    raise MatrixError(f"--jobs: {v!r} is not a number of cells")
-                jobs = int(v)
+                jobs = whole_number(v, "--jobs", MAX_JOBS)
+                if jobs < 1:
+                    raise MatrixError("--jobs: at least 1 cell at a time")
             else:
                 outputs[a[2:]] = v
             continue
@@ -118,6 +117,7 @@ def parse(args: list[str]) -> tuple[Matrix, Options, dict]:
             matrix = from_dict(merge_flags(table, spec), Path(matrix_file).parent.resolve(), command)
         except MatrixError as e:
             raise MatrixError(f"{matrix_file}: {e}") from None
+        matrix.source = matrix_file
     else:
         matrix = from_dict(spec, Path.cwd(), command)
     slots = [None] * jobs if launcher else (gpus or visible_gpus())
@@ -139,13 +139,34 @@ def results(matrix: Matrix, runner: Runner, wall_seconds: float, complete: bool)
             "cells": cells}
 
 
+def prepare_outputs(matrix: Matrix, out: Path, outputs: dict) -> dict[str, Path]:
+    """OUT made (with OUT/cells) and every file the run will write, by option: none may be one of
+    its inputs or lie where the run replaces cells. Raises OutputError saying which."""
+    files = {"compare.json": out / "compare.json",
+             "--markdown": Path(outputs.get("markdown", out / "compare.md")),
+             "--html": Path(outputs.get("html", out / "compare.html"))}
+    if "json" in outputs:
+        files["--json"] = Path(outputs["json"])
+    refuse_overwriting(files, matrix.inputs())
+    refuse_inside(out / "cells", [*matrix.inputs(), *matrix.trees()])
+    try:
+        (out / "cells").mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise OutputError(f"-o {out}: cannot make the output folder: {e.strerror or e}") from None
+    return files
+
+
 def main(args: list[str]) -> int:
     try:
         matrix, options, outputs = parse(args)
     except MatrixError as e:
         print(f"vramscope compare: {e}\n\n{USAGE}", file=sys.stderr)
         return 2
-    options.out.mkdir(parents=True, exist_ok=True)
+    try:
+        files = prepare_outputs(matrix, options.out, outputs)
+    except OutputError as e:
+        print(f"vramscope compare: {e}", file=sys.stderr)
+        return 2
     progress = Progress()
     why_no_all = matrix.why_no_all()
     if why_no_all:
@@ -153,12 +174,15 @@ def main(args: list[str]) -> int:
     runner = Runner(matrix, options)
     t0 = time.monotonic()
     complete = runner.run(progress)
-    summary = options.out / "compare.json"
-    summary.write_text(json.dumps(results(matrix, runner, time.monotonic() - t0, complete), indent=1) + "\n")
-    table = ["compare-table", str(summary), "--markdown", outputs.get("markdown", str(options.out / "compare.md")),
-             "--html", outputs.get("html", str(options.out / "compare.html"))]
-    if "json" in outputs:
-        table += ["--json", outputs["json"]]
+    summary = files["compare.json"]
+    try:
+        write_atomic(summary, json.dumps(results(matrix, runner, time.monotonic() - t0, complete), indent=1) + "\n")
+    except OSError as e:
+        print(f"vramscope compare: {summary}: cannot write the results: {e.strerror or e}", file=sys.stderr)
+        return 2
+    table = ["compare-table", str(summary), "--markdown", str(files["--markdown"]), "--html", str(files["--html"])]
+    if "--json" in files:
+        table += ["--json", str(files["--json"])]
     sys.stdout.flush()
     rc = _core.cli_main(table)
     return 130 if not complete else rc

@@ -81,8 +81,11 @@ def archive_ref(project: str, ref: str, dest: Path) -> None:
         raise SetupError(f"ref {ref}: not a commit of {project}")
     dest.mkdir(parents=True)
     with subprocess.Popen(["git", "-C", project, "archive", "--format=tar", ref], stdout=subprocess.PIPE) as git:
-        with tarfile.open(fileobj=git.stdout, mode="r|") as tar:
-            tar.extractall(dest, filter="data")
+        try:
+            with tarfile.open(fileobj=git.stdout, mode="r|") as tar:
+                tar.extractall(dest, filter="data")
+        except tarfile.TarError as e:  # git's archive cut short, or a member the data filter refuses
+            raise SetupError(f"ref {ref}: the archive could not be unpacked ({e})") from None
     if git.returncode != 0:
         raise SetupError(f"ref {ref}: git archive failed ({git.returncode})")
 

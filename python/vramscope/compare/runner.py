@@ -21,10 +21,12 @@ from ..capture import naming
 from ..launch import add_owners_to_json, run_environment
 from .isolation import SetupError, prepare
 from .matrix import Cell, Matrix
+from .outputs import write_atomic
 
-# How a cell's process ended; the C++ side (compare/cells.h) reads these spellings.
-FINISHED, FAILED, OUT_OF_MEMORY, TIMED_OUT, NOT_RUN, INTERRUPTED = (
-    "finished", "failed", "out-of-memory", "timed-out", "not-run", "interrupted")
+# How a cell's process ended; the C++ side (compare/cells.h) reads these spellings. ERROR: vramscope
+# itself failed on the cell (its reason says how); the run goes on without it.
+FINISHED, FAILED, OUT_OF_MEMORY, TIMED_OUT, NOT_RUN, INTERRUPTED, ERROR = (
+    "finished", "failed", "out-of-memory", "timed-out", "not-run", "interrupted", "error")
 _OOM_MARKS = ("torch.OutOfMemoryError", "CUDA out of memory")  # torch's words, and vramscope's at an OOM
 _GRACE_SECONDS = 20  # after SIGTERM, for the cell to write its trace's end
 
@@ -50,8 +52,18 @@ def visible_gpus() -> list:
     return [str(i) for i, line in enumerate(l for l in listed.splitlines() if l.startswith("GPU "))] or [None]
 
 
+class CellPathError(RuntimeError):
+    """A cell's folder that would not be OUT/cells/MODE/ROW itself (a link on the way)."""
+
+
 def cell_dir(out: Path, cell: Cell) -> Path:
-    return out / "cells" / cell.mode.name / cell.variant.name
+    """OUT/cells/MODE/ROW, resolved and checked to be exactly that: the runner removes it before a
+    run, so nothing that leads elsewhere (a name, a symbolic link) may ever reach rmtree."""
+    cells = out.resolve() / "cells"  # OUT's own folder: a link named cells leads elsewhere
+    directory = (cells / cell.mode.name / cell.variant.name).resolve()
+    if not directory.is_relative_to(cells) or directory.relative_to(cells).parts != (cell.mode.name, cell.variant.name):
+        raise CellPathError(f"{cell.key}: its folder would be {directory}, not inside {cells}: not touched")
+    return directory
 
 
 class Runner:
@@ -64,22 +76,32 @@ class Runner:
 
     # -- one cell ----------------------------------------------------------------------------
     def finished_before(self, cell: Cell) -> dict | None:
-        path = cell_dir(self.options.out, cell) / "cell.json"
         try:
-            result = json.loads(path.read_text())
-        except (OSError, ValueError):
+            result = json.loads((cell_dir(self.options.out, cell) / "cell.json").read_text())
+            fingerprint = cell.fingerprint(self.matrix)
+        except (OSError, ValueError, CellPathError):
             return None
-        done = result.get("state") not in (INTERRUPTED, None)
-        return result if done and result.get("fingerprint") == cell.fingerprint(self.matrix) else None
+        done = isinstance(result, dict) and result.get("state") not in (INTERRUPTED, ERROR, None)
+        return result if done and result.get("fingerprint") == fingerprint else None
 
     def run_cell(self, cell: Cell, gpu) -> dict:
+        """The cell run and analysed; whatever fails in vramscope on the way (a folder that cannot be
+        made, a tree that cannot be copied) makes it an ERROR with its reason, never the run's end."""
+        result = {"mode": cell.mode.name, "variant": cell.variant.name, "fingerprint": None, "gpu": gpu,
+                  "state": NOT_RUN, "rc": None, "wall_seconds": 0.0, "reason": "", "trees": {}, "findings": None,
+                  "report": None, "log": None}
+        try:
+            return self._run_cell(cell, gpu, result)
+        except Exception as e:  # any failure is this cell's, reported in its row
+            return {**result, "state": ERROR, "reason": f"vramscope could not run this cell: {type(e).__name__}: {e}"}
+
+    def _run_cell(self, cell: Cell, gpu, result: dict) -> dict:
+        result["fingerprint"] = cell.fingerprint(self.matrix)
         directory = cell_dir(self.options.out, cell)
         if directory.exists():
             shutil.rmtree(directory)
         directory.mkdir(parents=True)
-        result = {"mode": cell.mode.name, "variant": cell.variant.name, "fingerprint": cell.fingerprint(self.matrix),
-                  "gpu": gpu, "state": NOT_RUN, "rc": None, "wall_seconds": 0.0, "reason": "", "trees": {},
-                  "findings": None, "report": None, "log": "log.txt"}
+        result["log"] = "log.txt"
         try:
             workspace = prepare(self.matrix, cell.variant, directory, self.options.out)
         except (SetupError, OSError) as e:
@@ -154,7 +176,7 @@ class Runner:
             result["reason"] = result["reason"] or "the analysis failed (analysis.txt says why)"
 
     def _save(self, directory: Path, result: dict) -> dict:
-        (directory / "cell.json").write_text(json.dumps(result, indent=1) + "\n")
+        write_atomic(directory / "cell.json", json.dumps(result, indent=1) + "\n")
         return result
 
     # -- the matrix ---------------------------------------------------------------------------

@@ -22,7 +22,7 @@ PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def parse_size(size: str | int) -> int:
     """Bytes in a size such as "24 MB" or "1 MiB" (an int is bytes); a clear ValueError otherwise."""
-    if isinstance(size, int) and size >= 0:
+    if isinstance(size, int) and not isinstance(size, bool) and 0 <= size < 1 << 64:  # True is no size
         return size
     if not isinstance(size, str) or not SIZE.fullmatch(size.strip()):
         raise ValueError(f"vramscope: {size!r} is not a size; write it as \"24 MB\", \"1 MiB\" or \"512 KiB\" "

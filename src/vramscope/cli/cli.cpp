@@ -86,6 +86,13 @@ uint64_t whole_number(const std::string& text, uint64_t min, uint64_t max, const
     return v;
 }
 
+// An option's value (args[i] the option; i then at its value): present and not empty, as an
+// empty one would silently mean "not given".
+const std::string& option_value(const std::vector<std::string>& args, size_t& i) {
+    if (i + 1 >= args.size() || args[i + 1].empty()) throw UsageError(args[i] + " needs a value");
+    return args[++i];
+}
+
 // The limit options; true when args[i] was one (i then at its value).
 bool limit_option(const std::vector<std::string>& args, size_t& i, ReadLimits& limits) {
     const std::string& a = args[i];
@@ -94,8 +101,7 @@ bool limit_option(const std::vector<std::string>& args, size_t& i, ReadLimits& l
                    : a == "--max-string"  ? &limits.max_string_bytes
                                           : nullptr;
     if (!size && a != "--max-depth") return false;
-    if (i + 1 >= args.size()) throw UsageError(a + " needs a value");
-    const std::string& v = args[++i];
+    const std::string& v = option_value(args, i);
     if (!size) limits.max_depth = uint32_t(whole_number(v, 1, 1u << 20, a));
     else if (!parse_bytes(v, *size) || *size == 0) throw UsageError(a + " takes a size such as 4GiB or 512MiB");
     return true;
@@ -141,15 +147,28 @@ void parse_step_range(const std::string& v, AnalysisOptions& opt) {
     if (opt.last_step < opt.first_step) throw UsageError("--steps A:B needs A <= B");
 }
 
-void refuse_overwriting(const std::vector<std::string>& inputs, const std::string& out) {
-    for (const std::string& in : inputs)
-        if (!out.empty() && out != "-" && same_file(in, out)) throw UsageError(out + " is an input: writing it would destroy it");
+// Every command that writes asks this first, with all it reads and all it will write (by
+// option; "" and "-" are no file): no output may be an input, nor two outputs one file.
+void refuse_overwriting(const std::vector<std::string>& inputs,
+                        const std::vector<std::pair<std::string, std::string>>& outputs) {
+    for (size_t k = 0; k < outputs.size(); ++k) {
+        const auto& [option, out] = outputs[k];
+        if (out.empty() || out == "-") continue;
+        for (const std::string& in : inputs)
+            if (same_file(in, out)) throw UsageError(option + " " + out + " is an input (" + in + "): writing it would destroy it");
+        for (size_t j = 0; j < k; ++j)
+            if (outputs[j].second != "-" && !outputs[j].second.empty() && same_file(outputs[j].second, out))
+                throw UsageError(outputs[j].first + " and " + option + " both name " + out);
+    }
 }
+
+// Who held each leak, beside the live trace that `analyze` and `report` read.
+std::string owners_path(const std::string& trace) { return trace + ".owners.json"; }
 
 // Who held each leak, written beside a live trace by the process that captured it; checked as
 // JSON, as it goes into the report's data as written.
 std::string owners_beside(const std::string& trace) {
-    const std::string path = trace + ".owners.json";
+    const std::string path = owners_path(trace);
     if (access(path.c_str(), R_OK) != 0) return "";
     const Bytes text = read_file(path, 256 << 20);
     std::string owners(text.data(), text.size());
@@ -189,10 +208,7 @@ int analyze_command(const std::vector<std::string>& args, bool report_only) {
     bool fail_on_leak = false, skip_empty = false;
     for (size_t i = 0; i < args.size(); ++i) {
         const std::string& a = args[i];
-        auto value = [&]() -> const std::string& {
-            if (i + 1 >= args.size()) throw UsageError(a + " needs a value");
-            return args[++i];
-        };
+        auto value = [&]() -> const std::string& { return option_value(args, i); };
         if (limit_option(args, i, limits)) continue;
         if (a == "--json" && !report_only) json_out = value();
         else if (a == "--html" || (report_only && (a == "-o" || a == "--output"))) html_out = value();
@@ -209,8 +225,9 @@ int analyze_command(const std::vector<std::string>& args, bool report_only) {
     }
     if (files.empty()) throw UsageError(std::string(report_only ? "report" : "analyze") + " needs at least one FILE");
     if (report_only && html_out.empty()) throw UsageError("report needs -o OUT.html");
-    refuse_overwriting(files, json_out);
-    refuse_overwriting(files, html_out);
+    std::vector<std::string> inputs = files;
+    for (const std::string& f : files) inputs.push_back(owners_path(f));
+    refuse_overwriting(inputs, {{"--json", json_out}, {report_only ? "-o" : "--html", html_out}});
     size_t json_inputs = 0;
     for (const auto& f : files) json_inputs += f.ends_with(".json");
     if (report_only && json_inputs == files.size()) return report_from_findings(files, html_out, limits);
@@ -261,18 +278,17 @@ int export_command(const std::vector<std::string>& args) {
     ReadLimits limits;
     for (size_t i = 0; i < args.size(); ++i) {
         if (limit_option(args, i, limits)) continue;
-        if ((args[i] == "--memory-viz" || args[i] == "--perfetto") && i + 1 < args.size()) {
+        if (args[i] == "--memory-viz" || args[i] == "--perfetto") {
             std::string& out = args[i] == "--memory-viz" ? memory_viz : perfetto;
-            out = args[++i];
+            out = option_value(args, i);
         }
-        else if (args[i].starts_with("--")) throw UsageError("export: unknown or incomplete option " + args[i]);
+        else if (args[i].starts_with("--")) throw UsageError("export: unknown option " + args[i]);
         else if (in.empty()) in = args[i];
         else throw UsageError("export takes one FILE");
     }
     if (in.empty() || (memory_viz.empty() && perfetto.empty()))
         throw UsageError("export needs a FILE and --memory-viz OUT.pickle and/or --perfetto OUT.json");
-    refuse_overwriting({in}, memory_viz);
-    refuse_overwriting({in}, perfetto);
+    refuse_overwriting({in}, {{"--memory-viz", memory_viz}, {"--perfetto", perfetto}});
     const Trace t = load(in, limits);
     require_trusted(t);
     if (!memory_viz.empty()) {
@@ -292,8 +308,8 @@ int convert_command(const std::vector<std::string>& args) {
     uint64_t chunk_bytes = 64 << 10;
     for (size_t i = 0; i < args.size(); ++i) {
         if (limit_option(args, i, limits)) continue;
-        if (args[i] == "--chunk-size" && i + 1 < args.size()) {
-            if (!parse_bytes(args[++i], chunk_bytes) || chunk_bytes == 0 || chunk_bytes > format::kMaxChunkPayload / 2)
+        if (args[i] == "--chunk-size") {
+            if (!parse_bytes(option_value(args, i), chunk_bytes) || chunk_bytes == 0 || chunk_bytes > format::kMaxChunkPayload / 2)
                 throw UsageError("--chunk-size takes a size from 1 to 8MiB");
             continue;
         }
@@ -301,11 +317,11 @@ int convert_command(const std::vector<std::string>& args) {
         paths.push_back(args[i]);
     }
     if (paths.size() != 2) throw UsageError("convert takes IN and OUT.vscope");
-    refuse_overwriting({paths[0]}, paths[1]);
+    refuse_overwriting({paths[0]}, {{"OUT", paths[1]}});
     const Trace t = load(paths[0], limits);
     require_trusted(t);
     for (const auto& w : t.warnings) std::cerr << "warning: " << terminal_safe(w) << "\n";
-    write_trace(t, paths[1], size_t(chunk_bytes));
+    replace_file(paths[1], "trace", [&](const std::string& out) { write_trace(t, out, size_t(chunk_bytes)); });
     write_stdout("wrote " + paths[1] + ": " + format_count(t.entry_count()) + " events\n");
     return 0;
 }
@@ -315,10 +331,7 @@ int compare_table_command(const std::vector<std::string>& args) {
     std::string results, markdown, json, html;
     for (size_t i = 0; i < args.size(); ++i) {
         const std::string& a = args[i];
-        auto value = [&]() -> const std::string& {
-            if (i + 1 >= args.size()) throw UsageError(a + " needs a value");
-            return args[++i];
-        };
+        auto value = [&]() -> const std::string& { return option_value(args, i); };
         if (a == "--markdown") markdown = value();
         else if (a == "--json") json = value();
         else if (a == "--html") html = value();
@@ -328,6 +341,10 @@ int compare_table_command(const std::vector<std::string>& args) {
     }
     if (results.empty()) throw UsageError("compare-table needs the compare.json of a compare run");
     const CompareRun run = read_compare(results);
+    std::vector<std::string> inputs{results};
+    for (const CellResult& c : run.cells)
+        if (!c.findings_file.empty()) inputs.push_back(c.findings_file);
+    refuse_overwriting(inputs, {{"--markdown", markdown}, {"--json", json}, {"--html", html}});
     if (!markdown.empty()) write_file(markdown, render_compare_markdown(run), "Markdown table");
     if (!json.empty()) write_file(json, render_compare_json(run), "table JSON");
     if (!html.empty()) write_file(html, render_compare_html(run), "table page");

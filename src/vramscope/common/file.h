@@ -2,6 +2,7 @@
 // one way in.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <utility>
 #include <string>
@@ -38,12 +39,19 @@ Bytes read_file(const std::string& path, uint64_t max_bytes = UINT64_MAX);
 // The same checks; returns the open descriptor (the caller closes it) and the file's size.
 int open_regular_file(const std::string& path, uint64_t max_bytes, uint64_t& size);
 
-// Creates or truncates path and writes data; throws "PATH: cannot write the WHAT: REASON" (the
-// errno text), a failed close included: a full disk often only says so there.
+// The one way a file is written: whole or not at all. `write` fills a temporary file beside path
+// (created for it, named in no error), which is then renamed over path, so a reader, or a second
+// writer into the same path, never sees part of a file. An existing path that is not a regular
+// file (/dev/null, a pipe) is written in place: it cannot be replaced, nor be torn. Errors read
+// "PATH: cannot write the WHAT: REASON" (the errno text).
+void replace_file(const std::string& path, const char* what, const std::function<void(const std::string&)>& write);
+// replace_file with data, a failed close included: a full disk often only says so there.
 void write_file(const std::string& path, std::string_view data, const char* what);
 // All of data to stdout (fd 1), unbuffered; throws "stdout: REASON" when it cannot.
 void write_stdout(std::string_view data);
-// Whether two paths name one file (an output that would overwrite an input).
+// Whether two paths name one file (an output that would overwrite an input): the same path once
+// links and dots are resolved (the file need not exist yet), or the same device and inode (a
+// hard link, a bind mount).
 bool same_file(const std::string& a, const std::string& b);
 
 bool is_gzip(std::string_view bytes);

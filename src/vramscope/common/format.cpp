@@ -52,7 +52,10 @@ bool parse_bytes(const std::string& text, uint64_t& out) {
     else if (unit == "g" || unit == "gib" || unit == "gb") mult = unit == "gb" ? 1e9 : 1073741824.0;
     else if (unit == "t" || unit == "tib" || unit == "tb") mult = unit == "tb" ? 1e12 : 1099511627776.0;
     else return false;
-    out = uint64_t(v * mult);
+    // Past 2^64 (or inf), the conversion would wrap or be undefined: "99999999999999999999999 TB" is no size.
+    const double bytes = v * mult;
+    if (!(bytes < 18446744073709551616.0)) return false;
+    out = uint64_t(bytes);
     return true;
 }
 

@@ -1,6 +1,7 @@
 #include "compare/cells.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <stdexcept>
 
@@ -15,15 +16,33 @@ constexpr uint64_t kMaxCompareFile = 64ull << 20;  // compare.json: a few KiB a 
 constexpr uint64_t kMaxFindingsFile = 2ull << 30;  // a findings file: its timeline grows with the steps
 constexpr unsigned kKeepDepth = 8;                 // runs[].leaks[].owners[].path is the deepest read
 
+constexpr double kMaxBytes = 18446744073709551615.0;  // what a uint64_t holds
+constexpr double kMaxStep = 9007199254740992.0;        // 2^53: every whole number up to it is exact
+constexpr double kMaxExitCode = 2147483648.0;
+constexpr double kMaxSeconds = 1e12;
+
 std::runtime_error bad(const std::string& file, const std::string& why) { return std::runtime_error(file + ": " + why); }
 
-double number(const JsonValue* v) {
-    return v && v->type == JsonValue::Type::number ? std::strtod(std::string(v->text).c_str(), nullptr) : 0;
-}
-std::optional<int64_t> optional_int(const JsonValue* v) {
-    if (!v || v->type != JsonValue::Type::number) return std::nullopt;
-    return int64_t(number(v));
-}
+// Where numbers are read: the file, and the field's place in it for errors.
+struct Numbers {
+    const std::string& file;
+    // A number in [lo, hi], nullopt when absent or null. Anything else is the file's error naming
+    // the field: 1e999, a negative rate or a string would otherwise become a status.
+    std::optional<double> get(const JsonValue* v, double lo, double hi, std::string_view field) const {
+        if (!v || v->type == JsonValue::Type::null) return std::nullopt;
+        const double x = v->type == JsonValue::Type::number ? std::strtod(std::string(v->text).c_str(), nullptr) : NAN;
+        if (!(std::isfinite(x) && x >= lo && x <= hi))
+            throw bad(file, std::string(field) + ": " + std::string(v->text.substr(0, 40)) + " is not a number from " +
+                                format_count(uint64_t(lo)) + " to " + format_count(uint64_t(hi)));
+        return x;
+    }
+    double get_or_0(const JsonValue* v, double hi, std::string_view field) const { return get(v, 0, hi, field).value_or(0); }
+    std::optional<int64_t> whole(const JsonValue* v, std::string_view field) const {
+        const auto x = get(v, 0, kMaxStep, field);
+        return x ? std::optional<int64_t>(int64_t(*x)) : std::nullopt;
+    }
+};
+
 std::string string(const JsonValue* v) { return v && v->type == JsonValue::Type::string ? v->str : std::string(); }
 const std::vector<JsonValue>& items(const JsonValue* v) {
     static const std::vector<JsonValue> none;
@@ -38,7 +57,7 @@ Verdict verdict_named(const std::string& s, const std::string& file) {
 
 CellOutcome outcome_named(const std::string& s, const std::string& file) {
     for (auto o : {CellOutcome::finished, CellOutcome::failed, CellOutcome::out_of_memory, CellOutcome::timed_out,
-                   CellOutcome::not_run, CellOutcome::interrupted})
+                   CellOutcome::not_run, CellOutcome::interrupted, CellOutcome::error})
         if (s == name(o)) return o;
     throw bad(file, "unknown cell state \"" + s + "\"");
 }
@@ -54,28 +73,34 @@ std::string in_user_tree(std::string file, const JsonValue* trees) {
     return file;
 }
 
-void read_run(const JsonValue& run, const JsonValue* trees, CellResult& cell) {
-    cell.leak_bytes_per_step = std::max(cell.leak_bytes_per_step, number(run.get("leak_bytes_per_step")));
-    if (const JsonValue* steps = run.get("steps")) cell.steps = std::max(cell.steps, int64_t(number(steps->get("count"))));
+void read_run(const JsonValue& run, const JsonValue* trees, const Numbers& n, CellResult& cell) {
+    // A run that says LEAK carries its rate: without one, no status can be measured from it.
+    const auto rate = n.get(run.get("leak_bytes_per_step"), 0, kMaxBytes, "leak_bytes_per_step");
+    if (!rate && string(run.get("verdict")) == name(Verdict::leak)) throw bad(n.file, "a leaking run without leak_bytes_per_step");
+    cell.leak_bytes_per_step = std::max(cell.leak_bytes_per_step, rate.value_or(0));
+    if (const JsonValue* steps = run.get("steps")) cell.steps = std::max(cell.steps, n.whole(steps->get("count"), "steps.count").value_or(0));
     for (const JsonValue& t : items(run.get("timeline"))) {
-        cell.peak_allocated = std::max(cell.peak_allocated, uint64_t(number(t.get("peak_allocated"))));
-        cell.peak_reserved = std::max(cell.peak_reserved, uint64_t(number(t.get("reserved"))));
+        cell.peak_allocated = std::max(cell.peak_allocated, uint64_t(n.get_or_0(t.get("peak_allocated"), kMaxBytes, "timeline.peak_allocated")));
+        cell.peak_reserved = std::max(cell.peak_reserved, uint64_t(n.get_or_0(t.get("reserved"), kMaxBytes, "timeline.reserved")));
     }
     auto earliest = [](std::optional<int64_t>& into, std::optional<int64_t> v) {
         if (v && (!into || *v < *into)) into = v;
     };
-    for (const JsonValue& d : items(run.get("devices"))) earliest(cell.oom_step, optional_int(d.get("oom_step")));
-    earliest(cell.projected_oom_step, optional_int(run.get("projected_oom_step")));
+    for (const JsonValue& d : items(run.get("devices"))) earliest(cell.oom_step, n.whole(d.get("oom_step"), "devices.oom_step"));
+    earliest(cell.projected_oom_step, n.whole(run.get("projected_oom_step"), "projected_oom_step"));
     for (const JsonValue& l : items(run.get("leaks"))) {
         const JsonValue* site = l.get("site");
         std::string file = in_user_tree(string(site ? site->get("file") : nullptr), trees);
         std::string function = string(site ? site->get("function") : nullptr);
         CellLeak leak;
-        leak.site = base_name(file) + ":" + std::to_string(int64_t(number(site ? site->get("line") : nullptr))) + " " + function;
+        leak.site = base_name(file) + ":" + std::to_string(n.whole(site ? site->get("line") : nullptr, "leaks.site.line").value_or(0)) +
+                    " " + function;
         leak.site_key = file + "\n" + function;
         leak.side_stream = string(l.get("stream_kind")) == "side";
-        leak.bytes_per_step = number(l.get("bytes_per_step"));
-        leak.first_step = int64_t(number(l.get("first_step")));
+        const auto leak_rate = n.get(l.get("bytes_per_step"), 0, kMaxBytes, "leaks.bytes_per_step");
+        if (!leak_rate || *leak_rate <= 0) throw bad(n.file, "a leak without a rate above 0 (leaks.bytes_per_step)");
+        leak.bytes_per_step = *leak_rate;
+        leak.first_step = n.whole(l.get("first_step"), "leaks.first_step").value_or(0);
         const auto& owners = items(l.get("owners"));
         if (!owners.empty()) leak.owner = string(owners[0].get("path")) + "  → " + string(owners[0].get("target"));
         earliest(cell.growth_start_step, leak.first_step);
@@ -88,14 +113,20 @@ void read_findings(const std::string& path, const JsonValue* trees, CellResult& 
     JsonValue root = parse_json(view(text), path, kKeepDepth);
     if (root.type != JsonValue::Type::object || !root.get("verdict")) throw bad(path, "not a findings JSON (no verdict)");
     cell.verdict = verdict_named(string(root.get("verdict")), path);
+    const Numbers numbers{path};
     if (const JsonValue* runs = root.get("runs"))
-        for (const JsonValue& run : items(runs)) read_run(run, trees, cell);
+        for (const JsonValue& run : items(runs)) read_run(run, trees, numbers, cell);
     else
-        read_run(root, trees, cell);
+        read_run(root, trees, numbers, cell);
+    if (cell.verdict == Verdict::leak && !(cell.leak_bytes_per_step > 0)) throw bad(path, "LEAK without a rate above 0");
     std::stable_sort(cell.leaks.begin(), cell.leaks.end(),
                      [](const CellLeak& a, const CellLeak& b) { return a.bytes_per_step > b.bytes_per_step; });
     if (cell.verdict != Verdict::leak) cell.leak_bytes_per_step = 0;
     cell.analysed = true;
+}
+
+std::string cell_key(std::string_view mode, std::string_view row) {
+    return std::string(mode) + '\0' + std::string(row);
 }
 
 std::string directory_of(const std::string& path) {
@@ -113,14 +144,14 @@ std::string_view name(CellOutcome o) {
         case CellOutcome::timed_out: return "timed-out";
         case CellOutcome::not_run: return "not-run";
         case CellOutcome::interrupted: return "interrupted";
+        case CellOutcome::error: return "error";
     }
     return "?";
 }
 
 const CellResult* CompareRun::cell(std::string_view mode, std::string_view row) const {
-    for (const CellResult& c : cells)
-        if (c.mode == mode && c.variant == row) return &c;
-    return nullptr;
+    const auto at = cell_index.find(cell_key(mode, row));
+    return at == cell_index.end() ? nullptr : &cells[at->second];
 }
 
 CompareRun read_compare(const std::string& path) {
@@ -129,9 +160,10 @@ CompareRun read_compare(const std::string& path) {
     if (root.type != JsonValue::Type::object || string(root.get("schema")) != "vramscope.compare")
         throw bad(path, "not a vramscope compare result (schema \"vramscope.compare\")");
     CompareRun run;
+    const Numbers numbers{path};
     for (const JsonValue& c : items(root.get("command"))) run.command.push_back(string(&c));
-    run.step_limit = int64_t(number(root.get("steps")));
-    run.wall_seconds = number(root.get("wall_seconds"));
+    run.step_limit = numbers.whole(root.get("steps"), "steps").value_or(0);
+    run.wall_seconds = numbers.get_or_0(root.get("wall_seconds"), kMaxSeconds, "wall_seconds");
     run.complete = !root.get("complete") || root.get("complete")->text == "true";
     for (const JsonValue& m : items(root.get("modes"))) run.modes.push_back(string(&m));
     for (const JsonValue& r : items(root.get("rows"))) {
@@ -147,13 +179,24 @@ CompareRun read_compare(const std::string& path) {
         cell.mode = string(c.get("mode"));
         cell.variant = string(c.get("variant"));
         cell.outcome = outcome_named(string(c.get("state")), path);
-        cell.exit_code = optional_int(c.get("rc"));
-        cell.wall_seconds = number(c.get("wall_seconds"));
+        if (const auto rc = numbers.get(c.get("rc"), -kMaxExitCode, kMaxExitCode, "cells.rc")) cell.exit_code = int64_t(*rc);
+        cell.wall_seconds = numbers.get_or_0(c.get("wall_seconds"), kMaxSeconds, "cells.wall_seconds");
         cell.reason = string(c.get("reason"));
         cell.report = string(c.get("report"));
         cell.log = string(c.get("log"));
-        std::string findings = string(c.get("findings"));
-        if (!findings.empty()) read_findings(findings[0] == '/' ? findings : base + findings, c.get("trees"), cell);
+        const std::string findings = string(c.get("findings"));
+        if (!findings.empty()) {
+            cell.findings_file = findings[0] == '/' ? findings : base + findings;
+            CellResult unread = cell;
+            try {
+                read_findings(cell.findings_file, c.get("trees"), cell);
+            } catch (const std::runtime_error& e) {  // this cell cannot be judged; the others still can
+                cell = std::move(unread);
+                cell.reason = e.what();
+            }
+        }
+        if (!run.cell_index.emplace(cell_key(cell.mode, cell.variant), run.cells.size()).second)
+            throw bad(path, "two cells for " + cell.mode + "/" + cell.variant);
         run.cells.push_back(std::move(cell));
     }
     for (const std::string& mode : run.modes)

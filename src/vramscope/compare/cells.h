@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "findings/vocabulary.h"
@@ -12,7 +13,8 @@
 namespace vramscope {
 
 // How a cell's process ended (the runner spells these; anything else is an error).
-enum class CellOutcome : uint8_t { finished, failed, out_of_memory, timed_out, not_run, interrupted };
+// error: vramscope itself failed on the cell (its reason says how); the others are how its process ended.
+enum class CellOutcome : uint8_t { finished, failed, out_of_memory, timed_out, not_run, interrupted, error };
 std::string_view name(CellOutcome o);
 
 struct CellLeak {
@@ -29,7 +31,8 @@ struct CellResult {
     CellOutcome outcome = CellOutcome::not_run;
     std::optional<int64_t> exit_code;
     double wall_seconds = 0;
-    std::string reason;                  // why it did not run or was not analysed
+    std::string reason;                  // why it did not run or was not analysed (its findings unreadable)
+    std::string findings_file;           // the findings read, or tried: an input of the table
     bool analysed = false;               // findings were read
     Verdict verdict = Verdict::cannot_judge;
     double leak_bytes_per_step = 0;      // the largest over its processes (ranks)
@@ -53,10 +56,13 @@ struct CompareRun {
     std::vector<std::string> modes;
     std::vector<CompareRow> rows;   // baseline first
     std::vector<CellResult> cells;  // mode by mode, rows in order
+    std::unordered_map<std::string, size_t> cell_index;  // "MODE\0ROW" -> its cell (read_compare fills it)
     const CellResult* cell(std::string_view mode, std::string_view row) const;
 };
 
-// Throws std::runtime_error naming the file (compare.json or a cell's findings) and what is wrong.
+// Throws std::runtime_error naming compare.json and what is wrong with it. A cell whose findings
+// cannot be read (missing, not findings, a number that is not finite or out of range) is not
+// analysed, its reason the error: the table still shows the other cells.
 CompareRun read_compare(const std::string& path);
 
 }  // namespace vramscope

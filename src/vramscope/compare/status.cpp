@@ -1,5 +1,7 @@
 #include "compare/status.h"
 
+#include <cmath>
+
 #include "common/format.h"
 
 namespace vramscope {
@@ -11,8 +13,15 @@ bool out_of_memory(const CellResult& c) { return c.outcome == CellOutcome::out_o
 std::string how_it_broke(const CellResult& c) {
     if (out_of_memory(c)) return c.oom_step ? "out of memory at step " + std::to_string(*c.oom_step) : "out of memory";
     if (c.outcome == CellOutcome::failed && c.exit_code) return "exit code " + std::to_string(*c.exit_code);
-    if (!c.reason.empty() && c.outcome == CellOutcome::not_run) return c.reason;
+    if (!c.reason.empty() && (c.outcome == CellOutcome::not_run || c.outcome == CellOutcome::error)) return c.reason;
     return std::string(name(c.outcome));
+}
+
+// A rate a status can be measured from: finite, not negative, and above 0 exactly when the
+// verdict is LEAK (a LEAK at 0, or no leak at a rate, is a findings file that contradicts itself).
+bool measurable(const CellResult& c) {
+    const double r = c.leak_bytes_per_step;
+    return std::isfinite(r) && r >= 0 && (r > 0) == (c.verdict == Verdict::leak);
 }
 
 std::string percent_of_baseline(double ratio) {
@@ -44,6 +53,8 @@ CellJudgement judge_against(const CellResult& cell, const CellResult& baseline) 
         return {CellStatus::unknown, 0, cell.reason.empty() ? "could not be judged" : cell.reason};
     if (!baseline.analysed || baseline.verdict == Verdict::cannot_judge)
         return {CellStatus::unknown, 0, "the baseline could not be judged"};
+    if (!measurable(cell)) return {CellStatus::unknown, 0, "its leak rate is not a measurement"};
+    if (!measurable(baseline)) return {CellStatus::unknown, 0, "the baseline's leak rate is not a measurement"};
     const double base = baseline.leak_bytes_per_step, rate = cell.leak_bytes_per_step;
     const double saved = (base - rate) * double(baseline.steps);
     if (base <= 0) {

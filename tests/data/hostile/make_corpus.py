@@ -11,6 +11,11 @@ Outcomes:
   judged        analyze exits 0 with a verdict; convert, export and report succeed
   report-error  (findings JSON) report exits 2 naming the file
   report-ok     (findings JSON) report draws the page
+  matrix-error  (a compare matrix) compare exits 2 before running anything, its message holding
+                `says` (the field at fault), and writes nothing
+  table-ok      (a compare.json) compare-table exits 0 and gives each row of `statuses` its status
+  table-error   (a compare.json) compare-table exits 2, its message holding `says`
+  cell          (findings of a compare cell, read through a compare.json)
 """
 
 from __future__ import annotations
@@ -31,9 +36,9 @@ BASE = HERE.parent / "leak_ctx_losses.pickle.gz"
 EXPECT: dict[str, dict[str, str]] = {}
 
 
-def put(name: str, data: bytes, outcome: str, why: str) -> None:
+def put(name: str, data: bytes, outcome: str, why: str, **more) -> None:
     (HERE / name).write_bytes(data)
-    EXPECT[name] = {"outcome": outcome, "why": why}
+    EXPECT[name] = {"outcome": outcome, "why": why, **more}
 
 
 def gz(data: bytes) -> bytes:
@@ -304,6 +309,97 @@ def findings_json() -> None:
         "report-ok", "every field of the wrong type: the page says the run could not be drawn")
 
 
+def matrices() -> None:
+    """Matrices a careless user or an attacker writes: names that would spell or leave a path
+    (mode `..` with variant `..` once removed the parent of OUT), numbers that never fire or wrap,
+    strings a process cannot take, values of the wrong type."""
+    def matrix(name: str, body: str, says: str, why: str) -> None:
+        put(f"matrix_{name}.toml", f'command = "python -c pass"\n{body}\n'.encode(), "matrix-error", why, says=says)
+
+    env = '\nenv = { A = "1" }'
+    for name, key, why in (("mode_dotdot", '[modes.".."]\nargs = "x"\n[variants.".."]' + env, "mode and variant '..'"),
+                           ("variant_dot", '[variants."."]' + env, "variant '.': the baseline's folder's parent"),
+                           ("variant_slash", '[variants."a/../../b"]' + env, "a name that is a path"),
+                           ("variant_backslash", '[variants."a\\\\b"]' + env, "a backslash"),
+                           ("variant_dash", '[variants."-rf"]' + env, "a leading '-'"),
+                           ("variant_escape", '[variants."a\\u001b[2J"]' + env, "a terminal escape"),
+                           ("variant_nul", '[variants."a\\u0000b"]' + env, "a NUL byte"),
+                           ("variant_empty", '[variants.""]' + env, "an empty name"),
+                           ("variant_long", f'[variants.{"a" * 65}]' + env, "65 characters"),
+                           ("variant_unicode", '[variants."\u0663"]' + env, "a non-ASCII digit"),
+                           ("variant_baseline", '[variants.Baseline]' + env, "the baseline's folder on a case-insensitive filesystem")):
+        matrix(name, key, "cannot name a row or mode", why)
+    matrix("variant_case_twins", "[variants.fix]" + env + "\n[variants.FIX]" + env, "differ only in case",
+           "two variants one folder on a case-insensitive filesystem")
+    for name, value, why in (("nan", "nan", "never fires"), ("inf", "inf", "never fires"), ("true", "true", "not 1 s"),
+                             ("nan_string", '"nan"', "never fires"), ("overflow", '"1e999s"', "never fires"),
+                             ("negative", "-5", "before it starts"), ("superscript", '"\u00b2"', "not a digit")):
+        matrix(f"timeout_{name}", f"timeout = {value}", "timeout", f"timeout = {value}: {why}")
+    for name, value, why in (("true", "true", "a bool"), ("superscript", '"\u00b2"', "'²'.isdigit() is true"),
+                             ("huge", "9223372036854775807", "past 2^32"), ("fraction", "1.5", "a fraction")):
+        matrix(f"steps_{name}", f"steps = {value}", "steps", f"steps = {value}: {why}")
+    matrix("device_memory_overflow", 'device_memory = "99999999999999999999999 TB"', "device_memory",
+           "past 2^64 bytes: once 0 B")
+    matrix("device_memory_bool", "device_memory = true", "device_memory", "a bool")
+    for name, body, says, why in (
+            ("env_nul", '[variants.p]\nenv = { A = "x\\u0000y" }', "variants.p.env", "NUL in an environment value"),
+            ("env_key_equals", '[variants.p]\nenv = { "A=B" = "1" }', "variants.p.env", "'=' in an environment name"),
+            ("args_unclosed_quote", "[variants.p]\nargs = \"--x 'unclosed\"", "variants.p.args", "shlex: no closing quotation"),
+            ("args_numbers", "[variants.p]\nargs = [1, 2]", "variants.p.args", "arguments of the wrong type"),
+            ("tree_number", "[variants.p]\ntree = 5" + env, "variants.p.tree", "a tree of the wrong type"),
+            ("label_list", "[variants.p]\nlabel = [1]" + env, "variants.p.label", "a label of the wrong type"),
+            ("ref_option", '[variants.p]\nref = "--output=/tmp/owned"', "variants.p.ref", "a ref git would read as an option"),
+            ("modes_list", "modes = [1, 2]", "modes", "modes not tables"),
+            ("project_number", "project = 7", "project", "a project of the wrong type")):
+        matrix(name, body, says, why)
+    put("matrix_command_nul.toml", b'command = ["python", "a\\u0000b"]\n', "matrix-error", "NUL in the command",
+        says="command")
+    put("matrix_not_toml.toml", b"\x00\x01\xff[[[", "matrix-error", "binary junk", says="not TOML")
+    put("matrix_deep.toml", b"a = " + b"[" * 100_000 + b"]" * 100_000, "matrix-error", "nested 100,000 deep",
+        says="not TOML")
+
+
+def compare_results() -> None:
+    """compare.json files (as `vramscope compare` writes them, then damaged) and the cell findings they
+    name: a status is measured from finite rates or not given; a cell vramscope failed on is broken."""
+    def cell(name: str, findings: dict) -> None:
+        put(f"cell_{name}.json", json.dumps(findings).encode(), "cell", f"cell findings: {name.replace('_', ' ')}")
+
+    cell("no_leak", {"verdict": "no-leak", "leak_bytes_per_step": 0})
+    cell("leak_negative_rate", {"verdict": "leak", "leak_bytes_per_step": -5e6})
+    cell("leak_without_rate", {"verdict": "leak"})
+    cell("leak_rate_a_string", {"verdict": "leak", "leak_bytes_per_step": "nan"})
+    cell("leak_steps_huge", {"verdict": "leak", "leak_bytes_per_step": 1e6, "steps": {"count": 1e26}})
+
+    def results(name: str, cells: dict, outcome: str, why: str, top=None, **more) -> None:
+        run = {"schema": "vramscope.compare", "schema_version": 1, "command": ["python", "train.py"], "steps": 30,
+               "complete": True, "wall_seconds": 1.0, "modes": ["default"],
+               "rows": [{"name": row, "label": "", "changes": []} for row in cells],
+               "cells": [{"mode": "default", "variant": row, "rc": 0, "wall_seconds": 1.0, "trees": {},
+                          "state": "finished", **c} for row, c in cells.items()], **(top or {})}
+        put(f"compare_{name}.json", json.dumps(run).encode(), outcome, why, **more)
+
+    good, clean = {"findings": "findings_good.json"}, {"findings": "cell_no_leak.json"}
+    results("baseline_rate_inf", {"baseline": {"findings": "findings_huge_number.json"}, "fix": clean}, "table-ok",
+            "the baseline's rate is 1e999999: no status from it", statuses={"fix": "unknown"})
+    for name in ("leak_negative_rate", "leak_without_rate", "leak_rate_a_string", "leak_steps_huge"):
+        results(name, {"baseline": good, "fix": {"findings": f"cell_{name}.json"}}, "table-ok",
+                f"a row whose findings say LEAK with {name.replace('_', ' ')}", statuses={"fix": "unknown"})
+    results("findings_missing", {"baseline": good, "fix": {"findings": "cell_not_there.json"}}, "table-ok",
+            "a row's findings gone: that row unknown, the table still drawn", statuses={"fix": "unknown"})
+    results("cell_error", {"baseline": good, "fix": {"state": "error", "rc": None,
+                                                    "reason": "vramscope could not run this cell: OSError: x"}},
+            "table-ok", "a cell vramscope failed on", statuses={"fix": "broken"})
+    results("steps_huge", {"baseline": good}, "table-error", "steps = 1e26 (once INT64_MIN)", top={"steps": 1e26},
+            says="steps")
+    results("rc_huge", {"baseline": {**good, "rc": 1e300}}, "table-error", "an exit code of 1e300", says="cells.rc")
+    results("state_running", {"baseline": {**good, "state": "running"}}, "table-error", "a cell left running",
+            says="unknown cell state")
+    run = json.loads((HERE / "compare_cell_error.json").read_text())
+    run["cells"].append(run["cells"][0])
+    put("compare_duplicate_cell.json", json.dumps(run).encode(), "table-error", "one cell twice", says="two cells")
+
+
 def main() -> None:
     for f in HERE.iterdir():
         if f.name not in ("make_corpus.py", "README.md"):
@@ -313,6 +409,8 @@ def main() -> None:
     stream_damage()
     vscope_damage()
     findings_json()
+    matrices()
+    compare_results()
     (HERE / "expectations.json").write_text(json.dumps(dict(sorted(EXPECT.items())), indent=1) + "\n")
     total = sum((HERE / n).stat().st_size for n in EXPECT)
     print(f"{len(EXPECT)} files, {total:,} bytes")
