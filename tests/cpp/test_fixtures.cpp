@@ -29,6 +29,8 @@ struct Truth {
     std::string leak_function;
     long leak_line = 0;
     std::string leak_stream;
+    std::string kind;               // "survivors" or "replacement" (a buffer replaced by a bigger one)
+    bool optimizer = true;          // steps end at optimizer.step(); else the snapshot's period finds them
 };
 
 // The truth files are JSON written by the recording script; these few fields are read with
@@ -52,6 +54,9 @@ Truth read_truth(const fs::path& p) {
     t.leak_line = line.empty() ? 0 : std::stol(line);
     t.leak_stream = find(R"re("leak_stream":\s*"([a-z]+)")re");
     t.shape = find(R"re("shape":\s*"([a-z-]+)")re");
+    t.kind = find(R"re("kind":\s*"([a-z]+)")re");
+    const std::string unit = find(R"re("unit":\s*"([^"]+)")re");
+    t.optimizer = unit.empty() || unit == "optimizer step";
     std::regex step(R"("allocated":\s*([0-9]+))");
     for (auto it = std::sregex_iterator(s.begin(), s.end(), step); it != std::sregex_iterator(); ++it)
         t.allocated.push_back(std::stod((*it)[1]));
@@ -78,7 +83,8 @@ TEST(Fixtures, EveryRecordedSnapshotGivesTheRecordedTruth) {
         ASSERT_FALSE(truth.verdict.empty());
         Findings f = analyze(load_any(file.string()));
         EXPECT_EQ(name(f.verdict), truth.verdict);
-        EXPECT_EQ(f.steps_source, StepsSource::optimizer_annotations);
+        EXPECT_EQ(f.steps_source, truth.optimizer ? StepsSource::optimizer_annotations : StepsSource::inferred_period);
+        for (const DeviceLedger& l : f.ledger) EXPECT_TRUE(l.balanced()) << l.part(LedgerPart::unexplained);
         if (truth.verdict != "leak") {
             EXPECT_TRUE(f.leaks.empty());
             continue;
@@ -93,6 +99,8 @@ TEST(Fixtures, EveryRecordedSnapshotGivesTheRecordedTruth) {
         EXPECT_EQ(long(top.site.line), truth.leak_line);
         EXPECT_EQ(truth.leak_stream == "side", top.stream != 0);
         if (!truth.shape.empty()) EXPECT_EQ(name(top.shape), truth.shape);
+        if (!truth.kind.empty())
+            EXPECT_EQ(top.evidence, truth.kind == "replacement" ? LeakEvidence::replaced_bigger : LeakEvidence::survivors);
     }
 }
 
@@ -102,6 +110,7 @@ TEST(Fixtures, WithoutAnnotationsStepsComeFromTheOptimizersFramesAndTheAnswerSta
         std::string stem = file.filename().string();
         stem.resize(stem.size() - std::string(".pickle.gz").size());
         const Truth truth = read_truth(file.parent_path() / (stem + ".truth.json"));
+        if (!truth.optimizer) continue;
         Trace t = load_any(file.string());
         std::erase_if(t.events, [](const Event& e) {
             return e.kind == EventKind::annotation_start || e.kind == EventKind::annotation_end;
