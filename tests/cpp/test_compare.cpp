@@ -2,8 +2,10 @@
 // cells' findings are the real fixtures' (recorded on a GPU).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "analysis/analyze.h"
 #include "compare/cells.h"
@@ -90,6 +92,39 @@ TEST(CompareStatus, CannotJudgeIsUnknownNeverNoEffect) {
     EXPECT_EQ(judge_against(judged(0), short_run).status, CellStatus::unknown);
 }
 
+TEST(CompareStatus, RatesThatAreNotMeasurementsGiveNoStatus) {
+    const CellResult base = judged(2 << 20);
+    for (double rate : {std::numeric_limits<double>::infinity(), std::nan(""), -1.0}) {
+        CellResult odd = judged(0);
+        odd.leak_bytes_per_step = rate;
+        EXPECT_EQ(judge_against(odd, base).status, CellStatus::unknown) << rate;
+        CellResult odd_base = base;
+        odd_base.leak_bytes_per_step = rate;
+        EXPECT_EQ(judge_against(judged(0), odd_base).status, CellStatus::unknown) << rate;
+    }
+    CellResult leak_at_zero = judged(0);
+    leak_at_zero.verdict = Verdict::leak;  // findings that say LEAK and give no rate
+    EXPECT_EQ(judge_against(leak_at_zero, base).status, CellStatus::unknown);
+}
+
+TEST(CompareStatus, ACellVramscopeFailedOnIsBrokenWithItsReason) {
+    CellResult failed;
+    failed.outcome = CellOutcome::error;
+    failed.reason = "vramscope could not run this cell: OSError: [Errno 36] File name too long";
+    const CellJudgement j = judge_against(failed, judged(2 << 20));
+    EXPECT_EQ(j.status, CellStatus::broken);
+    EXPECT_EQ(j.why, failed.reason);
+}
+
+std::string error_of(auto&& f) {
+    try {
+        f();
+    } catch (const std::runtime_error& e) {
+        return e.what();
+    }
+    return "";
+}
+
 // A compare run as the runner writes it, each cell's findings from a real fixture.
 fs::path write_run(const fs::path& dir, const std::vector<std::pair<std::string, std::string>>& cells) {
     fs::create_directories(dir);
@@ -144,6 +179,27 @@ TEST(CompareTable, AMissingCellOrAnUnknownStateIsAnErrorNamingTheFile) {
     }
     std::ofstream(path) << R"({"schema": "vramscope.compare", "modes": ["a"], "rows": [{"name": "baseline"}], "cells": []})";
     EXPECT_THROW(read_compare(path.string()), std::runtime_error);
+}
+
+TEST(CompareTable, NumbersOutOfRangeAreErrorsNamingTheField) {
+    const fs::path dir = fs::path(testing::TempDir()) / "compare_numbers";
+    const fs::path path = write_run(dir, {{"baseline", "leak_ctx_losses"}, {"fix", "clean_adamw_accum"}});
+    // A cell's findings with a rate past any double: that cell unknown, its reason the field; the rest read.
+    std::ofstream(dir / "fix.json") << R"({"verdict": "no-leak", "leak_bytes_per_step": 1e999})";
+    const CompareRun run = read_compare(path.string());
+    ASSERT_NE(run.cell("text", "fix"), nullptr);
+    EXPECT_FALSE(run.cell("text", "fix")->analysed);
+    EXPECT_NE(run.cell("text", "fix")->reason.find("fix.json: leak_bytes_per_step: 1e999 is not a number"), std::string::npos)
+        << run.cell("text", "fix")->reason;
+    EXPECT_EQ(run.cell("text", "fix")->findings_file, (dir / "fix.json").string());
+    EXPECT_TRUE(run.cell("text", "baseline")->analysed);
+    // compare.json's own numbers: the file is refused, naming the field.
+    std::ofstream(path) << R"({"schema": "vramscope.compare", "steps": 1e26, "modes": ["a"], "rows": [{"name": "baseline"}],
+        "cells": [{"mode": "a", "variant": "baseline", "state": "finished"}]})";
+    EXPECT_NE(error_of([&] { read_compare(path.string()); }).find("compare.json: steps: 1e26 is not a number"), std::string::npos);
+    std::ofstream(path) << R"({"schema": "vramscope.compare", "modes": ["a"], "rows": [{"name": "baseline"}],
+        "cells": [{"mode": "a", "variant": "baseline", "state": "finished"}, {"mode": "a", "variant": "baseline", "state": "failed"}]})";
+    EXPECT_NE(error_of([&] { read_compare(path.string()); }).find("two cells for a/baseline"), std::string::npos);
 }
 
 }  // namespace

@@ -2,12 +2,15 @@
 // to end): the readers' limits, gzip's checks, .vscope damage, the findings JSON reader and the
 // terminal's escaping.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <cstring>
+#include <filesystem>
 #include <string>
 
+#include "common/file.h"
 #include "common/format.h"
 #include "common/gzip_stream.h"
 #include "common/read_ahead.h"
@@ -244,6 +247,87 @@ TEST(HostileVscope, RepeatedSwappedOrMissingChunksAreFaults) {
         EXPECT_NE(t.faults[0].find(why), std::string::npos) << t.faults[0];
         EXPECT_NE(t.faults[0].find("d.vscope: offset "), std::string::npos);
     }
+}
+
+namespace {
+
+// A folder of its own under the test's temporary directory, empty.
+std::filesystem::path fresh_dir(const std::string& name) {
+    const auto dir = std::filesystem::path(::testing::TempDir()) / (name + "_" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    return dir;
+}
+
+std::string contents(const std::filesystem::path& path) {
+    const Bytes b = read_file(path.string());
+    return std::string(b.data(), b.size());
+}
+
+}  // namespace
+
+TEST(HostileWrite, AFileIsReplacedWholeOrNotAtAll) {
+    const auto dir = fresh_dir("replace");
+    const std::string out = (dir / "out.json").string();
+    write_file(out, "earlier", "test output");
+    ::chmod(out.c_str(), 0640);
+    // A writer that fails half way (a full disk, a trace that cannot be written): the target keeps
+    // what it had, the error names it and not the temporary file, and nothing is left beside it.
+    const std::string why = error_of([&] {
+        replace_file(out, "test output", [&](const std::string& temporary) {
+            write_file(temporary, "half", "test output");
+            throw std::runtime_error(temporary + ": write failed: No space left on device");
+        });
+    });
+    EXPECT_EQ(why, out + ": write failed: No space left on device");
+    EXPECT_EQ(contents(out), "earlier");
+    write_file(out, "later", "test output");
+    EXPECT_EQ(contents(out), "later");
+    struct stat st {};
+    ASSERT_EQ(::stat(out.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0640u) << "a replaced file keeps its mode";
+    EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), {}), 1) << "no temporary file is left";
+}
+
+TEST(HostileWrite, WhatCannotBeReplacedIsWrittenInPlaceOrRefused) {
+    write_file("/dev/null", "a device is written, never replaced", "test output");
+    const auto dir = fresh_dir("replace_dir");
+    EXPECT_NE(error_of([&] { write_file(dir.string(), "x", "test output"); }).find(": cannot write the test output: Is a directory"),
+              std::string::npos);
+    EXPECT_NE(error_of([&] { write_file((dir / "missing" / "out").string(), "x", "test output"); })
+                  .find("missing/out: cannot write the test output: No such file"),
+              std::string::npos);
+    EXPECT_NE(error_of([&] { write_file("", "x", "test output"); }).find("No such file"), std::string::npos);
+    // A name at the filesystem's limit still gets a temporary file beside it.
+    const std::string longest = (dir / std::string(255, 'n')).string();
+    write_file(longest, "x", "test output");
+    EXPECT_EQ(contents(longest), "x");
+}
+
+TEST(HostileWrite, SameFileSeesLinksDotsAndInodes) {
+    const auto dir = fresh_dir("same_file");
+    const std::string a = (dir / "a").string();
+    write_file(a, "x", "test output");
+    std::filesystem::create_hard_link(a, dir / "hard");
+    std::filesystem::create_symlink(a, dir / "soft");
+    std::filesystem::create_directories(dir / "sub");
+    EXPECT_TRUE(same_file(a, (dir / "hard").string()));
+    EXPECT_TRUE(same_file(a, (dir / "soft").string()));
+    EXPECT_TRUE(same_file(a, (dir / "sub" / ".." / "a").string()));
+    EXPECT_TRUE(same_file((dir / "new").string(), (dir / "sub" / ".." / "new").string())) << "outputs not made yet";
+    EXPECT_FALSE(same_file(a, (dir / "new").string()));
+}
+
+TEST(HostileFormat, ASizePast2To64BytesIsNoSize) {
+    uint64_t bytes = 7;
+    EXPECT_FALSE(parse_bytes("99999999999999999999999 TB", bytes));
+    EXPECT_FALSE(parse_bytes("16777216 TiB", bytes));  // 2^64 exactly
+    EXPECT_FALSE(parse_bytes("inf", bytes));
+    EXPECT_FALSE(parse_bytes("nan GiB", bytes));
+    EXPECT_FALSE(parse_bytes("1e999", bytes));
+    EXPECT_EQ(bytes, 7u) << "a refused size leaves the value as it was";
+    ASSERT_TRUE(parse_bytes("16777215 TiB", bytes));
+    EXPECT_EQ(bytes, 16777215ull << 40);
 }
 
 TEST(HostileVscope, VersionOneStillReadsWithANote) {
