@@ -173,3 +173,13 @@ TEST(Steps, RecordedTrainingLoopsWithoutTheOptimizerAreCutNoCoarserThanTheirStep
             EXPECT_NEAR(double(inferred.ends.size()), double(recorded_steps), 1.0) << inferred.unit;
     }
 }
+
+// The recorded chat (tests/data/record_fixtures.py, leak_kv_cache_turns): 30 turns of 8..24 decoded
+// tokens each, no optimizer; cut at each turn's prompt, not at its tokens.
+TEST(Steps, TheRecordedChatIsCutIntoItsTurns) {
+    const Steps steps = find_steps(load_any(std::string(VRAMSCOPE_TEST_DATA) + "/leak_kv_cache_turns.pickle.gz"));
+    EXPECT_EQ(steps.source, StepsSource::inferred_period);
+    EXPECT_EQ(steps.ends.size(), 29u);
+    EXPECT_TRUE(steps.unit.starts_with("repeat of record_fixtures.py:")) << steps.unit;
+    EXPECT_TRUE(steps.unit.ends_with(" scenario_leak_kv_cache_turns")) << steps.unit;
+}
