@@ -202,4 +202,26 @@ TEST(CompareTable, NumbersOutOfRangeAreErrorsNamingTheField) {
     EXPECT_NE(error_of([&] { read_compare(path.string()); }).find("two cells for a/baseline"), std::string::npos);
 }
 
+TEST(CompareTable, TextFromTheRunIsNeverMarkupAndLinksAreCellFilesOnly) {
+    const fs::path dir = fs::path(testing::TempDir()) / "compare_injection";
+    const CompareRun clean = read_compare(write_run(dir, {{"baseline", "leak_ctx_losses"}}).string());
+    CompareRun run = clean;
+    const std::string hostile = "<script>alert(1)</script> <img src=x onerror=alert(1)> [a](javascript:alert(1)) `x` \x1b[2J | *b*";
+    run.rows[0].label = hostile;
+    run.cells[0].report = "javascript:alert(1)";
+    run.cells[0].log = "data:text/html,<script>alert(1)</script>";
+    const std::string md = render_compare_markdown(run);
+    for (const char* raw : {"<script", "<img", "[a](", "\x1b", "`x`", "*b*"})
+        EXPECT_EQ(md.find(raw), std::string::npos) << raw << "\n" << md;
+    EXPECT_NE(md.find("\\[a\\](javascript:alert(1))"), std::string::npos) << "shown as written: " << md;
+    EXPECT_NE(md.find("&lt;script&gt;alert(1)&lt;/script&gt;"), std::string::npos) << md;
+    EXPECT_NE(md.find("\\| \\*b\\*"), std::string::npos) << "a pipe stays in its cell: " << md;
+    const std::string page = render_compare_html(run);
+    EXPECT_EQ(page.find("href=\"javascript:"), std::string::npos) << page;
+    EXPECT_EQ(page.find("href=\"data:"), std::string::npos) << page;
+    EXPECT_EQ(page.find("<script"), std::string::npos);
+    run.cells[0].report = "cells/default/baseline/report.html";
+    EXPECT_NE(render_compare_html(run).find("<a href=\"cells/default/baseline/report.html\">report</a>"), std::string::npos);
+}
+
 }  // namespace

@@ -1,5 +1,7 @@
 #include "compare/table.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <set>
 
@@ -173,19 +175,31 @@ std::string render_compare_terminal(const CompareRun& run) {
 
 // -- Markdown ------------------------------------------------------------------------------------
 namespace {
-std::string md(std::string s) {  // a table cell: pipes escaped, no line breaks
+// The one rule for text from the run (labels, sites, owners, names) in Markdown: shown as written,
+// never markup. Control characters become visible escapes (terminal_safe); HTML's specials become
+// entities (no tag, no comment, no autolink); Markdown's own are escaped with a backslash (no
+// link, emphasis or code span); line breaks become spaces and pipes stay inside their cell.
+std::string md(std::string_view text) {
     std::string out;
-    for (char c : s) {
-        if (c == '|') out += "\\|";
-        else if (c == '\n' || c == '\r') out += ' ';
-        else out += c;
+    for (char c : terminal_safe(text)) {
+        switch (c) {
+            case '<': out += "&lt;"; break;
+            case '>': out += "&gt;"; break;
+            case '&': out += "&amp;"; break;
+            case '\n': case '\r': out += ' '; break;
+            case '|': case '\\': case '`': case '*': case '_': case '[': case ']': case '#': case '!':
+                out += '\\';
+                out += c;
+                break;
+            default: out += c;
+        }
     }
     return out;
 }
 }  // namespace
 
 std::string render_compare_markdown(const CompareRun& run) {
-    std::string out = "### vramscope compare: `" + md(joined(run.command, " ")) + "`\n\n";
+    std::string out = "### vramscope compare: " + md(joined(run.command, " ")) + "\n\n";
     out += std::to_string(run.cells.size()) + " cells, " + duration(run.wall_seconds) +
            (run.step_limit ? ", at most " + std::to_string(run.step_limit) + " steps each" : "") +
            (run.complete ? "" : " (**interrupted**)") + ".\n";
@@ -206,10 +220,10 @@ std::string render_compare_markdown(const CompareRun& run) {
         if (!t.chain.empty()) out += "\nRoot cause chain:\n";
         for (const ChainLink& link : t.chain) {
             const CellLeak& l = *link.leak;
-            out += "- `" + md(l.site) + "` +" + format_bytes(l.bytes_per_step) + "/step from step " +
+            out += "- " + md(l.site) + " +" + format_bytes(l.bytes_per_step) + "/step from step " +
                    std::to_string(l.first_step) + ", " + (l.side_stream ? "side stream" : "default stream") +
                    (link.found_in == "baseline" ? "" : ", new in " + md(link.found_in)) + "; held by " +
-                   (l.owner.empty() ? std::string("(no owner found)") : "`" + md(l.owner) + "`") +
+                   (l.owner.empty() ? std::string("(no owner found)") : md(l.owner)) +
                    (link.found_in != "baseline" ? std::string()
                     : "; gone with: " + (link.gone_with.empty() ? std::string("none") : md(joined(link.gone_with, ", ")))) +
                    "\n";
@@ -304,6 +318,14 @@ std::string html(std::string_view s) {
     return out;
 }
 std::string td(const std::string& s) { return "<td>" + html(s) + "</td>"; }
+// A link to a cell's file, as the runner writes it (cells/MODE/ROW/report.html): a relative path of
+// plain characters only, so never a scheme (javascript:, data:), a host or an absolute path.
+std::string link(const std::string& path, const char* text) {
+    const bool plain = !path.empty() && path[0] != '/' && std::all_of(path.begin(), path.end(), [](char c) {
+        return std::isalnum(uint8_t(c)) || c == '.' || c == '_' || c == '+' || c == '-' || c == '/';
+    });
+    return plain ? "<a href=\"" + html(path) + "\">" + text + "</a> " : "";
+}
 }  // namespace
 
 std::string render_compare_html(const CompareRun& run) {
@@ -332,8 +354,7 @@ std::string render_compare_html(const CompareRun& run) {
                    td(bytes_or_dash(c, c.peak_allocated)) + td(bytes_or_dash(c, c.peak_reserved)) + td(oom(c)) +
                    td(step_or_dash(c.growth_start_step)) + td(top_site(c)) +
                    td(std::string(name(s)) + (r.judgement.why.empty() ? "" : " (" + r.judgement.why + ")")) +
-                   td(saved(r)) + "<td>" + (c.report.empty() ? "" : "<a href=\"" + html(c.report) + "\">report</a> ") +
-                   (c.log.empty() ? "" : "<a href=\"" + html(c.log) + "\">log</a>") + "</td></tr>";
+                   td(saved(r)) + "<td>" + link(c.report, "report") + link(c.log, "log") + "</td></tr>";
         }
         out += "</table>";
         if (!t.chain.empty()) out += "<h3>Root cause chain</h3><ul>";
