@@ -141,6 +141,38 @@ def test_a_cycle_is_reported_as_freed_only_by_gc():
     assert ".payload" in paths[0].path
 
 
+def test_a_hook_list_a_root_reaches_is_no_cycle_even_when_a_dead_cycle_holds_it_too():
+    """A forward hook appends its outputs under no_grad to a list attribute of the model, which a
+    local of the training function holds; a dead cycle (an exception's frame, say) also holds one
+    of them. The list reached from the root is the owner; a cycle is named only where no root reaches."""
+    script = textwrap.dedent("""
+        import gc, torch, vramscope
+        gc.disable()  # the dead cycle stays until the search collects it
+        def train():
+            model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU())
+            model.captured = []
+            def keep(module, inputs, out):
+                with torch.no_grad():
+                    model.captured.append(out.detach().clone())
+            model[0].register_forward_hook(keep)
+            for _ in range(4):
+                model(torch.randn(8, 64)).sum().backward()
+            dead = [model.captured[-1]]
+            dead.append(dead)  # a cycle no root reaches, holding the newest capture too
+            del dead
+            report(model.captured[-1])
+        def report(tensor):  # the caller's references are not owners: train() is asked from here
+            for p in vramscope.who_holds(tensor):
+                print(p)
+        train()
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines and lines[0].startswith("train() local 'model'.captured[3]  → Tensor"), lines
+    assert not any("cycle" in line for line in lines), lines
+
+
 def test_a_small_view_pinning_a_large_base():
     lines = explain_in_fresh_process("""
         import torch

@@ -132,16 +132,19 @@ def who_holds(target, *, max_paths: int = 3, timeout: float = 5.0) -> list[Owner
 
 
 def holders_of(targets: list, skip_frames: set, max_paths: int, deadline: float) -> list[OwnerPath]:
-    """One search for all targets: paths to whichever of them the roots reach first."""
+    """One search for all targets: paths to whichever of them the roots reach first. A cycle is
+    named only when no root reaches them (no module, no frame of any thread, no global): a tensor
+    a root keeps may also sit in some dead cycle, and that cycle is not why it lives."""
     if not targets:
         return []
-    found = _in_gc_cycle(targets, max_paths)
-    if found:
-        return found
+    # Cycles are read first, before a collection during the walk frees them, and named last.
+    cycles = _in_gc_cycle(targets, max_paths)
     target_ids = {id(t): t for t in targets}
     found = _breadth_first(_roots(skip_frames, True), target_ids, max_paths, deadline)
     if not found and time.monotonic() < deadline:
         found = _breadth_first(_roots(skip_frames, False), target_ids, max_paths, deadline)
+    if not found:
+        found = cycles
     if not found:
         found = _autograd_cycle(targets, deadline)
     return found[:max_paths]
