@@ -1,6 +1,7 @@
 """who_holds() on CPU tensors: each way the seeds' leaks were held, found by its path."""
 
 import gc
+import json
 import subprocess
 import sys
 import textwrap
@@ -259,3 +260,43 @@ def test_an_eval_without_no_grad_is_held_by_its_running_total_found_while_the_ru
     assert len(lines) == 2, proc.stdout + proc.stderr
     for line in lines:
         assert " main() local 'eval_total'.grad_fn." in line and "._saved_" in line, lines
+
+
+OWNED_LEAKS = textwrap.dedent("""
+    import json, sys, torch, vramscope
+    from vramscope.capture import session
+    from vramscope.capture.session import Capture, Source
+    session.END_SEARCHES = float(sys.argv[2])
+    SIZES = {"tiny": 4096, "small": 16384, "medium": 65536, "large": 262144, "huge": 1048576}
+    def main(path):
+        # Listed smallest first, so the monitor confirms the small ones no later than the large.
+        tiny, small, medium, large, huge = [], [], [], [], []
+        with Capture(path, source=Source.live_tensors, summary=False, live_warnings=False,
+                     optimizer_steps=False) as capture:
+            for step in range(24):  # a line each: a site each
+                tiny.append(torch.empty(SIZES["tiny"] // 4))
+                small.append(torch.empty(SIZES["small"] // 4))
+                medium.append(torch.empty(SIZES["medium"] // 4))
+                large.append(torch.empty(SIZES["large"] // 4))
+                huge.append(torch.empty(SIZES["huge"] // 4))
+                vramscope.step()
+        for found in capture.owners:
+            print(json.dumps({"rate": found["bytes_per_step"], "at_step": found["found_at_step"],
+                              "owner": (found["owner_lines"] or [found["note"]])[0]}))
+    main(sys.argv[1])
+""")
+
+
+@pytest.mark.parametrize("end_searches", [3, 0])
+def test_every_leak_has_its_owner_largest_first_found_at_the_end_or_else_live(tmp_path, end_searches):
+    """Five leaks of different sizes: every one is explained, largest first (not only the first three
+    of the monitor's list). With no budget left at the end, each shows the answer found live."""
+    proc = subprocess.run([sys.executable, "-c", OWNED_LEAKS, str(tmp_path / "owned.vscope"), str(end_searches)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    found = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [f["owner"].split("'")[1] for f in found] == ["huge", "large", "medium", "small", "tiny"], found
+    assert [f["rate"] for f in found] == sorted((f["rate"] for f in found), reverse=True)
+    for f in found:
+        assert f["owner"].startswith(f"main() local '{f['owner'].split(chr(39))[1]}'["), f
+        assert (f["at_step"] is None) == (end_searches > 0), f  # found at the end, or at its live step

@@ -27,6 +27,9 @@ _retired: list = []  # recorders outlive their capture: a late allocator callbac
 _warned: set = set()
 
 
+END_SEARCHES = 3  # the owner searches at the end of a run take at most this many budgets together
+
+
 def _budget_from_env() -> float:
     """Seconds one owner search may take (VRAMSCOPE_EXPLAIN_BUDGET, default 5)."""
     try:
@@ -374,16 +377,23 @@ class Capture:
             print(f"vramscope: trace written to {self.path}  (vramscope analyze {self.path})",
                   file=sys.stderr, flush=True)
 
-    def _owners_now_or_then(self, leaks: list[dict], max_leaks: int = 3) -> list[dict]:
-        """Each leak's owners as they are now; where none is found now (main() has returned), the
-        answer found live, at the step the leak was confirmed."""
+    def _owners_now_or_then(self, leaks: list[dict]) -> list[dict]:
+        """Every leak's owners, largest first, as they are now; where none is found now (main() has
+        returned) or the budget went to larger leaks, the answer found live, at the step the leak
+        was confirmed. The searches together take at most END_SEARCHES budgets."""
         from ..ownership.leaks import explained, owners_of_blocks, same_site
 
+        deadline = time.monotonic() + END_SEARCHES * self.explain_budget
         out = []
-        for leak in leaks[:max_leaks]:
+        for leak in sorted(leaks, key=lambda leak: -leak["bytes_per_step"]):
             blocks = [tuple(b) for b in leak.get("live_blocks", [])][::-1]  # newest first
-            owners, note = owners_of_blocks(leak["device"], blocks, budget=self.explain_budget,
-                                            device_type=self._device_type)
+            left = deadline - time.monotonic()
+            if left > 0:
+                owners, note = owners_of_blocks(leak["device"], blocks, budget=min(self.explain_budget, left),
+                                                device_type=self._device_type)
+            else:
+                owners, note = [], (f"not searched at the end: the {END_SEARCHES * self.explain_budget:.1f} s "
+                                    "budget went to larger leaks (VRAMSCOPE_EXPLAIN_BUDGET)")
             now = explained(leak["site"], leak["device"], leak["bytes_per_step"], owners, note)
             then = next((e for e in self.live_owners if same_site(e, now) and e["owners"]), None)
             out.append(now if owners or then is None else {**then, "bytes_per_step": leak["bytes_per_step"]})
