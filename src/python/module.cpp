@@ -52,6 +52,7 @@ static nb::list live_findings(const std::vector<LiveFinding>& found) {
         d["site"] = site;
         d["device"] = f.device;
         d["shape"] = f.shape;
+        d["evidence"] = f.evidence;
         d["bytes_per_step"] = f.bytes_per_step;
         d["since_step"] = f.since_step;
         d["projected_oom_step"] = f.projected_oom_step ? nb::cast(*f.projected_oom_step) : nb::none();
@@ -146,6 +147,14 @@ NB_MODULE(_core, m) {
         .value("fragmentation", NotLeakKind::fragmentation).value("activation_peaks", NotLeakKind::activation_peaks)
         .value("cached_free", NotLeakKind::cached_free).value("before_trace", NotLeakKind::before_trace)
         .def_prop_ro("spelling", [](NotLeakKind k) { return std::string(name(k)); });
+    nb::enum_<LeakEvidence>(m, "LeakEvidence")
+        .value("survivors", LeakEvidence::survivors).value("replaced_bigger", LeakEvidence::replaced_bigger)
+        .def_prop_ro("spelling", [](LeakEvidence e) { return std::string(name(e)); });
+    nb::enum_<LedgerPart>(m, "LedgerPart")
+        .value("leak", LedgerPart::leak).value("bounded_cache", LedgerPart::bounded_cache)
+        .value("warm_up", LedgerPart::warm_up).value("variation", LedgerPart::variation)
+        .value("before_trace", LedgerPart::before_trace).value("unexplained", LedgerPart::unexplained)
+        .def_prop_ro("spelling", [](LedgerPart p) { return std::string(name(p)); });
     nb::enum_<StepsSource>(m, "StepsSource")
         .value("markers", StepsSource::markers).value("optimizer_annotations", StepsSource::optimizer_annotations)
         .value("optimizer_frames", StepsSource::optimizer_frames).value("inferred_period", StepsSource::inferred_period)

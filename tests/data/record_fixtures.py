@@ -159,8 +159,14 @@ class Run:
             out[name] = sum(storages.values())
         return out
 
-    def record_step(self, i: int, **extra):
+    def record_step(self, i: int, user_step: bool = False, **extra):
+        """user_step: a loop with no optimizer, whose steps a live capture takes from
+        vramscope.step(), as its user would mark an eval batch or a chat turn."""
         torch = self.torch
+        if user_step and (self.live or self.plain):
+            import vramscope
+
+            vramscope.step()
         if self.dry:
             alloc = resv = 0
         else:
@@ -830,7 +836,7 @@ def scenario_leak_eval_concat(run: Run):
             out = model(x)
             all_preds = torch.cat([all_preds, out])  # MARK: leak_eval_concat
             del x, out
-            run.record_step(i, rows=all_preds.shape[0])
+            run.record_step(i, user_step=True, rows=all_preds.shape[0])
     per_batch = round_block(B * C * 4)
     expected = components_expected([leak_component(
         "eval_concat", f"all_preds = torch.cat([all_preds, out]): float32 [{B}, {C}] more each eval batch; the "
@@ -944,7 +950,7 @@ def scenario_leak_kv_cache_turns(run: Run):
         reply = model.generate(prompt, cache, new_tokens)
         del prompt, reply
         added.append(cache.tokens() - before)
-        run.record_step(turn, new_tokens=new_tokens, cache_tokens=cache.tokens())
+        run.record_step(turn, user_step=True, new_tokens=new_tokens, cache_tokens=cache.tokens())
     each = [n * per_token for n in added]
     expected = components_expected([leak_component(
         "kv_cache", f"each layer's cache float32 [2, {B}, tokens, {D}] concatenated with every new token's keys "

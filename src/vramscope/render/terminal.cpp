@@ -130,12 +130,15 @@ std::string render_summary(const Findings& f, bool color, size_t max_leaks) {
         for (const auto& why : f.input_faults) o += "  " + wrap(terminal_safe(why), 2, 100) + "\n";
     } else if (f.verdict == Verdict::leak) {
         const SiteFinding& top = f.leaks.front();
-        std::string head = "LEAK  " + signed_bytes(int64_t(f.leak_bytes_per_step)) + " per " + unit_of(f) +
-                           " since step " + std::to_string(top.first_step);
-        o += st.red(head);
-        if (f.projected_oom_step) o += st.red("  ·  OOM projected at step " + format_count(*f.projected_oom_step));
-        else o += st.dim("  ·  OOM step unknown (pass --device-memory 80GiB)");
-        o += "\n\n";
+        // A long unit (an inferred period's site) wraps the line; the OOM step follows where it fits.
+        const std::string head = wrap("LEAK  " + signed_bytes(int64_t(f.leak_bytes_per_step)) + " per " + unit_of(f) +
+                                          " since step " + std::to_string(top.first_step),
+                                      6, 100);
+        const std::string oom = f.projected_oom_step ? "OOM projected at step " + format_count(*f.projected_oom_step)
+                                                     : "OOM step unknown (pass --device-memory 80GiB)";
+        const size_t last_line = head.size() - (head.rfind('\n') == std::string::npos ? 0 : head.rfind('\n') + 1);
+        o += st.red(head) + (last_line + 5 + oom.size() <= 100 ? "  ·  " : "\n      ");
+        o += (f.projected_oom_step ? st.red(oom) : st.dim(oom)) + "\n\n";
         o += st.dim("  #  growth/step     site                                    stream            first  conf") + "\n";
         size_t shown = 0;
         for (const SiteFinding& l : f.leaks) {
