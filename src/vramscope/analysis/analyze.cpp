@@ -56,11 +56,12 @@ size_t machinery_frames(const std::vector<SourceLine>& stack) {
     return first < stack.size() ? first : 0;
 }
 
-// A site the judge reads: one that left survivors.
+// A site the judge reads: one that left survivors, or whose holdings rose.
 struct JudgedSite {
     SiteSeries* s;
     std::map<uint64_t, uint64_t> stream_bytes;  // of its blocks never freed
-    std::vector<std::pair<uint64_t, uint64_t>> live_blocks;
+    std::vector<std::pair<uint64_t, uint64_t>> live_blocks;   // a window old or more
+    std::vector<std::pair<uint64_t, uint64_t>> young_blocks;  // younger: a replaced buffer's newest
 };
 
 // A run-length or delta series as one value per step end (0..S-1).
@@ -182,86 +183,128 @@ struct SiteTotals {
     std::vector<LedgerBuilder> ledgers;                                 // by index in r.devices
 };
 
-// Every site: judged on its survivors and on what it holds (analysis/judge.h); a leak becomes a
-// finding, a bounded cache or warm-up an explanation, and its growth goes to one ledger part.
-SiteTotals judge_sites(Replay& r, Findings& f, const Span& span, const std::vector<LiveAlloc>& live) {
+// The sites judged: those that left survivors, in the order their first survivor was allocated,
+// then those whose holdings rose without any; the rest held still once warm-up was over, and their
+// growth is warm-up. With each, where its blocks never freed were allocated, and the ones explain
+// maps to tensors: those the judge counted (a window old: the last steps' are still in loop
+// locals), else the newest.
+std::vector<JudgedSite> sites_to_judge(Replay& r, const Span& span, const std::vector<LiveAlloc>& live, SiteTotals& totals,
+                                       const std::vector<size_t>& ledger_of) {
     const Trace& t = r.context;
-    const size_t S = span.S, s0 = span.s0, w = span.w, judged = span.judged();
-    SiteTotals totals;
-    if (!span.judgeable) return totals;
-    for (const LiveAlloc& a : live)
-        if (a.step <= span.last_judged) r.sites[a.site].add_survivor(a, uint32_t(w), uint32_t(S));
-    for (SiteSeries& s : r.sites) s.record_held(uint32_t(S));
-    std::vector<size_t> ledger_of(256, 0);
-    for (size_t i = 0; i < r.devices.size(); ++i) {
-        const DeviceSummary& d = r.devices[i];
-        ledger_of[d.device] = i;
-        totals.ledgers.emplace_back(d.device, 0, S - 1, d.timeline[0].allocated, d.timeline[S - 1].allocated);
-    }
-    // Sites judged: those that left survivors, in the order their first survivor was allocated,
-    // then those whose holdings rose without any.
-    std::vector<SiteSeries*> judged_sites;
+    const size_t S = span.S;
+    std::vector<SiteSeries*> judged;
     for (SiteSeries& s : r.sites)
-        if (s.surviving_allocations) judged_sites.push_back(&s);
-    std::sort(judged_sites.begin(), judged_sites.end(),
+        if (s.surviving_allocations) judged.push_back(&s);
+    std::sort(judged.begin(), judged.end(),
               [](const SiteSeries* a, const SiteSeries* b) { return a->first_survivor < b->first_survivor; });
     for (SiteSeries& s : r.sites)
-        if (!s.surviving_allocations && rises_after(s, s0, S)) judged_sites.push_back(&s);
-        else if (!s.surviving_allocations)  // no rise once warm-up was over
+        if (!s.surviving_allocations && rises_after(s, span.s0, S)) judged.push_back(&s);
+        else if (!s.surviving_allocations)
             totals.ledgers[ledger_of[s.device]].add(LedgerPart::warm_up, int64_t(held_at(s, S - 1) - held_at(s, 0)),
                                                     source_line(t.stacks, s.site_frame));
     std::vector<JudgedSite> series;
     std::vector<size_t> series_of(r.sites.size(), SIZE_MAX);
-    for (SiteSeries* s : judged_sites) {
+    for (SiteSeries* s : judged) {
         series_of[size_t(s - r.sites.data())] = series.size();
-        series.push_back(JudgedSite{s, {}, {}});
+        series.push_back(JudgedSite{s, {}, {}, {}});
     }
-    // Blocks never freed: where they were allocated, and the ones explain maps to tensors: those
-    // the judge counted (a window old: the last steps' are still in loop locals), else the newest.
-    std::vector<std::vector<std::pair<uint64_t, uint64_t>>> young(series.size());
     for (const LiveAlloc& a : live) {
         if (a.step >= S || series_of[a.site] == SIZE_MAX) continue;
         JudgedSite& js = series[series_of[a.site]];
         js.stream_bytes[t.streams[a.stream]] += a.size;
-        if (js.live_blocks.size() < 4096 && a.step + w < S) js.live_blocks.emplace_back(a.addr, a.size);
-        else if (a.step + w >= S) young[series_of[a.site]].emplace_back(a.addr, a.size);
+        if (js.live_blocks.size() < 4096 && a.step + span.w < S) js.live_blocks.emplace_back(a.addr, a.size);
+        else if (a.step + span.w >= S) js.young_blocks.emplace_back(a.addr, a.size);
     }
+    return series;
+}
 
+// What the findings say of a judged site whatever its verdict: where, its stack and stream, what
+// it holds at each step end.
+SiteFinding describe_site(const Trace& t, JudgedSite& js, const std::vector<double>& held) {
+    const SiteSeries& s = *js.s;
+    SiteFinding sf;
+    sf.device = s.device;
+    sf.site = source_line(t.stacks, s.site_frame);
+    uint32_t best_stack = 0;
+    uint64_t best_bytes = 0;
+    for (const auto& [stack, bytes] : s.bytes_by_stack)
+        if (bytes > best_bytes) best_bytes = bytes, best_stack = stack;
+    sf.stack = stack_lines(t.stacks, best_stack ? best_stack : s.last_stack);
+    sf.stack_shown_from = machinery_frames(sf.stack);
+    uint64_t stream_best = 0;
+    for (const auto& [stream, bytes] : js.stream_bytes)
+        if (bytes > stream_best) stream_best = bytes, sf.stream = stream;
+    sf.surviving_allocations = s.surviving_allocations;
+    sf.live_bytes = uint64_t(held.back());
+    sf.peak_bytes = uint64_t(*std::max_element(held.begin(), held.end()));
+    sf.live_blocks = js.live_blocks.empty() ? std::move(js.young_blocks) : std::move(js.live_blocks);
+    sf.held.assign(held.begin(), held.end());
+    return sf;
+}
+
+NotLeak bounded_cache(const SiteFinding& sf, const Judgement& aged, const Span& span, size_t recurring) {
+    NotLeak n;
+    n.kind = NotLeakKind::bounded_cache;
+    n.bytes = sf.peak_bytes;
+    n.site = sf.site;
+    n.device = sf.device;
+    n.why = "allocations here outlive their step in " + std::to_string(recurring) + " of " +
+            std::to_string(span.judged()) + " steps; what it holds rose to a high at step " +
+            std::to_string(span.s0 + aged.last_high) + ", then made no new high in the last " +
+            std::to_string(span.S - 1 - span.s0 - aged.last_high) + " steps (at most " + mib(double(sf.peak_bytes)) +
+            ", now " + mib(double(sf.live_bytes)) + "): a cache with a bound, not a leak";
+    return n;
+}
+
+// Sites that took their memory in the warm-up steps and kept it, largest first.
+NotLeak warm_up(std::vector<std::pair<uint64_t, SourceLine>> sites, uint64_t bytes, size_t s0) {
+    std::sort(sites.begin(), sites.end(), [](auto& a, auto& b) { return a.first > b.first; });
+    NotLeak n;
+    n.kind = NotLeakKind::warm_up;
+    n.bytes = bytes;
+    n.site = sites.front().second;
+    n.why = mib(double(bytes)) + " allocated in the first " + std::to_string(s0) +
+            " steps and kept since (parameters, optimizer state, workspaces), from " + std::to_string(sites.size()) +
+            " sites; it does not grow afterwards. Largest:";
+    for (size_t k = 0; k < sites.size() && k < 3; ++k) {
+        const SourceLine& at = sites[k].second;
+        n.why += (k ? ", " : " ") + mib(double(sites[k].first)) + " at " +
+                 (at.line ? base_name(at.file) + ":" + std::to_string(at.line) : at.file);
+    }
+    return n;
+}
+
+// Every site: judged on its survivors and on what it holds (analysis/judge.h); a leak becomes a
+// finding, a bounded cache or warm-up an explanation, and its growth goes to one ledger part.
+SiteTotals judge_sites(Replay& r, Findings& f, const Span& span, const std::vector<LiveAlloc>& live) {
+    const Trace& t = r.context;
+    const size_t S = span.S, s0 = span.s0, judged = span.judged();
+    SiteTotals totals;
+    if (!span.judgeable) return totals;
+    for (const LiveAlloc& a : live)
+        if (a.step <= span.last_judged) r.sites[a.site].add_survivor(a, uint32_t(span.w), uint32_t(S));
+    for (SiteSeries& s : r.sites) s.record_held(uint32_t(S));
+    std::vector<size_t> ledger_of(256, 0);
     std::map<uint16_t, LineFit> device_alloc_fit;  // for each leak's share of the growth
-    for (DeviceSummary& d : r.devices) {
+    for (size_t i = 0; i < r.devices.size(); ++i) {
+        const DeviceSummary& d = r.devices[i];
+        ledger_of[d.device] = i;
+        totals.ledgers.emplace_back(d.device, 0, S - 1, d.timeline[0].allocated, d.timeline[S - 1].allocated);
         std::vector<double> alloc;
         for (size_t k = 0; k < S; ++k) alloc.push_back(double(d.timeline[k].allocated));
         device_alloc_fit[d.device] = fit_line(alloc, s0, S - 1);
     }
-
+    std::vector<JudgedSite> series = sites_to_judge(r, span, live, totals, ledger_of);
     uint64_t warmup_bytes = 0;
     std::vector<std::pair<uint64_t, SourceLine>> warmup_sites;
-    for (size_t i = 0; i < series.size(); ++i) {
-        JudgedSite& js = series[i];
-        SiteSeries& s = *js.s;
+    for (JudgedSite& js : series) {
+        const SiteSeries& s = *js.s;
         // Made dense one site at a time: sites × steps never exist at once.
         const std::vector<double> held = dense_held(s, S);  // bytes from this site live at each full step's end
-        // Of those, allocated `window` or more steps before.
-        const std::vector<double> aged = dense_aged(s.aged_deltas, S);
+        const std::vector<double> aged = dense_aged(s.aged_deltas, S);  // of those, allocated `window` or more steps before
         std::vector<double> survived(S, 0);  // bytes allocated in step k still live at the end of k+window
         for (const auto& [k, bytes] : s.survived) survived[k] += double(bytes);
-        SiteFinding sf;
-        sf.device = s.device;
-        sf.site = source_line(t.stacks, s.site_frame);
-        uint32_t best_stack = 0;
-        uint64_t best_bytes = 0;
-        for (const auto& [stack, bytes] : s.bytes_by_stack)
-            if (bytes > best_bytes) best_bytes = bytes, best_stack = stack;
-        sf.stack = stack_lines(t.stacks, best_stack ? best_stack : s.last_stack);
-        sf.stack_shown_from = machinery_frames(sf.stack);
-        uint64_t stream_best = 0;
-        for (const auto& [stream, bytes] : js.stream_bytes)
-            if (bytes > stream_best) stream_best = bytes, sf.stream = stream;
-        sf.surviving_allocations = s.surviving_allocations;
-        sf.live_bytes = uint64_t(held[S - 1]);
-        sf.peak_bytes = uint64_t(*std::max_element(held.begin(), held.end()));
-        sf.live_blocks = js.live_blocks.empty() ? std::move(young[i]) : std::move(js.live_blocks);
-        sf.held.assign(held.begin(), held.end());
+        SiteFinding sf = describe_site(t, js, held);
         size_t recurring = 0;
         bool first_set = false;
         for (size_t k = 0; k <= span.last_judged; ++k) {
@@ -289,7 +332,6 @@ SiteTotals judge_sites(Replay& r, Findings& f, const Span& span, const std::vect
         sf.fit_r2 = j.r2;
         bool confirmed = false;
         const SourceLine site_line = sf.site;
-        const int64_t delta = int64_t(held[S - 1] - held[0]);
         // Confidence grows with how many steps showed the leak, not with how often: a leak that
         // strikes every 10th step, as a steady staircase, is as sure as a ramp.
         if (site.leaks() && recurring >= 2) {
@@ -306,38 +348,14 @@ SiteTotals judge_sites(Replay& r, Findings& f, const Span& span, const std::vect
             warmup_bytes += sf.live_bytes;
             warmup_sites.emplace_back(sf.live_bytes, sf.site);
         } else if (site.aged.shape == Shape::bounded && sf.peak_bytes > 0) {
-            NotLeak n;
-            n.kind = NotLeakKind::bounded_cache;
-            n.bytes = sf.peak_bytes;
-            n.site = sf.site;
-            n.device = sf.device;
-            n.why = "allocations here outlive their step in " + std::to_string(recurring) + " of " +
-                    std::to_string(judged) + " steps; what it holds rose to a high at step " +
-                    std::to_string(s0 + site.aged.last_high) + ", then made no new high in the last " +
-                    std::to_string(S - 1 - s0 - site.aged.last_high) + " steps (at most " + mib(double(sf.peak_bytes)) +
-                    ", now " + mib(double(sf.live_bytes)) + "): a cache with a bound, not a leak";
-            f.not_leaks.push_back(std::move(n));
+            f.not_leaks.push_back(bounded_cache(sf, site.aged, span, recurring));
         }
-        totals.ledgers[ledger_of[s.device]].add(ledger_part(site, S - s0, confirmed), delta, site_line);
+        totals.ledgers[ledger_of[s.device]].add(ledger_part(site, S - s0, confirmed), int64_t(held[S - 1] - held[0]),
+                                                site_line);
     }
     std::sort(f.leaks.begin(), f.leaks.end(),
               [](const SiteFinding& a, const SiteFinding& b) { return a.bytes_per_step > b.bytes_per_step; });
-    if (warmup_bytes > 0) {
-        std::sort(warmup_sites.begin(), warmup_sites.end(), [](auto& a, auto& b) { return a.first > b.first; });
-        NotLeak n;
-        n.kind = NotLeakKind::warm_up;
-        n.bytes = warmup_bytes;
-        n.site = warmup_sites.front().second;
-        n.why = mib(double(warmup_bytes)) + " allocated in the first " + std::to_string(s0) +
-                " steps and kept since (parameters, optimizer state, workspaces), from " +
-                std::to_string(warmup_sites.size()) + " sites; it does not grow afterwards. Largest:";
-        for (size_t k = 0; k < warmup_sites.size() && k < 3; ++k) {
-            const SourceLine& at = warmup_sites[k].second;
-            n.why += (k ? ", " : " ") + mib(double(warmup_sites[k].first)) + " at " +
-                     (at.line ? base_name(at.file) + ":" + std::to_string(at.line) : at.file);
-        }
-        f.not_leaks.push_back(std::move(n));
-    }
+    if (warmup_bytes > 0) f.not_leaks.push_back(warm_up(std::move(warmup_sites), warmup_bytes, s0));
     return totals;
 }
 
