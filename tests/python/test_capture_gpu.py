@@ -103,7 +103,7 @@ OWNER_OF = {
 
 
 @pytest.mark.parametrize("scenario", ["leak_main_local", "leak_trainer_attr", "leak_offload_slowing",
-                                      "leak_compiled_outputs"])
+                                      "leak_compiled_outputs", "leak_several_sizes", "leak_hook_no_grad"])
 def test_vramscope_run_names_owners_that_were_locals_of_a_function_long_returned(scenario, tmp_path):
     """Under `vramscope run` the process ends after the training function returned: its locals are
     gone at exit, so the owner must have been found while the run went on."""
@@ -121,6 +121,10 @@ def test_vramscope_run_names_owners_that_were_locals_of_a_function_long_returned
     f = json.loads((tmp_path / "f.json").read_text())
     assert f["verdict"] == "leak"
     assert f["leaks"][0]["owners"][0]["path"].startswith(tuple(owner["starts"]))
+    # Every leak of several has its owner, the largest (on a side stream) included.
+    for component in expected.get("leak_components", []):
+        leak = next(l for l in f["leaks"] if l["site"]["line"] == component["site"]["line"])
+        assert leak.get("owners") and leak["owners"][0]["path"].startswith(tuple(component["owner"]["starts"])), leak
     # Inductor's compile workers never allocate: no trace of theirs, no run in the summary.
     assert [p.name for p in tmp_path.glob("run*.vscope")] == ["run.vscope"]
 
