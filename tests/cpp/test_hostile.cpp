@@ -360,7 +360,7 @@ TEST(HostileJson, ShapesDepthAndOffsets) {
               std::string::npos);
     EXPECT_NE(error_of([] { parse_json("{\"a\": 1} x", "t.json", 0); }).find("offset 9: data after"), std::string::npos);
     const std::string data = report_data_from_findings({"{\"verdict\":\"leak\",\"source\":\"<!--\"}"}, {"a.json"});
-    EXPECT_NE(data.find("\"runs\":[{\"verdict\":\"leak\",\"source\":\"<!--\"}]"), std::string::npos) << data;
+    EXPECT_NE(data.find("\"source\":\"<!--\""), std::string::npos) << data;  // report_page escapes it (Report test)
     EXPECT_EQ(parse_json("{\"k\":\"a\\u00e9\\n\"}", "t.json", 1).get("k")->str, "a\xc3\xa9\n");
 }
 

@@ -7,6 +7,7 @@
 
 #include "common/file.h"
 #include "common/format.h"
+#include "findings/json.h"
 #include "findings/json_reader.h"
 
 namespace vramscope {
@@ -14,7 +15,7 @@ namespace {
 
 constexpr uint64_t kMaxCompareFile = 64ull << 20;  // compare.json: a few KiB a cell
 constexpr uint64_t kMaxFindingsFile = 2ull << 30;  // a findings file: its timeline grows with the steps
-constexpr unsigned kKeepDepth = 8;                 // runs[].leaks[].owners[].path is the deepest read
+constexpr unsigned kKeepDepth = 4;                 // cells[].trees{} is the deepest read
 
 constexpr double kMaxBytes = 18446744073709551615.0;  // what a uint64_t holds
 constexpr double kMaxStep = 9007199254740992.0;        // 2^53: every whole number up to it is exact
@@ -49,12 +50,6 @@ const std::vector<JsonValue>& items(const JsonValue* v) {
     return v && v->type == JsonValue::Type::array ? v->items : none;
 }
 
-Verdict verdict_named(const std::string& s, const std::string& file) {
-    for (Verdict v : {Verdict::no_leak, Verdict::leak, Verdict::cannot_judge})
-        if (s == name(v)) return v;
-    throw bad(file, "unknown verdict \"" + s + "\"");
-}
-
 CellOutcome outcome_named(const std::string& s, const std::string& file) {
     for (auto o : {CellOutcome::finished, CellOutcome::failed, CellOutcome::out_of_memory, CellOutcome::timed_out,
                    CellOutcome::not_run, CellOutcome::interrupted, CellOutcome::error})
@@ -73,51 +68,58 @@ std::string in_user_tree(std::string file, const JsonValue* trees) {
     return file;
 }
 
-void read_run(const JsonValue& run, const JsonValue* trees, const Numbers& n, CellResult& cell) {
+// A rate the table compares: what a status is measured from, so never negative, infinite or NaN.
+double rate(double bytes_per_step, const std::string& file, std::string_view field) {
+    if (!(std::isfinite(bytes_per_step) && bytes_per_step >= 0 && bytes_per_step <= kMaxBytes))
+        throw bad(file, std::string(field) + ": " + format_count(uint64_t(std::max(0.0, bytes_per_step))) +
+                            " is not a number from 0 to " + format_count(uint64_t(kMaxBytes)));
+    return bytes_per_step;
+}
+uint64_t step(uint64_t s, const std::string& file, std::string_view field) {
+    if (double(s) > kMaxStep) throw bad(file, std::string(field) + ": " + std::to_string(s) + " is past 2^53");
+    return s;
+}
+
+void add_run(const Findings& run, const JsonValue* trees, const std::string& file, CellResult& cell) {
     // A run that says LEAK carries its rate: without one, no status can be measured from it.
-    const auto rate = n.get(run.get("leak_bytes_per_step"), 0, kMaxBytes, "leak_bytes_per_step");
-    if (!rate && string(run.get("verdict")) == name(Verdict::leak)) throw bad(n.file, "a leaking run without leak_bytes_per_step");
-    cell.leak_bytes_per_step = std::max(cell.leak_bytes_per_step, rate.value_or(0));
-    if (const JsonValue* steps = run.get("steps")) cell.steps = std::max(cell.steps, n.whole(steps->get("count"), "steps.count").value_or(0));
-    for (const JsonValue& t : items(run.get("timeline"))) {
-        cell.peak_allocated = std::max(cell.peak_allocated, uint64_t(n.get_or_0(t.get("peak_allocated"), kMaxBytes, "timeline.peak_allocated")));
-        cell.peak_reserved = std::max(cell.peak_reserved, uint64_t(n.get_or_0(t.get("reserved"), kMaxBytes, "timeline.reserved")));
-    }
-    auto earliest = [](std::optional<int64_t>& into, std::optional<int64_t> v) {
-        if (v && (!into || *v < *into)) into = v;
+    if (run.verdict == Verdict::leak && !(run.leak_bytes_per_step > 0)) throw bad(file, "a leaking run without leak_bytes_per_step");
+    cell.leak_bytes_per_step = std::max(cell.leak_bytes_per_step, rate(run.leak_bytes_per_step, file, "leak_bytes_per_step"));
+    cell.steps = std::max(cell.steps, int64_t(step(run.step_count, file, "steps.count")));
+    auto earliest = [&](std::optional<int64_t>& into, std::optional<uint64_t> v, std::string_view field) {
+        if (v && (!into || int64_t(step(*v, file, field)) < *into)) into = int64_t(*v);
     };
-    for (const JsonValue& d : items(run.get("devices"))) earliest(cell.oom_step, n.whole(d.get("oom_step"), "devices.oom_step"));
-    earliest(cell.projected_oom_step, n.whole(run.get("projected_oom_step"), "projected_oom_step"));
-    for (const JsonValue& l : items(run.get("leaks"))) {
-        const JsonValue* site = l.get("site");
-        std::string file = in_user_tree(string(site ? site->get("file") : nullptr), trees);
-        std::string function = string(site ? site->get("function") : nullptr);
+    for (const DeviceSummary& d : run.devices) {
+        for (const StepPoint& p : d.timeline) {
+            cell.peak_allocated = std::max(cell.peak_allocated, p.peak_allocated);
+            cell.peak_reserved = std::max(cell.peak_reserved, p.reserved);
+        }
+        earliest(cell.oom_step, d.oom_step, "devices.oom_step");
+    }
+    earliest(cell.projected_oom_step, run.projected_oom_step, "projected_oom_step");
+    for (const SiteFinding& l : run.leaks) {
+        const std::string file_in_tree = in_user_tree(l.site.file, trees);
         CellLeak leak;
-        leak.site = base_name(file) + ":" + std::to_string(n.whole(site ? site->get("line") : nullptr, "leaks.site.line").value_or(0)) +
-                    " " + function;
-        leak.site_key = file + "\n" + function;
-        leak.side_stream = string(l.get("stream_kind")) == "side";
-        const auto leak_rate = n.get(l.get("bytes_per_step"), 0, kMaxBytes, "leaks.bytes_per_step");
-        if (!leak_rate || *leak_rate <= 0) throw bad(n.file, "a leak without a rate above 0 (leaks.bytes_per_step)");
-        leak.bytes_per_step = *leak_rate;
-        leak.first_step = n.whole(l.get("first_step"), "leaks.first_step").value_or(0);
-        const auto& owners = items(l.get("owners"));
-        if (!owners.empty()) leak.owner = string(owners[0].get("path")) + "  → " + string(owners[0].get("target"));
-        earliest(cell.growth_start_step, leak.first_step);
+        leak.site = base_name(file_in_tree) + ":" + std::to_string(l.site.line) + " " + l.site.function;
+        leak.site_key = file_in_tree + "\n" + l.site.function;
+        leak.side_stream = std::string_view(stream_kind(l.stream)) == "side";
+        leak.bytes_per_step = rate(l.bytes_per_step, file, "leaks.bytes_per_step");
+        if (!(leak.bytes_per_step > 0)) throw bad(file, "a leak without a rate above 0 (leaks.bytes_per_step)");
+        leak.first_step = int64_t(step(l.first_step, file, "leaks.first_step"));
+        if (!l.owners.empty()) leak.owner = owner_line(l.owners.front());
+        earliest(cell.growth_start_step, l.first_step, "leaks.first_step");
         cell.leaks.push_back(std::move(leak));
     }
 }
 
-void read_findings(const std::string& path, const JsonValue* trees, CellResult& cell) {
-    Bytes text = read_file(path, kMaxFindingsFile);
-    JsonValue root = parse_json(view(text), path, kKeepDepth);
-    if (root.type != JsonValue::Type::object || !root.get("verdict")) throw bad(path, "not a findings JSON (no verdict)");
-    cell.verdict = verdict_named(string(root.get("verdict")), path);
-    const Numbers numbers{path};
-    if (const JsonValue* runs = root.get("runs"))
-        for (const JsonValue& run : items(runs)) read_run(run, trees, numbers, cell);
-    else
-        read_run(root, trees, numbers, cell);
+void read_findings_of(const std::string& path, const JsonValue* trees, CellResult& cell) {
+    const Bytes text = read_file(path, kMaxFindingsFile);
+    const FindingsFile file = read_findings(view(text), path);
+    Verdict verdict = Verdict::no_leak;
+    for (const Findings& run : file.runs) {
+        verdict = worse(verdict, run.verdict);
+        add_run(run, trees, path, cell);
+    }
+    cell.verdict = verdict;
     if (cell.verdict == Verdict::leak && !(cell.leak_bytes_per_step > 0)) throw bad(path, "LEAK without a rate above 0");
     std::stable_sort(cell.leaks.begin(), cell.leaks.end(),
                      [](const CellLeak& a, const CellLeak& b) { return a.bytes_per_step > b.bytes_per_step; });
@@ -189,7 +191,7 @@ CompareRun read_compare(const std::string& path) {
             cell.findings_file = findings[0] == '/' ? findings : base + findings;
             CellResult unread = cell;
             try {
-                read_findings(cell.findings_file, c.get("trees"), cell);
+                read_findings_of(cell.findings_file, c.get("trees"), cell);
             } catch (const std::runtime_error& e) {  // this cell cannot be judged; the others still can
                 cell = std::move(unread);
                 cell.reason = e.what();

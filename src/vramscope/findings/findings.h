@@ -57,6 +57,16 @@ struct DeviceSummary {
     std::optional<uint64_t> oom_step;       // the trace holds an OOM event in this step
 };
 
+// One way a leak's memory was kept alive, as the live process found it (python/vramscope/ownership):
+// a root, the edges from it, and the object reached; kind "reachable" or the cycle it is in.
+struct Owner {
+    std::string path;                // root and edges as one expression: "main() local 'cache'[3]"
+    std::string root;
+    std::vector<std::string> edges;
+    std::string target;              // the tensor reached
+    std::string kind;
+};
+
 // An allocation site judged to leak.
 struct SiteFinding {
     SourceLine site;
@@ -79,6 +89,9 @@ struct SiteFinding {
     double confidence = 0;           // 0..1
     // Blocks still live at the end (address, size): what `explain` maps to tensors.
     std::vector<std::pair<uint64_t, uint64_t>> live_blocks;
+    // Who held it (live captures: TRACE.owners.json, joined by findings/json_reader.h attach_owners).
+    std::vector<Owner> owners;
+    std::optional<uint64_t> owners_found_at_step;  // found during the run, not at its end
 };
 
 // A site's share of a ledger part.

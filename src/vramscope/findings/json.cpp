@@ -113,6 +113,29 @@ void ledger_array(Json& j, const std::vector<DeviceLedger>& ledger) {
     j.close(']');
 }
 
+// Who held a leak: written only when its process found someone, so findings without owners (every
+// trace analysed on its own) stay as they were. The report adds each owner's line, as people read it.
+void owners_array(Json& j, const SiteFinding& l, bool report) {
+    if (l.owners.empty()) return;
+    j.key("owners");
+    j.open('[');
+    for (const Owner& o : l.owners) {
+        j.open('{');
+        j.field("path", o.path);
+        j.field("root", o.root);
+        j.key("edges");
+        j.open('[');
+        for (const std::string& e : o.edges) j.value(e);
+        j.close(']');
+        j.field("target", o.target);
+        j.field("kind", o.kind);
+        if (report) j.field("line", owner_line(o));
+        j.close('}');
+    }
+    j.close(']');
+    if (l.owners_found_at_step) j.field("owners_found_at_step", *l.owners_found_at_step);
+}
+
 // report: the HTML report's data, column-oriented and at most kReportPoints steps a series.
 void findings_object(Json& j, const Findings& f, bool report = false) {
     std::map<uint16_t, std::vector<size_t>> sampled;
@@ -210,14 +233,15 @@ void findings_object(Json& j, const Findings& f, bool report = false) {
         j.field("live_bytes", l.live_bytes);
         j.field("peak_bytes", l.peak_bytes);
         j.field("surviving_allocations", l.surviving_allocations);
-        if (report) {
+        if (report && !l.held.empty()) {  // none in findings read back from JSON: no area drawn
             j.key("held");
             j.open('[');
             for (size_t k : sampled[l.device]) j.value(k < l.held.size() ? l.held[k] : uint64_t(0));
             j.close(']');
-        } else {
+        } else if (!report) {
             pairs(j, "live_blocks", l.live_blocks);
         }
+        owners_array(j, l, report);
         j.close('}');
     }
     j.close(']');
@@ -284,6 +308,10 @@ void ranks_object(Json& j, const RankComparison& ranks) {
 }  // namespace
 
 const char* stream_kind(uint64_t stream) { return stream == 0 ? "default" : "side"; }
+
+std::string owner_line(const Owner& o) {
+    return o.path + "  → " + o.target + (o.kind == "reachable" ? "" : "   (" + o.kind + ")");
+}
 
 std::string to_json(const Findings& f) {
     Json j;

@@ -15,6 +15,10 @@ std::string to_json(const std::vector<Findings>& runs, const RankComparison& ran
 // per step on the same points, and no block lists.
 std::string to_report_json(const std::vector<Findings>& runs, const RankComparison& ranks);
 
+// An owner as people read it: "main() local 'cache'[3]  → Tensor 8.0 MiB ..." and its kind
+// when it is not plainly reachable (python/vramscope/ownership/paths.py OwnerPath.__str__ says the same).
+std::string owner_line(const Owner& o);
+
 // "default" for stream 0 (the legacy default stream), else "side".
 const char* stream_kind(uint64_t stream);
 

@@ -1,5 +1,5 @@
-// Reads JSON that someone else may have written: a findings file given to `report`, a trace's
-// owners file. Strict RFC 8259, nesting and size bounded, and every error names the file and the
+// Reads JSON that someone else may have written: a findings file (given to `report`, a compare
+// cell's, Python's), a trace's owners file. Strict RFC 8259, nesting and size bounded, and every error names the file and the
 // byte offset; nothing is evaluated, and the values keep their place in the text so that a valid
 // part can be embedded as it was written.
 #pragma once
@@ -7,6 +7,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "findings/findings.h"
 
 namespace vramscope {
 
@@ -27,9 +29,25 @@ inline constexpr unsigned kMaxJsonDepth = 64;
 JsonValue parse_json(std::string_view text, const std::string& name, unsigned keep_depth,
                      unsigned max_depth = kMaxJsonDepth);
 
-// The report page's data from findings files (`analyze --json`, one run or several): each file's
-// runs, and the ranks of the first that has them. Throws naming the file when one is not a
-// findings JSON (its root, "runs" or "ranks" of the wrong shape).
+// A findings JSON (`analyze --json`: one run, or {"runs": [...], "ranks": {...}}) back into the
+// findings it was written from: to_json of the result is the text again. The one reader of
+// findings: `report`, compare's cells and Python all come here. A field left out keeps its
+// default; one of the wrong type, a number that is not finite or out of range, or a word outside
+// the vocabulary throws, naming the file and the field.
+struct FindingsFile {
+    std::vector<Findings> runs;
+    RankComparison ranks;
+};
+FindingsFile read_findings(std::string_view text, const std::string& name);
+
+// Who held each leak joined to the findings: the one place owners meet leaks (terminal, JSON, HTML
+// and compare's root-cause chain all read the result). `owners_json` is a TRACE.owners.json, a
+// list of python/vramscope/ownership/leaks.py explained() answers; each goes to the leak of the
+// same device and site. Throws naming the file when it is not such a list.
+void attach_owners(Findings& f, std::string_view owners_json, const std::string& name);
+
+// The report page's data from findings files (read_findings): each file's runs, and the ranks of
+// the first that has them.
 std::string report_data_from_findings(const std::vector<std::string>& texts, const std::vector<std::string>& names);
 
 }  // namespace vramscope
