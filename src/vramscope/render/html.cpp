@@ -29,17 +29,8 @@ std::string script_safe(std::string_view json) {
 
 }  // namespace
 
-std::string render_html(const std::vector<Findings>& runs, const RankComparison& ranks,
-                        const std::vector<std::string>& owners) {
-    std::string data = to_report_json(runs, ranks);
-    data.pop_back();  // the closing brace: owners go in before it
-    data += ",\"owners\":[";
-    for (size_t i = 0; i < runs.size(); ++i) {
-        if (i) data += ',';
-        data += i < owners.size() && !owners[i].empty() ? owners[i] : "null";
-    }
-    data += "]}";
-    return report_page(data);
+std::string render_html(const std::vector<Findings>& runs, const RankComparison& ranks) {
+    return report_page(to_report_json(runs, ranks));
 }
 
 std::string report_page(std::string_view data) {

@@ -9,12 +9,10 @@
 
 namespace vramscope {
 
-// owners: per run, the text of its TRACE.owners.json (who held each leak), or empty.
-std::string render_html(const std::vector<Findings>& runs, const RankComparison& ranks,
-                        const std::vector<std::string>& owners);
+// Who held each leak is in the findings (SiteFinding::owners), joined before they get here.
+std::string render_html(const std::vector<Findings>& runs, const RankComparison& ranks);
 
-// The page around report data already made: {"generator", "runs": [findings...], "ranks", "owners"}
-// (a findings JSON's runs work too: the page draws their timeline instead of columns).
+// The page around report data already made: {"generator", "runs": [findings...], "ranks"}.
 std::string report_page(std::string_view data_json);
 
 }  // namespace vramscope
