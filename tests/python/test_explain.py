@@ -300,3 +300,20 @@ def test_every_leak_has_its_owner_largest_first_found_at_the_end_or_else_live(tm
     for f in found:
         assert f["owner"].startswith(f"main() local '{f['owner'].split(chr(39))[1]}'["), f
         assert (f["at_step"] is None) == (end_searches > 0), f  # found at the end, or at its live step
+
+
+def test_a_plain_tensor_attribute_of_a_module_is_named_as_an_attribute():
+    """A metric module keeps its state as a plain tensor attribute (not a buffer): the path names
+    `.scores`, not `<referent>['scores']` (the module's edges were lost when a tensor's truth was asked)."""
+    lines = explain_in_fresh_process("""
+        import torch
+        class Metric(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.scores = torch.empty(0, 8)
+                self.count = torch.zeros(())
+        METRIC = Metric()
+        METRIC.scores = torch.cat([METRIC.scores.clone(), torch.randn(4, 8)])
+        TARGET_OF = lambda: METRIC.scores
+    """)
+    assert lines and lines[0].startswith("__main__.METRIC.scores  → Tensor"), lines

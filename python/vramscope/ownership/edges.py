@@ -102,7 +102,9 @@ def _module_edges(module):
             if value is not None:
                 yield f".{name}", value
     for name, value in list(vars(module).items()):
-        if name not in ("_parameters", "_buffers", "_modules") and value:
+        # Never `and value`: a tensor's truth raises (more than one element) or is False (empty),
+        # and then every edge of the module was lost.
+        if name not in ("_parameters", "_buffers", "_modules") and not isinstance(value, ATOMIC):
             yield f".{name}", value
 
 
