@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <string>
 
+#include "analysis/analyze.h"
 #include "common/file.h"
 #include "common/format.h"
 #include "common/gzip_stream.h"
@@ -18,6 +19,8 @@
 #include "findings/json_writer.h"
 #include "importers/pickle.h"
 #include "importers/torch_snapshot.h"
+#include "importers/validate.h"
+#include "render/export.h"
 #include "trace/reader.h"
 #include "trace/writer.h"
 #include "trace_builder.h"
@@ -391,4 +394,70 @@ TEST(HostileVscope, AStackDeeperThanAnyWriterKeepsIsAFault) {
     std::remove(path.c_str());
     ASSERT_EQ(t.faults.size(), 1u);
     EXPECT_NE(t.faults[0].find("a stack deeper than 10 frames"), std::string::npos) << t.faults[0];
+}
+
+// Inputs that amplify (issue 21): what they decode to is held to the limits (tests/data/hostile
+// holds them end to end).
+const std::string kHostile = std::string(VRAMSCOPE_TEST_DATA) + "/hostile/";
+
+TEST(HostileAmplification, FrontCodedStringsAreHeldToTheLimits) {
+    ReadLimits limits;
+    limits.max_held_bytes = 64 << 20;
+    const std::string path = kHostile + "strings_front_coded.vscope";
+    std::string why = error_of([&] { read_trace(path, limits); });
+    EXPECT_NE(why.find(path + ": offset "), std::string::npos) << why;
+    EXPECT_NE(why.find("more than 64 MiB (the limit; --max-memory raises it)"), std::string::npos) << why;
+    limits.max_string_bytes = 1000;
+    why = error_of([&] { read_trace(path, limits); });
+    EXPECT_NE(why.find("a string of 1001 bytes, over the 0 MiB limit (--max-string raises it)"), std::string::npos) << why;
+}
+
+TEST(HostileAmplification, TimelinesOfManyDevicesOverManyStepsAreHeldToTheLimit) {
+    vramscope::testing::TraceBuilder b;
+    for (uint16_t d = 1; d < 256; ++d) b.t.device(d);
+    b.alloc(0x100000, 512, b.stack({{"train.py", 1, "step"}}));
+    for (int k = 0; k < 2000; ++k) b.step();
+    EXPECT_EQ(analyze(b.t).step_count, 2000u);  // 256 x 2000 points: 29 MB
+    b.t.limits.max_held_bytes = 16 << 20;
+    const std::string why = error_of([&] { analyze(b.t); });
+    EXPECT_NE(why.find("synthetic: 256 devices over "), std::string::npos) << why;
+    EXPECT_NE(why.find("more than 16 MiB (the limit; --max-memory raises it)"), std::string::npos) << why;
+}
+
+TEST(HostileAmplification, PerfettoSamplesADeviceAtAStepEndOnlyWhenItChanged) {
+    vramscope::testing::TraceBuilder b;
+    for (uint16_t d = 1; d < 256; ++d) b.t.device(d);
+    const uint32_t stack = b.stack({{"train.py", 1, "step"}});
+    for (int k = 0; k < 1000; ++k) {
+        b.alloc(0x100000, 512, stack);
+        b.free(0x100000, 512);
+        b.step();
+    }
+    const std::string json = to_perfetto_json(b.t, analyze(b.t));
+    size_t counters = 0;
+    for (size_t at = 0; (at = json.find("\"ph\":\"C\"", at)) != std::string::npos; ++at) ++counters;
+    EXPECT_GE(counters, 1000u);        // device 0 changes in every step
+    EXPECT_LE(counters, 2000u + 256);  // at most a sample per block event, and one per device
+    b.t.limits.max_held_bytes = 64 << 10;
+    const std::string why = error_of([&] { to_perfetto_json(b.t, Findings{}); });
+    EXPECT_NE(why.find("synthetic: its Perfetto trace would be more than 0 MiB"), std::string::npos) << why;
+}
+
+TEST(HostileDevices, NumbersPast255AndCapacitiesBelowTheTracesOwnBytesAreFaults) {
+    const Trace cut = read_trace(kHostile + "device_256.vscope");
+    ASSERT_EQ(cut.faults.size(), 1u);
+    EXPECT_NE(cut.faults[0].find("device number out of range"), std::string::npos) << cut.faults[0];
+    const Trace aliased = load_any(kHostile + "device_65536.pickle");
+    ASSERT_EQ(aliased.faults.size(), 1u);
+    EXPECT_NE(aliased.faults[0].find("1 segments on a device number outside 0 to 255"), std::string::npos) << aliased.faults[0];
+    vramscope::testing::TraceBuilder b;
+    b.t.device(0).total_memory = 1024;
+    b.alloc(0x100000, 512, 0);
+    validate_events(b.t);
+    EXPECT_TRUE(b.t.faults.empty());
+    b.alloc(0x200000, 1024, 0);
+    validate_events(b.t);
+    ASSERT_EQ(b.t.faults.size(), 1u);
+    EXPECT_NE(b.t.faults[0].find("1 devices with a capacity below the bytes the trace itself has live on them"),
+              std::string::npos) << b.t.faults[0];
 }

@@ -23,7 +23,7 @@ import pytest
 
 HOSTILE = Path(__file__).resolve().parent.parent / "data" / "hostile"
 EXPECT = json.loads((HOSTILE / "expectations.json").read_text())
-TRACES = [n for n, e in EXPECT.items() if e["outcome"] in ("error", "cannot-judge", "nothing", "judged")]
+TRACES = [n for n, e in EXPECT.items() if e["outcome"] in ("error", "over-limit", "cannot-judge", "nothing", "judged")]
 FINDINGS = [n for n, e in EXPECT.items() if e["outcome"].startswith("report")]
 MATRICES = [n for n, e in EXPECT.items() if e["outcome"] == "matrix-error"]
 TABLES = [n for n, e in EXPECT.items() if e["outcome"].startswith("table")]
@@ -72,9 +72,11 @@ def test_hostile_trace(name, tmp_path):
     args = ("analyze", path, "--json", "-", *LIMITS)
     rc, out, rss, _ = run(*args)
     check_clean(rc, out, rss, args)
-    assert rc == (2 if outcome == "error" else 0), f"{name}: {EXPECT[name]['why']}\n{out}"
-    if outcome == "error":
+    failing = outcome in ("error", "over-limit")
+    assert rc == (2 if failing else 0), f"{name}: {EXPECT[name]['why']}\n{out}"
+    if failing:
         assert f"vramscope: error: {path}" in out, "the error names the file"
+        assert outcome == "error" or "--max-memory raises it" in out, out
     else:
         verdict = json.loads(out)["verdict"]
         assert (verdict == "cannot-judge") == (outcome != "judged"), f"{name}: {verdict}\n{out}"
@@ -95,7 +97,8 @@ def test_hostile_trace(name, tmp_path):
                        (("report", path, "-o", str(tmp_path / "r.html"), *LIMITS), "r.html")):
         rc, out, rss, _ = run(*args)
         check_clean(rc, out, rss, args)
-        passes = outcome in ("judged", "nothing") or (outcome == "cannot-judge" and args[0] == "report")
+        passes = outcome in ("judged", "nothing") or (outcome == "cannot-judge" and args[0] == "report") or \
+            (outcome == "over-limit" and args[0] == "convert")
         assert rc == (0 if passes else 2), f"{' '.join(args)}\n{out}"
         if passes:
             assert (tmp_path / made).stat().st_size > 0

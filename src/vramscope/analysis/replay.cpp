@@ -1,6 +1,8 @@
 #include "analysis/replay.h"
 
 #include <algorithm>
+#include <stdexcept>
+#include <string>
 
 namespace vramscope {
 
@@ -25,6 +27,7 @@ size_t Replay::add_device(uint8_t device) {
         // A device first seen mid-run held what it held before at the step ends already cut:
         // every timeline has one point per step, so step k is timeline[k] on every device.
         const DeviceState& s = state_[i];
+        hold_timeline_bytes(uint64_t(step_) * sizeof(StepPoint));
         devices[i].timeline.assign(step_, StepPoint{uint64_t(s.allocated), uint64_t(s.reserved), uint64_t(s.peak), 0, {}});
     }
     slot_of_device_[device] = int16_t(i);
@@ -71,11 +74,22 @@ void Replay::cut() {
                     uint64_t(std::max<int64_t>(0, s.peak)), uint64_t(std::max<int64_t>(0, s.pending)), {}};
         for (size_t k = 0; k < s.by_stream.size(); ++k)
             if (s.by_stream[k] > 0) p.by_stream.emplace_back(context.streams[k], uint64_t(s.by_stream[k]));
+        hold_timeline_bytes(sizeof(StepPoint) + p.by_stream.size() * sizeof(p.by_stream[0]));
         devices[i].timeline.push_back(std::move(p));
         s.peak = s.allocated;
     }
     ++step_;
     events_since_cut_ = false;
+}
+
+// A point per device per step, each with its streams: 256 devices and a step marker every two
+// bytes would take gigabytes from a small file. They are held to what reading it could hold.
+void Replay::hold_timeline_bytes(uint64_t n) {
+    if ((timeline_bytes_ += n) > context.limits.max_held_bytes)
+        throw std::runtime_error(context.source + ": " + std::to_string(devices.size()) + " devices over " + std::to_string(step_) +
+                                 " steps: their timelines would hold more than " +
+                                 std::to_string(context.limits.max_held_bytes >> 20) +
+                                 " MiB (the limit; --max-memory raises it)");
 }
 
 // Steps that ended before the first memory event were never seen (a ring buffer that wrapped

@@ -96,6 +96,7 @@ private:
     void change(SiteSeries& s, int64_t bytes);
     void start();
     void cut();
+    void hold_timeline_bytes(uint64_t n);
     void forget_steps_before_memory();
     void process(const Event& e);
     void stop();
@@ -114,6 +115,7 @@ private:
     std::vector<LiveAlloc> pool_;
     std::vector<uint32_t> free_slots_;
     uint64_t seq_ = 0;
+    uint64_t timeline_bytes_ = 0;  // the devices' timelines, by hold_timeline_bytes()
     uint64_t cuts_before_memory_ = 0;
     uint32_t step_ = 0;
     bool events_since_cut_ = false, started_ = false;

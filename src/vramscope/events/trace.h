@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "common/limits.h"
 #include "events/event.h"
 #include "events/stack_table.h"
 
@@ -40,6 +41,9 @@ struct Trace {
     // Why its content cannot be trusted (wrong types, missing or reversed times, impossible sizes,
     // no memory events, damaged chunks): analysis then gives no verdict but says these.
     std::vector<std::string> faults;
+    // What reading it was allowed to hold: analysis and exports hold what they derive from it
+    // (timelines, counters) to the same --max-memory.
+    ReadLimits limits;
 
     DeviceInfo& device(uint16_t id);
     uint16_t stream_index(uint64_t handle);  // adds the stream on first use

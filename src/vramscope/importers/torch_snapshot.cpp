@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <climits>
+#include <optional>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -305,13 +306,14 @@ private:
     void read_segments(Ref segments) {
         doc_->for_each_item(segments, [&](Ref seg) {
             if ((*doc_)[seg].type != Type::dict) return;
-            const auto device = uint16_t(integer(seg, "device"));
+            const std::optional<uint8_t> device = device_of(seg, 0, "segments");
+            if (!device) return;
             const uint64_t base = uint64_t(integer(seg, "address"));
             const uint64_t stream = uint64_t(integer(seg, "stream"));
             const uint64_t total = uint64_t(integer(seg, "total_size"));
-            reserved_[device] += total;
+            reserved_[*device] += total;
             t_.final_reserved += total;
-            t_.device(device);
+            t_.device(*device);
             Ref blocks;
             if (!doc_->get(seg, "blocks", &blocks) || (*doc_)[blocks].type != Type::list) return;
             uint64_t offset = base;  // older snapshots give no block address: blocks tile the segment
@@ -324,15 +326,16 @@ private:
                 if (state != "active_allocated" && state != "active_pending_free" && state != "active_awaiting_free")
                     return;
                 LiveBlock lb;
-                lb.device = device;
+                lb.device = *device;
                 lb.addr = addr;
                 lb.size = size;
                 lb.stream = stream;
                 Ref frames;
                 if (doc_->get(b, "frames", &frames)) lb.stack = stack_of(frames);
                 // Trace entries carry the size asked for; so must the final state they are subtracted from.
-                allocated_[device] += uint64_t(integer(b, "requested_size", int64_t(size)));
+                allocated_[*device] += uint64_t(integer(b, "requested_size", int64_t(size)));
                 t_.final_blocks.push_back(lb);
+                check_held();
             });
         });
     }
@@ -446,10 +449,7 @@ private:
             return;
         }
         t_.events.push_back(ev);
-        if (__builtin_expect((t_.events.size() & 0xFFF) == 0, 0) && t_.events.size() * sizeof(Event) > limits_.max_held_bytes)
-            throw std::runtime_error(name_ + ": offset " + std::to_string(offset_) + ": more than " +
-                                     std::to_string(limits_.max_held_bytes >> 20) +
-                                     " MiB of events (the limit; --max-memory raises it)");
+        if (__builtin_expect((t_.events.size() & 0xFFF) == 0, 0)) check_held();
     }
 
     // What makes an entry untrustworthy: a field missing, a negative size, time running back.
@@ -462,14 +462,36 @@ private:
         if (has_time) last_time_[list] = ev.time_us;
     }
 
-    void read_annotation(Ref a, uint16_t fallback_device) {
+    void read_annotation(Ref a, uint8_t fallback_device) {
+        const std::optional<uint8_t> device = device_of(a, fallback_device, "annotations");
+        if (!device) return;
         std::string_view stage = string(a, "stage");
         Event ev;
         ev.kind = stage == "END" ? EventKind::annotation_end : EventKind::annotation_start;
-        ev.device = uint8_t(integer(a, "device", fallback_device));
+        ev.device = *device;
         ev.time_us = integer(a, "time_us");
         ev.name = t_.stacks.intern_string(string(a, "name"));
         notes_.push_back(ev);
+        check_held();
+    }
+
+    // A dict's "device": events name 8-bit devices, so a larger or negative number (device 0 once
+    // cut to 8 or 16 bits) is a fault, and what it is on is left out.
+    std::optional<uint8_t> device_of(Ref dict, uint8_t fallback, std::string_view what) {
+        const int64_t device = integer(dict, "device", fallback);
+        if (device >= 0 && device <= 0xFF) return uint8_t(device);
+        faults_.add(std::string(what) + " on a device number outside 0 to 255");
+        return std::nullopt;
+    }
+
+    // What reading keeps: events, annotations and the final live blocks. Pickle's memo lets one
+    // list of blocks or annotations be referenced many times; each reference costs its expansion.
+    void check_held() {
+        const uint64_t held = (t_.events.size() + notes_.size()) * sizeof(Event) + t_.final_blocks.size() * sizeof(LiveBlock);
+        if (held > limits_.max_held_bytes)
+            throw std::runtime_error(name_ + ": offset " + std::to_string(offset_) + ": more than " +
+                                     std::to_string(limits_.max_held_bytes >> 20) +
+                                     " MiB of events and live blocks (the limit; --max-memory raises it)");
     }
 
     void read_annotations(Ref list) {
@@ -516,12 +538,9 @@ private:
             default: break;
             }
         }
-        for (DeviceInfo& d : t_.devices) {
-            const bool has_events = d.device < alloc_delta.size();  // a segment's device may be any 16 bits
-            d.baseline_allocated = uint64_t(std::max<int64_t>(
-                0, int64_t(allocated_[d.device] - (has_events ? alloc_delta[d.device] : 0))));
-            d.baseline_reserved = uint64_t(std::max<int64_t>(
-                0, int64_t(reserved_[d.device] - (has_events ? reserved_delta[d.device] : 0))));
+        for (DeviceInfo& d : t_.devices) {  // 0 to 255: device_of() left the others out
+            d.baseline_allocated = uint64_t(std::max<int64_t>(0, int64_t(allocated_[d.device] - alloc_delta[d.device])));
+            d.baseline_reserved = uint64_t(std::max<int64_t>(0, int64_t(reserved_[d.device] - reserved_delta[d.device])));
         }
     }
 
@@ -571,6 +590,7 @@ Trace import_with(const std::string& name, size_t pickle_bytes, const ReadLimits
         Trace trace;
         trace.source = name;
         trace.format = "torch-snapshot";
+        trace.limits = limits;
         // A trace entry takes 45 pickle bytes at least (60 to 90 in real snapshots): room for all
         // of them, so the events are never copied as they grow (a copy doubled the peak memory
         // of a file of small entries). Untouched capacity costs only address space.

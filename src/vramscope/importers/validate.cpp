@@ -45,6 +45,10 @@ void EventValidator::see(const Trace& t, const Event& e) {
 
 void EventValidator::finish(Trace& t) {
     see_devices(t);
+    // A capacity of 1 byte would move the OOM projection to the first step.
+    for (const DeviceInfo& d : t.devices)
+        if (d.total_memory && d.total_memory < peak_live_bytes_[uint8_t(d.device)])
+            tally_.add("devices with a capacity below the bytes the trace itself has live on them");
     tally_.into(t.faults, t.source);
 }
 

@@ -5,6 +5,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <algorithm>
 #include <array>
 
 #include "common/address_map.h"
@@ -31,7 +32,7 @@ private:
 inline constexpr uint64_t kImpossibleSize = uint64_t(1) << 50;  // 1 PiB
 inline constexpr int64_t kLatestTime = int64_t(1) << 56;        // the year 4253
 
-// A device capacity or baseline of 1 PiB or more, an alloc at an address already live on its device, impossible sizes,
+// A device capacity or baseline of 1 PiB or more, a capacity below what the trace itself has live on it, an alloc at an address already live on its device, impossible sizes,
 // more than kImpossibleSize live at once, times out of range. Memory: the live blocks, what
 // analysis keeps anyway. Fed the events as they stream by; analysis stops at the first fault.
 class EventValidator {
@@ -60,7 +61,9 @@ public:
     }
     void check_addresses(const Event& e);  // the rest, against its own live blocks
     void allocated(const Event& e) {        // a new live block
-        if ((live_bytes_[e.device] += e.size) >= kImpossibleSize) fault("allocations past 1 PiB live on a device");
+        uint64_t& live = live_bytes_[e.device];
+        if ((live += e.size) >= kImpossibleSize) fault("allocations past 1 PiB live on a device");
+        peak_live_bytes_[e.device] = std::max(peak_live_bytes_[e.device], live);
     }
     // An alloc where a block is live (the first stays).
     void allocated_again() { fault("allocations at an address already allocated and not freed"); }
@@ -75,6 +78,7 @@ private:
     FaultTally tally_;
     AddressMapOf<uint64_t> live_{4096};  // block_key() -> size, of each live block
     std::array<uint64_t, 256> live_bytes_{};  // by device
+    std::array<uint64_t, 256> peak_live_bytes_{};  // by device: no capacity may be below it
     uint64_t size_total_ = 0;
     size_t devices_seen_ = 0;
 };

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <map>
+#include <stdexcept>
+#include <string>
 #include <unordered_map>
 
 #include "analysis/steps.h"
@@ -57,6 +59,14 @@ private:
     }
 };
 
+// An export grows with the trace (a memory_viz entry carries its stack's frames, 4,096 deep at
+// most): it is held to what reading the trace could hold.
+void check_export_size(const Trace& t, size_t bytes, std::string_view what) {
+    if (bytes > t.limits.max_held_bytes)
+        throw std::runtime_error(t.source + ": its " + std::string(what) + " would be more than " +
+                                 std::to_string(t.limits.max_held_bytes >> 20) + " MiB (the limit; --max-memory raises it)");
+}
+
 }  // namespace
 
 std::string to_memory_viz_pickle(const Trace& t) {
@@ -97,6 +107,7 @@ std::string to_memory_viz_pickle(const Trace& t) {
         });
     };
     auto entry = [&](const Event& e, std::string_view action) {
+        check_export_size(t, p.out.size(), "memory_viz pickle");
         p.dict();
         p.mark();
         p.str("action");
@@ -155,6 +166,7 @@ std::string to_perfetto_json(const Trace& t, const Findings& f) {
     j.key("traceEvents");
     j.open('[');
     auto event = [&](const char* ph, const std::string& name, int64_t ts, auto&& fill) {
+        check_export_size(t, j.out.size(), "Perfetto trace");
         j.open('{');
         j.field("ph", ph);
         j.field("name", name);
@@ -171,14 +183,18 @@ std::string to_perfetto_json(const Trace& t, const Findings& f) {
         j.close('}');
     });
     const Steps steps = find_steps(t);
+    // A device is sampled at a step's end only when it changed since its last sample: every
+    // device at every step would be devices x steps counters from a file of step markers.
     struct Level {
         int64_t allocated = 0, reserved = 0, last_sample = INT64_MIN;
+        bool changed = true;  // each device is drawn once at least
     };
     std::map<uint8_t, Level> level;
     for (const DeviceInfo& d : t.devices) level[uint8_t(d.device)] = {int64_t(d.baseline_allocated), int64_t(d.baseline_reserved)};
     auto sample = [&](uint8_t device, int64_t ts) {
         Level& l = level[device];
         l.last_sample = ts;
+        l.changed = false;
         event("C", "cuda:" + std::to_string(device) + " memory", ts, [&] {
             j.key("args");
             j.open('{');
@@ -203,10 +219,13 @@ std::string to_perfetto_json(const Trace& t, const Findings& f) {
         case EventKind::segment_unmap: l.reserved -= int64_t(e.size); break;
         default: break;
         }
-        if (is_block_event(e.kind) || is_segment_event(e.kind))
+        if (is_block_event(e.kind) || is_segment_event(e.kind)) {
+            l.changed = true;
             if (e.time_us >= l.last_sample + 1000) sample(e.device, e.time_us);  // not a - b: b starts at INT64_MIN
+        }
         if (next_end < steps.ends.size() && steps.ends[next_end] == i) {
-            for (auto& [device, lv] : level) sample(device, e.time_us);
+            for (auto& [device, lv] : level)
+                if (lv.changed) sample(device, e.time_us);
             step_starts.push_back(step_start);
             event("X", "step " + std::to_string(next_end), step_start, [&] {
                 j.field("dur", uint64_t(std::max<int64_t>(0, e.time_us - step_start)));

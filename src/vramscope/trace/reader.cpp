@@ -32,13 +32,18 @@ struct ChunkError {
     size_t offset;
     std::string why;
 };
+// Not damage but a limit (ReadLimits) reached: an error for the whole input, naming the option.
+struct OverLimit {
+    size_t offset;
+    std::string why;
+};
 
 // Decodes one chunk's records into the trace. File ids map to table ids through the remap
 // vectors, so a hostile file with duplicate definitions cannot point outside the tables.
 class ChunkDecoder {
 public:
-    ChunkDecoder(Trace& t, uint32_t max_stack_frames)
-        : t_(t), max_stack_frames_(max_stack_frames), strings_(1, 0), frames_(1, 0), stacks_(1, 0), depth_(1, 0) {}
+    ChunkDecoder(Trace& t, const ReadLimits& limits)
+        : t_(t), limits_(limits), strings_(1, 0), frames_(1, 0), stacks_(1, 0), depth_(1, 0) {}
 
     // The event count of the end record, once one was read.
     std::optional<uint64_t> end_events;
@@ -62,7 +67,10 @@ public:
             }
             case tag_device: {
                 DeviceInfo d;
-                d.device = uint16_t(num(p, end, at));
+                const uint64_t device = num(p, end, at);
+                // Events name 8-bit devices: a larger number would be another device cut short.
+                if (device > 0xFF) throw ChunkError{size_t(at - base_), "device number out of range"};
+                d.device = uint16_t(device);
                 d.total_memory = num(p, end, at);
                 d.baseline_allocated = num(p, end, at);
                 d.baseline_reserved = num(p, end, at);
@@ -74,8 +82,10 @@ public:
                 if (back + 1 >= strings_.size() && common > 0) throw ChunkError{size_t(at - base_), "string refers to an undefined one"};
                 const std::string_view prev = common ? t_.stacks.string(strings_[strings_.size() - 1 - back]) : std::string_view();
                 if (common > prev.size()) throw ChunkError{size_t(at - base_), "string shares more than its predecessor has"};
+                const std::string_view rest = bytes(p, end, at);
+                count_string_bytes(common + rest.size(), at);
                 std::string s(prev.substr(0, size_t(common)));
-                s += bytes(p, end, at);
+                s += rest;
                 strings_.push_back(t_.stacks.intern_string(s));
                 break;
             }
@@ -93,8 +103,8 @@ public:
                 const uint64_t file_parent = num(p, end, at);
                 const uint32_t parent = ref(stacks_, file_parent, at);
                 const uint32_t frame = ref(frames_, num(p, end, at), at);
-                if (depth_[file_parent] >= max_stack_frames_)
-                    throw ChunkError{size_t(at - base_), "a stack deeper than " + std::to_string(max_stack_frames_) + " frames"};
+                if (depth_[file_parent] >= limits_.max_stack_frames)
+                    throw ChunkError{size_t(at - base_), "a stack deeper than " + std::to_string(limits_.max_stack_frames) + " frames"};
                 stacks_.push_back(t_.stacks.intern_stack(parent, frame));
                 depth_.push_back(depth_[file_parent] + 1);
                 break;
@@ -123,6 +133,18 @@ public:
     }
 
 private:
+    // A string shares its predecessor's prefix: each the whole previous one plus a byte would make
+    // strings quadratic in the file's size. What they decode to is held to the limits instead.
+    void count_string_bytes(uint64_t n, const uint8_t* at) {
+        if (n > limits_.max_string_bytes)
+            throw OverLimit{size_t(at - base_), "a string of " + std::to_string(n) + " bytes, over the " +
+                                                    std::to_string(limits_.max_string_bytes >> 20) +
+                                                    " MiB limit (--max-string raises it)"};
+        if ((string_bytes_ += n) > limits_.max_held_bytes)
+            throw OverLimit{size_t(at - base_), "strings decoding to more than " + std::to_string(limits_.max_held_bytes >> 20) +
+                                                    " MiB (the limit; --max-memory raises it)"};
+    }
+
     // The mirror of TraceWriter::emit_block_locked: same field order, same guesses. Inlined into
     // decode(): a call per event cost a tenth of its instructions.
     [[gnu::always_inline]] void decode_event(uint8_t tag, const uint8_t*& p, const uint8_t* end, const uint8_t* at, uint8_t device,
@@ -210,7 +232,8 @@ private:
     }
 
     Trace& t_;
-    const uint32_t max_stack_frames_;
+    const ReadLimits& limits_;
+    uint64_t string_bytes_ = 0;  // decoded, over all string records
     const uint8_t* base_ = nullptr;
     std::vector<uint32_t> strings_, frames_, stacks_;
     std::vector<uint32_t> depth_;  // frames in each file stack id's stack
@@ -276,10 +299,11 @@ void stream_trace(std::string_view first, ChunkSource& rest, uint64_t total_byte
     const bool numbered = version >= 2;
     trace.source = name;
     trace.format = "vscope";
+    trace.limits = limits;
     if (!numbered)
         trace.warnings.push_back(name + ": trace format version 1: its chunks carry no numbers and it has no end "
                                         "record, so a chunk repeated, dropped or cut off at a chunk boundary cannot be told");
-    ChunkDecoder decoder(trace, limits.max_stack_frames);
+    ChunkDecoder decoder(trace, limits);
     size_t chunks = 0;
     uint64_t decoded = 0;  // events, whether the sink kept them or not
     auto stop = [&](uint64_t at, const std::string& why, std::vector<std::string>& into) {
@@ -350,6 +374,9 @@ void stream_trace(std::string_view first, ChunkSource& rest, uint64_t total_byte
             trace.events.resize(events_before);
             stop(off, e.why + " (byte " + std::to_string(e.offset) + " of the chunk's records)", trace.faults);
             break;
+        } catch (const OverLimit& e) {
+            throw std::runtime_error(name + ": offset " + std::to_string(off + kChunkHeaderBytes + (records - payload) + e.offset) +
+                                     ": " + e.why);
         }
         decoded += trace.events.size() - events_before;
         if (trace.events.size() * sizeof(Event) > limits.max_held_bytes)

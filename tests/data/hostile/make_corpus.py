@@ -4,6 +4,8 @@ convert` for the .vscope damage):  python tests/data/hostile/make_corpus.py
 
 Outcomes:
   error         analyze, convert, export and report exit 2 with a message naming the file
+  over-limit    the trace reads, but what analysis derives from it passes --max-memory: analyze,
+                export and report exit 2 naming the file and the option; convert passes
   cannot-judge  analyze exits 0 with verdict "cannot-judge" (2 with --fail-on-leak), never
                 "NO LEAK"; report draws the page; convert and export refuse (exit 2)
   nothing       nothing to judge (no memory events, or too few steps): cannot-judge, but convert
@@ -400,17 +402,99 @@ def compare_results() -> None:
     put("compare_duplicate_cell.json", json.dumps(run).encode(), "table-error", "one cell twice", says="two cells")
 
 
+# .vscope records written by hand (trace/format.h), for traces the writer would never make.
+def varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not out[-1] & 0x80:
+            return bytes(out)
+
+
+def vscope(records: bytes, events: int) -> bytes:
+    """A version-2 trace: the records in one chunk, then the end record counting `events`."""
+    seq = lambda n: b"\x18" + varint(n)  # noqa: E731  tag_chunk_seq
+    return b"\x89VSCOPE\n\x02\x00\x00\x00" + chunk(seq(0) + records) + chunk(seq(1) + b"\x19" + varint(events))
+
+
+STRING, FRAME, STACK, CONTEXT, DEVICE, STEP_SAME_TIME = 18, 19, 20, 21, 17, 8 | 0x20
+ALLOC, FREE = 0, 13
+
+
+def alloc(time_delta: int, stack: int, size: int, addr_delta: int) -> bytes:
+    """An alloc record: time, stack, size and address (both in 512-byte units), unguessed."""
+    return bytes([ALLOC]) + varint(time_delta * 2) + varint(stack) + varint(size) + varint(zigzag(addr_delta))
+
+
+def zigzag(n: int) -> int:
+    return n * 2 if n >= 0 else -n * 2 - 1
+
+
+def free(time_delta: int, size: int, addr_delta: int) -> bytes:
+    return bytes([FREE]) + varint(time_delta * 2) + varint(zigzag(addr_delta)) + varint(size)
+
+
+def sites(count: int) -> bytes:
+    """`count` strings, frames and one-frame stacks (ids 1..count): as many allocation sites."""
+    out = bytearray()
+    for k in range(1, count + 1):
+        name = f"s{k}.py".encode()
+        out += bytes([STRING]) + varint(0) + varint(len(name)) + name
+        out += bytes([FRAME]) + varint(k) + varint(k) + varint(1) + bytes([STACK]) + varint(0) + varint(k)
+    return bytes(out)
+
+
+def amplifiers() -> None:
+    """Inputs under 1 MB that once took gigabytes or minutes (issue 21, class 3/4): each must end in
+    an error naming the limit that stopped it, or in a result within the test's time and memory."""
+    # Each string the whole previous one plus a byte: 150,000 records of 6 bytes, 11 GB of strings.
+    grow = b"".join(bytes([STRING]) + varint(k << 3) + b"\x01a" for k in range(150_000))
+    put("strings_front_coded.vscope", vscope(grow, 0), "error",
+        "each string the previous one plus a byte: 11 GB of strings from 0.9 MB (--max-memory)")
+    # 256 devices, then 400,000 step markers of 2 bytes: a timeline point per device per step (5.7 GB).
+    devices = b"".join(bytes([DEVICE]) + varint(d) + varint(80 << 30) + b"\0\0" for d in range(256))
+    one_alloc = sites(1) + bytes([CONTEXT]) + b"\0\0\0" + alloc(1, 1, 1, 1)
+    put("devices_times_steps.vscope", vscope(devices + one_alloc + bytes([STEP_SAME_TIME, 0]) * 400_000, 400_001),
+        "over-limit", "256 devices x 400,000 step markers: 5.7 GB of timelines from 0.8 MB")
+    # Under --max-memory 256MiB: the analysis fits, its Perfetto export once sampled every device
+    # at every step end (364 MB).
+    put("perfetto_devices_times_steps.vscope", vscope(devices + one_alloc + bytes([STEP_SAME_TIME, 0]) * 15_000, 15_001),
+        "judged", "256 devices x 15,000 step markers: a Perfetto sample per device that changed, not per device")
+    # Pickle's memo: one list of 2,650 blocks referenced by each of 2,650 segments (a memo
+    # reference each, 2 bytes): 7 M live blocks, 280 MB, from 11 KB.
+    frames = [{"filename": "loop.py", "name": "step", "line": 1}]
+    block = {"size": 512, "requested_size": 512, "address": 0, "state": "active_allocated", "frames": frames}
+    segment = {"device": 0, "address": 0, "total_size": 1 << 20, "stream": 0, "blocks": [block] * 2650}
+    put("segments_times_blocks_memo.pickle", pickle.dumps({"segments": [segment] * 2650, "device_traces": [[]]}, protocol=4),
+        "error", "2,650 memo references to a segment holding 2,650 memo references to a block: 7 M blocks (--max-memory)")
+    entry = {"action": "alloc", "addr": 512, "size": 512, "stream": 0, "time_us": 1, "frames": frames}
+    # The device number that is device 0 once cut to 8 or 16 bits, and a capacity of 1 byte.
+    put("device_256.vscope", vscope(bytes([DEVICE]) + varint(256) + varint(1 << 30) + b"\0\0" + one_alloc, 1),
+        "cannot-judge", "device 256: device 0 once cut to 8 bits")
+    put("device_65536.pickle", pickle.dumps({"segments": [{"device": 65536, "address": 0, "total_size": 1 << 20,
+                                                           "stream": 0, "blocks": []}],
+                                             "device_traces": [[entry]]}, protocol=4),
+        "cannot-judge", "a segment on device 65536: device 0 once cut to 16 bits")
+    tiny = bytes([DEVICE]) + b"\0\x01\0\0"
+    put("capacity_1_byte.vscope", vscope(tiny + one_alloc, 1), "cannot-judge",
+        "a capacity of 1 byte, below the 512 bytes the trace itself allocates")
+
+
+PARTS = [hand_pickles, schema_damage, stream_damage, vscope_damage, findings_json, matrices, compare_results, amplifiers]
+
+
 def main() -> None:
-    for f in HERE.iterdir():
-        if f.name not in ("make_corpus.py", "README.md"):
-            f.unlink()
-    hand_pickles()
-    schema_damage()
-    stream_damage()
-    vscope_damage()
-    findings_json()
-    matrices()
-    compare_results()
+    """Every part, or the parts named (`make_corpus.py amplifiers`): those files remade, the rest kept."""
+    chosen = [p for p in PARTS if p.__name__ in sys.argv[1:]] or PARTS
+    if chosen == PARTS:
+        for f in HERE.iterdir():
+            if f.name not in ("make_corpus.py", "README.md"):
+                f.unlink()
+    else:
+        EXPECT.update(json.loads((HERE / "expectations.json").read_text()))
+    for part in chosen:
+        part()
     (HERE / "expectations.json").write_text(json.dumps(dict(sorted(EXPECT.items())), indent=1) + "\n")
     total = sum((HERE / n).stat().st_size for n in EXPECT)
     print(f"{len(EXPECT)} files, {total:,} bytes")
