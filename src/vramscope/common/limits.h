@@ -12,7 +12,9 @@ namespace vramscope {
 
 struct ReadLimits {
     uint64_t max_decoded_bytes = uint64_t(16) << 30;  // read from a file or inflated from gzip
-    uint64_t max_held_bytes = uint64_t(2) << 30;      // each of: pickle values not yet consumed; events kept
+    uint64_t max_held_bytes = uint64_t(2) << 30;      // each of: pickle values not yet consumed; events (and a
+                                                      // snapshot's live blocks) kept; .vscope strings decoded;
+                                                      // the devices' step timelines; an export's output
     uint64_t max_string_bytes = uint64_t(16) << 20;   // one pickle string or bytes value
     uint32_t max_depth = 256;                         // containers open at once (pickle MARKs)
     uint32_t max_stack_frames = 4096;                 // frames kept per stack (snapshots: the innermost;

@@ -6,12 +6,15 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "common/format.h"
+
 namespace vramscope {
 namespace {
 std::atomic<Progress*> g_current{nullptr};
 }
 
-Progress::Progress(std::string label, uint64_t total) : label_(std::move(label)), total_(total) {
+// The label holds the input's name: escaped, so that a name cannot drive the terminal.
+Progress::Progress(std::string label, uint64_t total) : label_(terminal_safe(label)), total_(total) {
     if (!isatty(STDERR_FILENO)) return;
     if (const char* after = std::getenv("VRAMSCOPE_PROGRESS_AFTER")) after_ = std::atof(after);
     g_current.store(this);

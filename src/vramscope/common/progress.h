@@ -14,7 +14,7 @@ namespace vramscope {
 
 class Progress {
 public:
-    Progress(std::string label, uint64_t total);
+    Progress(std::string label, uint64_t total);  // label: shown escaped (terminal_safe)
     ~Progress();  // erases the line
     Progress(const Progress&) = delete;
     Progress& operator=(const Progress&) = delete;
