@@ -186,5 +186,5 @@ def test_report_of_a_step_range_draws_every_step_of_it(tmp_path, browser):
     page.wait_for_selector(".chart polyline.allocated")
     assert len(page.get_attribute(".chart polyline.allocated", "points").split()) == 10
     assert page.input_value(".step-from") == "10" and page.input_value(".step-to") == "19"
-    assert "20 steps (" in page.inner_text("body"), "the run is read up to step 19's end"
+    assert "20 steps, one per optimizer step (" in page.inner_text("body"), "the run is read up to step 19's end"
     page.close()
