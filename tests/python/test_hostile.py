@@ -386,3 +386,29 @@ def test_vramscope_run_of_the_wrong_shape_warns_once_and_steps_aside(value, tmp_
     assert proc.returncode == 0 and proc.stdout == "ran\n", proc.stderr
     assert proc.stderr.count("ignoring a malformed VRAMSCOPE_RUN") == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert os.listdir(tmp_path) == []
+
+
+def test_the_progress_line_shows_a_hostile_file_name_escaped(tmp_path):
+    """On a terminal the progress line names the input: a name holding ESC and BEL (a window title)
+    or CR (a forged line) is shown as visible escapes."""
+    import pty
+
+    hostile = tmp_path / "a\x1b]0;owned\x07\rb.vscope"
+    hostile.write_bytes((HOSTILE / "good.vscope").read_bytes())
+    terminal, child_end = pty.openpty()  # the child's stderr is a terminal
+    proc = subprocess.Popen([sys.executable, "-m", "vramscope", "analyze", str(hostile)], stdout=subprocess.DEVNULL,
+                            stderr=child_end, env=dict(os.environ, VRAMSCOPE_PROGRESS_AFTER="0"))
+    os.close(child_end)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(terminal, 65536)
+        except OSError:  # the child closed its end
+            break
+        if not chunk:
+            break
+        out += chunk
+    proc.wait()
+    os.close(terminal)
+    assert b"a\\x1b]0;owned\\x07\\x0db.vscope  [" in out, out
+    assert b"\x1b]0;owned" not in out and b"\x07" not in out, out

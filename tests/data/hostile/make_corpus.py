@@ -445,6 +445,25 @@ def sites(count: int) -> bytes:
     return bytes(out)
 
 
+def deep_stack_sites(depth: int, leaves: int, steps: int) -> bytes:
+    """A chain of `depth` frames, then `leaves` stacks on its end, each with a frame of its own (a
+    site each); one allocation per leaf, spread over `steps` step markers."""
+    recs = bytearray(bytes([STRING]) + varint(0) + varint(4) + b"a.py")
+    for k in range(1, depth + 1):  # frame k: a.py line k; stack k: its parent k - 1
+        recs += bytes([FRAME]) + varint(1) + varint(1) + varint(k) + bytes([STACK]) + varint(k - 1) + varint(k)
+    for j in range(1, leaves + 1):
+        recs += bytes([FRAME]) + varint(1) + varint(1) + varint(depth + j) + bytes([STACK]) + varint(depth) + varint(depth + j)
+    recs += bytes([CONTEXT]) + b"\0\0\0"
+    events = 0
+    for step in range(steps):
+        for j in range(step * leaves // steps, (step + 1) * leaves // steps):
+            recs += alloc(1, depth + 1 + j, 1, 1)
+            events += 1
+        recs += bytes([STEP_SAME_TIME, 0])
+        events += 1
+    return vscope(bytes(recs), events)
+
+
 def amplifiers() -> None:
     """Inputs under 1 MB that once took gigabytes or minutes (issue 21, class 3/4): each must end in
     an error naming the limit that stopped it, or in a result within the test's time and memory."""
@@ -457,6 +476,17 @@ def amplifiers() -> None:
     one_alloc = sites(1) + bytes([CONTEXT]) + b"\0\0\0" + alloc(1, 1, 1, 1)
     put("devices_times_steps.vscope", vscope(devices + one_alloc + bytes([STEP_SAME_TIME, 0]) * 400_000, 400_001),
         "over-limit", "256 devices x 400,000 step markers: 5.7 GB of timelines from 0.8 MB")
+    # Many sites over many steps (once 205 s of CPU): 3,000 sites, each judged on its one survivor,
+    # over 10,000 steps; and 3,000 sites at the end of a 4,000-frame stack.
+    spread = bytearray(sites(3000) + bytes([CONTEXT]) + b"\0\0\0")
+    for step in range(10_000):
+        if 1 <= step - 10 <= 3000:
+            spread += alloc(1, step - 10, 1, 1)
+        spread += bytes([STEP_SAME_TIME, 0])
+    put("sites_times_steps.vscope", vscope(bytes(spread), 13_000), "judged",
+        "3,000 sites judged over 10,000 steps: sites x steps of work, bounded by the file")
+    put("deep_stack_sites.vscope", deep_stack_sites(4000, 3000, 40), "judged",
+        "3,000 sites under one 4,000-frame stack: each stack's frames walked once")
     # Under --max-memory 256MiB: the analysis fits, its Perfetto export once sampled every device
     # at every step end (364 MB).
     put("perfetto_devices_times_steps.vscope", vscope(devices + one_alloc + bytes([STEP_SAME_TIME, 0]) * 15_000, 15_001),
