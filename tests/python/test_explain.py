@@ -317,3 +317,36 @@ def test_a_plain_tensor_attribute_of_a_module_is_named_as_an_attribute():
         TARGET_OF = lambda: METRIC.scores
     """)
     assert lines and lines[0].startswith("__main__.METRIC.scores  → Tensor"), lines
+
+
+def test_a_cycle_left_when_the_training_function_returned_yields_to_the_owner_found_live(tmp_path):
+    """A forward hook's closure holds the model that holds the hook: once train() returns, the list
+    of captures sits in that cycle. The search at the end finds only the cycle; what kept the memory
+    while the run went on was train()'s local, found live: that is the answer shown."""
+    script = textwrap.dedent("""
+        import gc, json, sys, torch, vramscope
+        from vramscope.capture.session import Capture, Source
+        gc.disable()  # the cycle train() leaves stays until the search at the end looks
+        def train():
+            model = torch.nn.Sequential(torch.nn.Linear(256, 256))
+            model.captured = []
+            def keep(module, inputs, out):
+                with torch.no_grad():
+                    model.captured.append(out.detach().clone())
+            model[0].register_forward_hook(keep)
+            for step in range(16):
+                model(torch.randn(64, 256))
+                vramscope.step()
+        with Capture(sys.argv[1], source=Source.live_tensors, summary=False, live_warnings=False,
+                     optimizer_steps=False) as capture:
+            train()
+        for found in capture.owners:
+            print(json.dumps({"at_step": found["found_at_step"], "owner": found["owner_lines"][0]}))
+    """)
+    proc = subprocess.run([sys.executable, "-c", script, str(tmp_path / "hook.vscope")], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    found = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert len(found) == 1, proc.stdout + proc.stderr
+    assert found[0]["owner"].startswith("train() local 'model'.captured["), found
+    assert found[0]["at_step"] is not None, found

@@ -396,7 +396,10 @@ class Capture:
                                     "budget went to larger leaks (VRAMSCOPE_EXPLAIN_BUDGET)")
             now = explained(leak["site"], leak["device"], leak["bytes_per_step"], owners, note)
             then = next((e for e in self.live_owners if same_site(e, now) and e["owners"]), None)
-            out.append(now if owners or then is None else {**then, "bytes_per_step": leak["bytes_per_step"]})
+            # A cycle found now may only be what the training function left when it returned: what
+            # a root reached while the run went on says who kept the memory then.
+            reached_now = any(o.kind == "reachable" for o in owners)
+            out.append(now if reached_now or then is None else {**then, "bytes_per_step": leak["bytes_per_step"]})
         return out
 
     def _follow_loops_without_optimizer(self) -> None:
