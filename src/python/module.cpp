@@ -1,4 +1,4 @@
-// The Python face of the C++ core: the CLI, analysis and the live recorder cross here.
+// The Python face of the C++ core: the commands, analysis and the live recorder cross here.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/optional.h>
@@ -10,17 +10,18 @@
 #include <set>
 
 #include "analysis/analyze.h"
+#include "analysis/live_sink.h"
 #include "analysis/steps.h"
 #include "capture/python_frames.h"
 #include "explain/reference_walk.h"
 #include "capture/recorder.h"
 #include "cli/cli.h"
+#include "cli/options.h"
 #include "common/format.h"
 #include "findings/json.h"
 #include "importers/torch_snapshot.h"
-#include "render/html.h"
+#include "findings/json_reader.h"
 #include "render/terminal.h"
-#include "trace/writer.h"
 
 namespace nb = nanobind;
 using namespace vramscope;
@@ -29,6 +30,14 @@ namespace {
 // The recorder the allocator hook feeds. Recorders are never destroyed while the process may
 // still call this (Python keeps retired ones), so a racing callback never sees freed memory.
 std::atomic<capture::Recorder*> g_active{nullptr};
+
+// A live capture as Python drives it: the recorder, which records, and the live monitor it feeds,
+// which judges. The monitor is declared first so it outlives the recorder's worker thread.
+struct LiveCapture {
+    LiveSink monitor;
+    capture::Recorder recorder;
+    explicit LiveCapture(const std::string& path) : recorder(path) { recorder.add_sink(&monitor); }
+};
 }  // namespace
 
 // The one entry point of the allocator hook (allocator_hook.cpp, built against the user's
@@ -67,13 +76,97 @@ NB_MODULE(_core, m) {
     // Retired recorders are kept to the end on purpose (a late allocator callback may reach one):
     // nanobind would list them as leaks at exit, in the user's output.
     nb::set_leak_warnings(false);
+    // The command line's options and commands (cli/options.h): python/vramscope/commands/ builds
+    // its parsers from these and hands each option's text back to be typed, once, here.
+    nb::exception<UsageError>(m, "UsageError", PyExc_ValueError);
+    m.def("commands", [] {
+        nb::list out;
+        for (const Command& c : commands()) {
+            nb::list taken;
+            for (const std::string& name : c.options) {
+                const Option& o = option_of(c, name);
+                nb::dict d;
+                d["name"] = o.name, d["alias"] = o.alias, d["value"] = o.value, d["help"] = o.help;
+                taken.append(d);
+            }
+            nb::dict d;
+            d["name"] = c.name, d["inputs"] = c.inputs, d["summary"] = c.summary, d["options"] = taken;
+            out.append(d);
+        }
+        return out;
+    }, "The core's commands: [{name, inputs, summary, options: [{name, alias, value, help}]}].");
+    nb::class_<CommandOptions>(m, "CommandOptions", "What a command's options set, typed (cli/options.h).")
+        .def(nb::init<>())
+        .def_prop_rw("device_memory", [](const CommandOptions& o) { return o.analysis.device_memory; },
+                     [](CommandOptions& o, uint64_t bytes) { o.analysis.device_memory = bytes; })
+        .def_rw("json", &CommandOptions::json)
+        .def_rw("html", &CommandOptions::html)
+        .def_rw("markdown", &CommandOptions::markdown)
+        .def_rw("fail_on_leak", &CommandOptions::fail_on_leak)
+        .def_rw("skip_empty", &CommandOptions::skip_empty);
     m.def(
-        "cli_main",
-        [](const std::vector<std::string>& args) {
-            nb::gil_scoped_release release;
-            return run_cli(args);
+        "parse_options",
+        [](const std::string& command_name, const std::vector<std::pair<std::string, std::string>>& given) {
+            const Command& c = command(command_name);
+            CommandOptions options;
+            for (const auto& [name, value] : given) apply_option(c, options, name, value);
+            return options;
         },
-        nb::arg("args"), "Run the vramscope command line; returns the exit code.");
+        nb::arg("command"), nb::arg("given"),
+        "Options as typed: [(option, text)] in the order given; UsageError naming the one that is wrong.");
+    m.def(
+        "run_command",
+        [](const std::string& command_name, const std::vector<std::string>& inputs, const CommandOptions& options) {
+            nb::gil_scoped_release release;
+            return run_command(command(command_name), inputs, options);
+        },
+        nb::arg("command"), nb::arg("inputs"), nb::arg("options"),
+        "Runs a core command (its output to stdout); returns its exit code.");
+    m.def("size_with_unit", &size_with_unit, nb::arg("text"), nb::arg("option"), nb::arg("min") = 1,
+          nb::arg("max") = UINT64_MAX, "A size with its unit (80GiB) in bytes; UsageError naming `option` otherwise.");
+    nb::class_<Analysis>(m, "Analysis", "Inputs judged together: their findings, owners joined (cli/cli.h).")
+        .def_ro("files", &Analysis::files)
+        .def("terminal", &render_terminal, nb::arg("color") = false)
+        .def("json", &findings_json)
+        .def("report", &render_report)
+        .def("exit_code", &exit_code, nb::arg("fail_on_leak"))
+        .def("write_outputs", &write_outputs, nb::arg("options"), nb::arg("color") = false,
+             nb::call_guard<nb::gil_scoped_release>(),
+             "Writes the report page and findings JSON the options name; returns the terminal's text.");
+    m.def("analyze", &analyze_inputs, nb::arg("files"), nb::arg("options") = CommandOptions(),
+          nb::call_guard<nb::gil_scoped_release>(),
+          "Traces or snapshots analysed, each joined to its owners (TRACE.owners.json).");
+    m.def(
+        "read_findings",
+        [](const std::string& text, const std::string& name) {
+            FindingsFile file = read_findings(text, name);
+            Analysis a;
+            a.files.assign(file.runs.size(), name);
+            a.runs = std::move(file.runs);
+            a.ranks = std::move(file.ranks);
+            return a;
+        },
+        nb::arg("text"), nb::arg("name"), "A findings JSON read back, through the one reader.");
+    m.def(
+        "attach_owners",
+        [](const std::string& findings, const std::string& owners) {
+            Findings f = read_findings(findings, "findings").runs.at(0);
+            attach_owners(f, owners, "owners");
+            return to_json(f);
+        },
+        nb::arg("findings_json"), nb::arg("owners_json"),
+        "One run's findings JSON with each leak's owners joined (findings/json_reader.h attach_owners).");
+    m.def(
+        "convert",
+        [](const std::string& in, const std::string& out, const CommandOptions& options) {
+            nb::gil_scoped_release release;
+            return convert(in, out, options);
+        },
+        nb::arg("source"), nb::arg("destination"), nb::arg("options") = CommandOptions(),
+        "Convert a torch snapshot to a .vscope trace; returns what it wrote.");
+    m.def("terminal_safe", [](const std::string& text, bool keep_newlines) { return terminal_safe(text, keep_newlines); },
+          nb::arg("text"), nb::arg("keep_newlines") = false,
+          "Text from a file or the user, safe to print: control characters shown as escapes.");
     m.def(
         "analyze_json",
         [](const std::string& path, uint32_t window, int warmup, uint64_t device_memory) {
@@ -86,13 +179,6 @@ NB_MODULE(_core, m) {
         },
         nb::arg("path"), nb::arg("window") = 1, nb::arg("warmup") = -1, nb::arg("device_memory") = 0,
         "Analyse a trace or torch snapshot; returns the findings JSON.");
-    m.def(
-        "convert",
-        [](const std::string& in, const std::string& out) {
-            nb::gil_scoped_release release;
-            write_trace(load_any(in), out);
-        },
-        nb::arg("source"), nb::arg("destination"), "Convert a torch snapshot to a .vscope trace.");
     m.def(
         "summary",
         [](const std::string& path, uint64_t device_memory, bool color, int warmup) {
@@ -161,44 +247,55 @@ NB_MODULE(_core, m) {
         .value("none", StepsSource::none)
         .def_prop_ro("spelling", [](StepsSource s) { return std::string(name(s)); });
 
-    using capture::Recorder;
-    nb::class_<Recorder>(m, "Recorder", "One live capture into a .vscope file (capture/recorder.h).")
+    nb::class_<LiveCapture>(m, "Recorder",
+                            "One live capture into a .vscope file (capture/recorder.h), judged as it goes by the "
+                            "live monitor it feeds (analysis/live_sink.h).")
         .def(nb::init<const std::string&>(), nb::arg("path"))
-        .def("meta", [](Recorder& r, const std::string& k, const std::string& v) { r.meta(k, v); })
-        .def("device", &Recorder::device, nb::arg("device"), nb::arg("total_memory"), nb::arg("allocated"),
-             nb::arg("reserved"))
-        .def("name_stream", [](Recorder& r, uint64_t handle, const std::string& label) { r.name_stream(handle, label); })
-        .def("marker", [](Recorder& r, EventKind kind, const std::string& name) { r.marker(kind, name); })
-        .def("end_step", [](Recorder& r, const std::string& unit) { return live_findings(r.end_step(unit)); },
+        .def("meta", [](LiveCapture& c, const std::string& k, const std::string& v) { c.recorder.meta(k, v); })
+        .def("device", [](LiveCapture& c, uint8_t device, uint64_t total_memory, uint64_t allocated,
+                          uint64_t reserved) { c.recorder.device(device, total_memory, allocated, reserved); },
+             nb::arg("device"), nb::arg("total_memory"), nb::arg("allocated"), nb::arg("reserved"))
+        .def("name_stream",
+             [](LiveCapture& c, uint64_t handle, const std::string& label) { c.recorder.name_stream(handle, label); })
+        .def("marker", [](LiveCapture& c, EventKind kind, const std::string& name) { c.recorder.marker(kind, name); })
+        .def("end_step",
+             [](LiveCapture& c, const std::string& unit) {
+                 c.recorder.end_step(unit);
+                 return live_findings(c.monitor.take_said());
+             },
              nb::arg("unit") = std::string(kUnnamedStepUnit),
              "Ends a step of this unit (its marker's name: 'optimizer step', 'eval batch', ...); returns what "
-             "the live monitor confirmed or withdrew: [{line, site, device, shape, bytes_per_step, since_step, "
-             "projected_oom_step, blocks}].")
-        .def("leaking", [](Recorder& r) { return live_findings(r.leaking()); },
+             "the live monitor confirmed or withdrew: [{line, site, device, shape, evidence, bytes_per_step, "
+             "since_step, projected_oom_step, blocks}].")
+        .def("leaking",
+             [](LiveCapture& c) {
+                 c.recorder.drain();
+                 return live_findings(c.monitor.leaking());
+             },
              "The live monitor's last word: the sites it holds as leaking now (same dicts as end_step).")
-        .def("set_python_stacks", &Recorder::set_python_stacks)
+        .def("set_python_stacks", [](LiveCapture& c, bool on) { c.recorder.set_python_stacks(on); })
         .def("event",
-             [](Recorder& r, EventKind kind, int device, uint64_t addr, uint64_t size) {
-                 r.allocator_event(kind, uint8_t(device), addr, size, 0, nullptr);
+             [](LiveCapture& c, EventKind kind, int device, uint64_t addr, uint64_t size) {
+                 c.recorder.allocator_event(kind, uint8_t(device), addr, size, 0, nullptr);
              },
              nb::arg("kind"), nb::arg("device"), nb::arg("addr"), nb::arg("size"),
              nb::call_guard<nb::gil_scoped_release>(),
              "An event from a source other than the allocator hook (the live tensors of a CPU run), "
              "stacked from the calling thread's Python frames as the hook's are.")
-        .def_prop_ro("projected_oom_step", &Recorder::projected_oom_step,
+        .def_prop_ro("projected_oom_step", [](const LiveCapture& c) { return c.monitor.projected_oom_step(); },
                      "The step at which a device runs out at the recent rates of the leaks held now; None "
                      "without a leak or a capacity.")
-        .def("flush", &Recorder::flush, nb::call_guard<nb::gil_scoped_release>())
-        .def("close", &Recorder::close, nb::call_guard<nb::gil_scoped_release>())
-        .def("abandon", &Recorder::abandon)
-        .def("fault", &Recorder::fault)
-        .def_prop_ro("allocations", &Recorder::allocations)
-        .def_prop_ro("steps", &Recorder::steps)
-        .def_prop_ro("path", &Recorder::path)
-        .def("activate", [](Recorder& r) { g_active.store(&r, std::memory_order_release); },
+        .def("flush", [](LiveCapture& c) { c.recorder.flush(); }, nb::call_guard<nb::gil_scoped_release>())
+        .def("close", [](LiveCapture& c) { c.recorder.close(); }, nb::call_guard<nb::gil_scoped_release>())
+        .def("abandon", [](LiveCapture& c) { c.recorder.abandon(); })
+        .def("fault", [](const LiveCapture& c) { return c.recorder.fault(); })
+        .def_prop_ro("allocations", [](const LiveCapture& c) { return c.recorder.allocations(); })
+        .def_prop_ro("steps", [](const LiveCapture& c) { return c.monitor.steps(); })
+        .def_prop_ro("path", [](const LiveCapture& c) { return c.recorder.path(); })
+        .def("activate", [](LiveCapture& c) { g_active.store(&c.recorder, std::memory_order_release); },
              "Make this the recorder the allocator hook feeds.")
-        .def("deactivate", [](Recorder& r) {
-            capture::Recorder* self = &r;
+        .def("deactivate", [](LiveCapture& c) {
+            capture::Recorder* self = &c.recorder;
             g_active.compare_exchange_strong(self, nullptr);
         });
     m.def("allocator_sink", [] { return uint64_t(reinterpret_cast<uintptr_t>(&vramscope_allocator_event)); },
@@ -222,8 +319,6 @@ NB_MODULE(_core, m) {
         nb::arg("kind"), nb::arg("device"), nb::arg("addr"), nb::arg("size"), nb::arg("stream") = 0,
         nb::arg("node") = "");
     m.def("format_bytes", &format_bytes, nb::arg("bytes"), "Bytes as vramscope spells them: '36.0 MiB'.");
-    m.def("report_page", [](const std::string& data) { return report_page(data); }, nb::arg("data_json"),
-          "The HTML report around its data JSON (render/html.h).");
     m.def(
         "parse_bytes",
         [](const std::string& text) {

@@ -205,7 +205,9 @@ def test_a_free_keeps_its_place_when_its_completion_waited(tmp_path):
         _core.feed_allocator_event(k, 0, addr, MiB)
     recorder.deactivate()
     recorder.close()
-    assert _core.cli_main(["export", str(path), "--memory-viz", str(exported)]) == 0
+    from vramscope.commands import main
+
+    assert main(["export", str(path), "--memory-viz", str(exported)]) == 0
     with open(exported, "rb") as f:
         entries = pickle.load(f)["device_traces"][0]
     assert [(e["action"], e["addr"]) for e in entries] == [

@@ -159,7 +159,53 @@ def test_bad_input_gets_a_clear_error_naming_the_file(tmp_path, content, message
 def test_missing_file_and_bad_options():
     assert "cannot open" in vramscope("analyze", "/nonexistent.pickle", check_rc=2).stderr
     assert "--window" in vramscope("analyze", str(FIXTURES[0]), "--window", "zero", check_rc=2).stderr
-    assert "usage" in vramscope("frobnicate", check_rc=2).stderr
+    unknown = vramscope("frobnicate", check_rc=2).stderr
+    assert "unknown command 'frobnicate'" in unknown and "vramscope --help" in unknown
+
+
+def test_version():
+    from vramscope import __version__
+
+    assert vramscope("--version").stdout == f"vramscope {__version__}\n"
+
+
+@pytest.mark.parametrize("args, says", [
+    (("analyze", "--window", "0", "x.pickle"), "--window takes a whole number from 1 to 1000"),
+    (("analyze", "--frob", "x.pickle"), "unrecognized arguments: --frob"),
+    (("report", "x.pickle"), "report needs -o OUT.html"),
+    (("run", "--max-steps", "x"), "--max-steps: 'x' is not a whole number"),
+])
+def test_a_usage_error_is_its_message_and_a_one_line_hint(args, says):
+    err = vramscope(*args, check_rc=2).stderr
+    assert says in err, err
+    assert err.count("\n") == 2 and f"Try 'vramscope {args[0]} --help'." in err, "no page of help burying it"
+
+
+def test_help_says_the_real_limits_and_every_option():
+    assert "from 1 B to 8.0 MiB" in vramscope("convert", "--help").stdout
+    report = vramscope("report", "--help").stdout
+    assert "--steps A:B" in report and "--device-memory SIZE" in report
+    overview = vramscope("--help").stdout
+    assert all(name in overview for name in ("analyze", "run", "compare", "compare-table", "demo", "--version"))
+
+
+def test_a_size_without_a_unit_is_refused_where_bytes_make_no_sense():
+    err = vramscope("analyze", str(FIXTURES[0]), "--device-memory", "80", check_rc=2).stderr
+    assert "--device-memory 80: give the unit, e.g. 80GiB" in err
+    assert "give the unit" in vramscope("run", "--device-memory", "80", "--", "true", check_rc=2).stderr
+    vramscope("convert", str(FIXTURES[0]), "/dev/null", "--chunk-size", "4096B")  # B: bytes, meant
+
+
+def test_the_max_memory_error_never_rounds_its_limit_to_nothing():
+    err = vramscope("analyze", str(FIXTURES[0]), "--max-memory", "1000KiB", check_rc=2).stderr
+    assert "--max-memory takes a size from 1.0 MiB" in err and " 0 MiB" not in err
+
+
+def test_findings_json_are_not_judged_again(tmp_path):
+    findings = tmp_path / "f.json"
+    vramscope("analyze", str(FIXTURES[0]), "--json", str(findings))
+    err = vramscope("report", str(findings), "--window", "2", "-o", str(tmp_path / "r.html"), check_rc=2).stderr
+    assert "--window judges a trace; findings JSON was judged already" in err
 
 
 def test_snapshot_without_history_says_how_to_record_one(tmp_path):

@@ -104,7 +104,7 @@ def test_a_matrix_file_gives_every_mode_the_baseline_each_variant_and_all(tmp_pa
     (tmp_path / "fix.patch").write_text(FIX)
     (tmp_path / "m.toml").write_text(textwrap.dedent("""
         command = "python train.py --steps 40"
-        steps = 30
+        max_steps = 30
         timeout = "90s"
         device_memory = "24GiB"
         [modes.vl]
@@ -120,7 +120,7 @@ def test_a_matrix_file_gives_every_mode_the_baseline_each_variant_and_all(tmp_pa
         args = ["--no-compile"]
     """))
     m = from_dict(read(tmp_path / "m.toml"), tmp_path)
-    assert m.command == ["python", "train.py", "--steps", "40"] and m.steps == 30 and m.timeout == 90
+    assert m.command == ["python", "train.py", "--steps", "40"] and m.max_steps == 30 and m.timeout == 90
     assert m.device_memory == 24 << 30
     assert [c.key for c in m.cells()] == ["vl/baseline", "vl/p1", "vl/p2", "vl/all",
                                           "text/baseline", "text/p1", "text/p2", "text/all"]
@@ -138,7 +138,7 @@ def test_a_matrix_file_gives_every_mode_the_baseline_each_variant_and_all(tmp_pa
     ({"command": "x", "variants": {"p": {}}}, "changes nothing"),
     ({"command": "x", "variants": {"all": {"env": {"A": "1"}}}}, "'all' cannot name"),
     ({"command": "x", "timeout": "soon"}, "not a duration"),
-    ({"command": "x", "steps": -1}, "steps: -1 is not a whole number"),
+    ({"command": "x", "max_steps": -1}, "max_steps: -1 is not a whole number"),
     ({"command": "x", "device_memory": "lots"}, "device_memory"),
 ])
 def test_a_matrix_that_cannot_run_as_written_says_why(tmp_path, spec, message):
@@ -273,7 +273,7 @@ def test_a_failing_preload_fails_its_cell_instead_of_running_unpatched(project, 
 def test_a_cell_vramscope_fails_on_is_broken_with_its_reason_and_the_run_goes_on(project, traces, monkeypatch):
     """Any exception inside a cell (here its workspace, as a tar error or a name too long for mkdir
     would) is that cell's: recorded with its reason, the later cells run, and the table reads it."""
-    import vramscope.compare as compare_package
+    from vramscope import commands
     from vramscope.compare import runner
 
     def prepare(matrix, variant, cell_dir, out_dir):
@@ -285,8 +285,8 @@ def test_a_cell_vramscope_fails_on_is_broken_with_its_reason_and_the_run_goes_on
     monkeypatch.setattr(runner, "prepare", prepare)
     monkeypatch.setenv("TRACES", str(traces))
     monkeypatch.chdir(project)
-    rc = compare_package.main(["--gpus", "0", "--variant", "boom=env:A=1", "--variant", "after=env:B=1", "--", "python",
-                               "train.py"])
+    rc = commands.main(["compare", "--gpus", "0", "--variant", "boom=env:A=1", "--variant", "after=env:B=1", "--",
+                        "python", "train.py"])
     assert rc == 0
     cells = table(project / "vramscope-compare")
     assert cells[("default", "boom")]["outcome"] == "error" and cells[("default", "boom")]["status"] == "broken"

@@ -10,31 +10,9 @@ import time
 from pathlib import Path
 
 from .. import _core
-from .matrix import ALL, MAX_JOBS, Matrix, MatrixError, flag_spec, from_dict, merge_flags, read, whole_number
+from .matrix import ALL, Matrix, MatrixError, flag_spec, from_dict, merge_flags, read
 from .outputs import OutputError, refuse_inside, refuse_overwriting, write_atomic
 from .runner import Options, Runner, visible_gpus
-
-USAGE = """usage: vramscope compare [MATRIX.toml] [--variant NAME=KIND:VALUE]... [--mode NAME=ARGS]...
-                         [--steps N] [--timeout T] [--device-memory SIZE] [-o OUT] [--resume]
-                         [--gpus 0,1,...] [--launcher "srun ..." [--jobs N]] [--keep-trees]
-                         [--markdown FILE] [--json FILE] [--html FILE] [-- COMMAND...]
-
-  Runs COMMAND once per mode for the baseline, each variant and all variants together, each in
-  a fresh process under live capture, and prints which variant fixes the leak.
-  --variant NAME=KIND:VALUE   KIND: patch (a diff, applied to a copy), preload (a module or .py
-                              imported first), env (KEY=VALUE), args, ref (a git ref), tree (what
-                              the patches apply to), label; repeat NAME to add to it
-  --mode NAME=ARGS            arguments appended to COMMAND in this mode (or NAME=env:KEY=VALUE)
-  --steps N                   stop each cell after N optimizer steps (exit 0)
-  --timeout T                 per cell (600, 90s, 20m; default 30m); then SIGTERM, SIGKILL after 20 s
-  -o OUT                      output folder (default vramscope-compare): per cell its trace, log,
-                              findings and report; compare.json, compare.md, compare.html
-  --resume                    keep cells finished with the same settings; run the rest
-  --gpus LIST                 GPUs to spread cells over, one per cell (default: all visible)
-  --launcher PREFIX           a prefix for each cell (cluster launchers); --jobs cells at once
-  --keep-trees                keep each cell's patched copies (default: removed after the cell)
-Exit: 0 when the table was written (whatever the cells found), 2 on a bad matrix, 130 on Ctrl-C.
-"""
 
 
 class Progress:
@@ -55,7 +33,8 @@ class Progress:
         self.last = line
 
     def note(self, text: str) -> None:
-        self.stream.write(("\n" if self.tty else "") + f"vramscope compare: {text}\n")
+        """A line of the run; what the matrix or a cell said in it is shown escaped, never obeyed."""
+        self.stream.write(("\n" if self.tty else "") + f"vramscope compare: {_core.terminal_safe(text)}\n")
         self.stream.flush()
 
     def cell_done(self, cell, result: dict) -> None:
@@ -63,65 +42,28 @@ class Progress:
         self.note(f"{cell.key}: {result['state']} in {result['wall_seconds']:,.1f} s{why}")
 
 
-def parse(args: list[str]) -> tuple[Matrix, Options, dict]:
+def matrix_of(args) -> tuple[Matrix, Options]:
+    """The matrix (the file's, with the flags over it) and how to run it; MatrixError says what is wrong."""
     spec: dict = {}
-    matrix_file, command, outputs = None, None, {}
-    out, resume, keep_trees, gpus, launcher, jobs = "vramscope-compare", False, False, None, [], 1
-    values = {"--variant", "--mode", "--steps", "--timeout", "--device-memory", "-o", "--output", "--gpus",
-              "--launcher", "--jobs", "--markdown", "--json", "--html"}
-    i = 0
-    while i < len(args):
-        a = args[i]
-        if a == "--":
-            command = args[i + 1:]
-            break
-        if a in ("-h", "--help"):
-            print(USAGE)
-            raise SystemExit(0)
-        if a in values:
-            if i + 1 >= len(args):
-                raise MatrixError(f"{a} needs a value")
-            v = args[i + 1]
-            i += 2
-            if not v:
-                raise MatrixError(f"{a} needs a value, not ''")
-            if a in ("--variant", "--mode"):
-                flag_spec(spec, a[2:], v)
-            elif a in ("--steps", "--timeout", "--device-memory"):  # checked with the file's values
-                spec[a[2:].replace("-", "_")] = v
-            elif a in ("-o", "--output"):
-                out = v
-            elif a == "--gpus":
-                gpus = [g.strip() for g in v.split(",") if g.strip()]
-            elif a == "--launcher":
-                launcher = v.split()
-            elif a == "--jobs":
-                jobs = whole_number(v, "--jobs", MAX_JOBS)
-                if jobs < 1:
-                    raise MatrixError("--jobs: at least 1 cell at a time")
-            else:
-                outputs[a[2:]] = v
-            continue
-        if a == "--resume":
-            resume = True
-        elif a == "--keep-trees":
-            keep_trees = True
-        elif a.startswith("-") or matrix_file is not None:
-            raise MatrixError(f"unknown argument {a}")
-        else:
-            matrix_file = a
-        i += 1
-    if matrix_file is not None:
-        table = read(matrix_file)
+    for kind in ("variant", "mode"):
+        for text in getattr(args, kind):
+            flag_spec(spec, kind, text)
+    for key in ("max_steps", "timeout", "device_memory"):  # checked with the file's values, by one rule
+        if getattr(args, key) is not None:
+            spec[key] = getattr(args, key)
+    if args.matrix is not None:
+        table = read(args.matrix)
         try:
-            matrix = from_dict(merge_flags(table, spec), Path(matrix_file).parent.resolve(), command)
+            matrix = from_dict(merge_flags(table, spec), Path(args.matrix).parent.resolve(), args.command or None)
         except MatrixError as e:
-            raise MatrixError(f"{matrix_file}: {e}") from None
-        matrix.source = matrix_file
+            raise MatrixError(f"{args.matrix}: {e}") from None
+        matrix.source = args.matrix
     else:
-        matrix = from_dict(spec, Path.cwd(), command)
-    slots = [None] * jobs if launcher else (gpus or visible_gpus())
-    return matrix, Options(Path(out).absolute(), slots, launcher, resume, keep_trees), outputs
+        matrix = from_dict(spec, Path.cwd(), args.command or None)
+    gpus = [g.strip() for g in args.gpus.split(",") if g.strip()] if args.gpus else None
+    slots = [None] * args.jobs if args.launcher else (gpus or visible_gpus())
+    launcher = args.launcher.split() if args.launcher else []
+    return matrix, Options(Path(args.output).absolute(), slots, launcher, args.resume, args.keep_trees)
 
 
 def results(matrix: Matrix, runner: Runner, wall_seconds: float, complete: bool) -> dict:
@@ -132,40 +74,39 @@ def results(matrix: Matrix, runner: Runner, wall_seconds: float, complete: bool)
                                              "reason": "not started (interrupted)"}
         base = f"cells/{cell.mode.name}/{cell.variant.name}/"
         cells.append({**r, **{k: base + r[k] for k in ("findings", "report", "log") if r.get(k)}})
-    return {"schema": "vramscope.compare", "schema_version": 1, "command": matrix.command, "steps": matrix.steps,
+    return {"schema": "vramscope.compare", "schema_version": 1, "command": matrix.command, "steps": matrix.max_steps,
             "timeout_seconds": matrix.timeout, "gpus": runner.options.gpus, "complete": complete,
             "wall_seconds": round(wall_seconds, 3), "modes": [m.name for m in matrix.modes],
             "rows": [{"name": v.name, "label": v.label, "changes": v.describe()} for v in matrix.rows()],
             "cells": cells}
 
 
-def prepare_outputs(matrix: Matrix, out: Path, outputs: dict) -> dict[str, Path]:
-    """OUT made (with OUT/cells) and every file the run will write, by option: none may be one of
-    its inputs or lie where the run replaces cells. Raises OutputError saying which."""
-    files = {"compare.json": out / "compare.json",
-             "--markdown": Path(outputs.get("markdown", out / "compare.md")),
-             "--html": Path(outputs.get("html", out / "compare.html"))}
-    if "json" in outputs:
-        files["--json"] = Path(outputs["json"])
+def prepare_outputs(matrix: Matrix, out: Path, table) -> Path:
+    """OUT made (with OUT/cells); no file the run will write (compare.json, the table's, by option)
+    may be one of its inputs or lie where the run replaces cells. Returns compare.json's path;
+    `table` (compare-table's options) gains its defaults. Raises OutputError saying which."""
+    table.markdown = table.markdown or str(out / "compare.md")
+    table.html = table.html or str(out / "compare.html")
+    summary = out / "compare.json"
+    files = {"compare.json": summary, "--markdown": table.markdown, "--html": table.html,
+             **({"--json": table.json} if table.json and table.json != "-" else {})}
     refuse_overwriting(files, matrix.inputs())
     refuse_inside(out / "cells", [*matrix.inputs(), *matrix.trees()])
     try:
         (out / "cells").mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise OutputError(f"-o {out}: cannot make the output folder: {e.strerror or e}") from None
-    return files
+    return summary
 
 
-def main(args: list[str]) -> int:
+def main(args) -> int:
+    """`vramscope compare` with its arguments parsed (commands/compare.py)."""
+    table = _core.parse_options("compare-table", args.given)  # the table's outputs, typed by the core
     try:
-        matrix, options, outputs = parse(args)
-    except MatrixError as e:
-        print(f"vramscope compare: {e}\n\n{USAGE}", file=sys.stderr)
-        return 2
-    try:
-        files = prepare_outputs(matrix, options.out, outputs)
-    except OutputError as e:
-        print(f"vramscope compare: {e}", file=sys.stderr)
+        matrix, options = matrix_of(args)
+        summary = prepare_outputs(matrix, options.out, table)
+    except (MatrixError, OutputError) as e:
+        print(f"vramscope compare: {_core.terminal_safe(str(e))}\nTry 'vramscope compare --help'.", file=sys.stderr)
         return 2
     progress = Progress()
     why_no_all = matrix.why_no_all()
@@ -174,15 +115,11 @@ def main(args: list[str]) -> int:
     runner = Runner(matrix, options)
     t0 = time.monotonic()
     complete = runner.run(progress)
-    summary = files["compare.json"]
     try:
         write_atomic(summary, json.dumps(results(matrix, runner, time.monotonic() - t0, complete), indent=1) + "\n")
     except OSError as e:
         print(f"vramscope compare: {summary}: cannot write the results: {e.strerror or e}", file=sys.stderr)
         return 2
-    table = ["compare-table", str(summary), "--markdown", str(files["--markdown"]), "--html", str(files["--html"])]
-    if "--json" in files:
-        table += ["--json", str(files["--json"])]
     sys.stdout.flush()
-    rc = _core.cli_main(table)
+    rc = _core.run_command("compare-table", [str(summary)], table)
     return 130 if not complete else rc

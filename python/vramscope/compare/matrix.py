@@ -3,7 +3,7 @@ from a TOML file or flags. Each cell is one mode × one variant; `baseline` (no 
 (every variant together) are always rows.
 
     command = "python train.py"        # or a list; also given after `--` on the command line
-    steps = 40                         # per-cell step limit (optional)
+    max_steps = 40                     # each cell ends cleanly after this step (optional)
     timeout = "20m"                    # per-cell time limit (default 30m)
     device_memory = "24GiB"            # for the OOM projection (optional)
     project = "."                      # the tree the command runs in (default: where compare runs)
@@ -40,7 +40,7 @@ from .. import _core
 BASELINE, ALL = "baseline", "all"
 DEFAULT_TIMEOUT = 30 * 60.0
 MAX_TIMEOUT = 30 * 24 * 3600.0  # longer is a typo, not a time limit
-MAX_STEPS = 2**32 - 1  # what `analyze --steps` takes
+MAX_STEPS = 2**32 - 1  # the last step `analyze --steps` can name
 MAX_JOBS = 1024
 MAX_MATRIX_BYTES = 1 << 20
 # A mode's or row's name is a folder of its own, OUT/cells/MODE/ROW: ASCII letters and digits
@@ -101,7 +101,7 @@ class Cell:
 
     def fingerprint(self, matrix: "Matrix") -> str:
         """Same fingerprint, same run: what --resume trusts a finished cell by."""
-        spec = {"command": matrix.command, "steps": matrix.steps, "mode": asdict(self.mode),
+        spec = {"command": matrix.command, "max_steps": matrix.max_steps, "mode": asdict(self.mode),
                 "variant": asdict(self.variant), "device_memory": matrix.device_memory,
                 "patches": [hashlib.sha256(Path(p.file).read_bytes()).hexdigest() for p in self.variant.patches]}
         return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -113,7 +113,7 @@ class Matrix:
     project: str
     modes: list[Mode] = field(default_factory=lambda: [Mode("default")])
     variants: list[Variant] = field(default_factory=list)
-    steps: int = 0
+    max_steps: int = 0  # 0: the command ends when it ends
     timeout: float = DEFAULT_TIMEOUT
     device_memory: int = 0
     source: str = ""  # the matrix file, if any
@@ -294,7 +294,7 @@ def seconds(value, where: str) -> float:
 
 def from_dict(spec: dict, base: Path, command: list[str] | None = None) -> Matrix:
     """A matrix from its TOML table (paths relative to `base`); `command` from `--` wins."""
-    known = {"command", "steps", "timeout", "device_memory", "project", "modes", "variants"}
+    known = {"command", "max_steps", "timeout", "device_memory", "project", "modes", "variants"}
     unknown = set(spec) - known
     if unknown:
         raise MatrixError(f"unknown key(s) {', '.join(sorted(unknown))} (known: {', '.join(sorted(known))})")
@@ -302,14 +302,14 @@ def from_dict(spec: dict, base: Path, command: list[str] | None = None) -> Matri
     if not command:
         raise MatrixError("no command: give `command = \"python train.py\"` or `-- python train.py`")
     project = _path(base, spec.get("project", "."), "project", is_dir=True)
-    steps = whole_number(spec.get("steps", 0), "steps", MAX_STEPS)
+    max_steps = whole_number(spec.get("max_steps", 0), "max_steps", MAX_STEPS)
     device_memory = 0
     if "device_memory" in spec:
         size = spec["device_memory"]
-        if isinstance(size, bool) or not isinstance(size, (str, int)):
+        if not isinstance(size, str):
             raise MatrixError(f"device_memory: expected a size such as \"24GiB\", got {size!r}")
-        try:
-            device_memory = _core.parse_bytes(_text(str(size), "device_memory"))
+        try:  # the rule `analyze --device-memory` applies, the one there is
+            device_memory = _core.parse_options("analyze", [("--device-memory", _text(size, "device_memory"))]).device_memory
         except ValueError as e:
             raise MatrixError(f"device_memory: {e}") from None
     for table in ("modes", "variants"):
@@ -318,7 +318,7 @@ def from_dict(spec: dict, base: Path, command: list[str] | None = None) -> Matri
     variants = [_variant(n, v, base, project) for n, v in spec.get("variants", {}).items()]
     _distinct([m.name for m in modes], "modes")
     _distinct([v.name for v in variants], "variants")
-    return Matrix(command, project, modes, variants, steps, seconds(spec.get("timeout", DEFAULT_TIMEOUT), "timeout"),
+    return Matrix(command, project, modes, variants, max_steps, seconds(spec.get("timeout", DEFAULT_TIMEOUT), "timeout"),
                   device_memory)
 
 

@@ -17,8 +17,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import _core
 from ..capture import naming
-from ..launch import add_owners_to_json, run_environment
+from ..launch import run_environment, why_no_trace
 from .isolation import SetupError, prepare
 from .matrix import Cell, Matrix
 from .outputs import write_atomic
@@ -110,7 +111,7 @@ class Runner:
         result["trees"] = {copy: tree for tree, copy in workspace.copies.items()}  # sites name the copies
         output = directory / "trace.vscope"
         env = {**os.environ, **dict(cell.mode.env), **dict(cell.variant.env)}
-        env = run_environment(output, device_memory=self.matrix.device_memory, max_steps=self.matrix.steps,
+        env = run_environment(output, device_memory=self.matrix.device_memory, max_steps=self.matrix.max_steps,
                               preload=cell.variant.preload, base=env)
         if workspace.pythonpath:
             env["PYTHONPATH"] = os.pathsep.join([*workspace.pythonpath, *filter(None, [env.get("PYTHONPATH")])])
@@ -156,25 +157,24 @@ class Runner:
         return (INTERRUPTED, rc) if self.stopping.is_set() and state != FINISHED else (state, rc)
 
     def _analyse(self, directory: Path, traces: list[Path], result: dict) -> None:
-        """Each trace analysed once, in its own process, its output kept in analysis.txt; the owners
-        the cell's processes found go into the findings."""
+        """Each trace analysed once, here (the core releases the GIL: cells analyse side by side), its
+        summary kept in analysis.txt; the owners the cell's processes found are joined in the core."""
         if not traces:
             if not result["reason"]:
-                result["reason"] = "no trace was written (the command did not use CUDA, or not through torch)"
+                result["reason"] = why_no_trace(result["rc"], "log.txt")
             return
         findings, report = directory / "findings.json", directory / "report.html"
-        cli = [sys.executable, "-m", "vramscope", "analyze", *map(str, traces), "--json", str(findings),
-               "--html", str(report), "--skip-empty"]
-        if self.matrix.device_memory:
-            cli += ["--device-memory", f"{self.matrix.device_memory}B"]
-        with open(directory / "analysis.txt", "wb") as out:
-            subprocess.run(cli, stdout=out, stderr=subprocess.STDOUT)
+        options = _core.CommandOptions()
+        options.device_memory, options.skip_empty = self.matrix.device_memory, True
+        options.json, options.html = str(findings), str(report)
+        try:
+            summary = _core.analyze([str(t) for t in traces], options).write_outputs(options)
+        except (RuntimeError, ValueError, MemoryError) as e:
+            summary = f"vramscope: error: {e}\n"
+            result["reason"] = result["reason"] or f"the analysis failed: {_core.terminal_safe(str(e))}"
+        write_atomic(directory / "analysis.txt", summary)
         if findings.exists():
-            add_owners_to_json(findings, traces)
             result["findings"], result["report"] = findings.name, report.name
-        else:
-            result["reason"] = result["reason"] or "the analysis failed (analysis.txt says why)"
-
     def _save(self, directory: Path, result: dict) -> dict:
         write_atomic(directory / "cell.json", json.dumps(result, indent=1) + "\n")
         return result

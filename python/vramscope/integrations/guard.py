@@ -93,10 +93,11 @@ class Guard:
             return
         try:
             stem = capture.path.removesuffix(".vscope")
-            with open(stem + ".json", "w") as f:
-                json.dump(capture.findings, f)
-            _core.cli_main(["report", stem + ".json", "-o", stem + ".html"])
-            self.report_paths = [stem + ".json", stem + ".html"]
+            options = _core.CommandOptions()
+            options.json, options.html = stem + ".json", stem + ".html"
+            # The capture's findings (owners joined), through the one reader; each file written whole.
+            _core.read_findings(json.dumps(capture.findings), capture.path).write_outputs(options)
+            self.report_paths = [options.json, options.html]
         except Exception as e:
             warn(f"could not write the report ({type(e).__name__}: {e})", "guard-report")
 

@@ -38,6 +38,24 @@ def pytest_configure(config):
                             "`limit` (with --vramscope)")
     if config.getoption("vramscope") or config.getini("vramscope"):
         config.pluginmanager.register(LimitsPlugin(), "vramscope-limits")
+    else:
+        config.pluginmanager.register(UncheckedMarkers(), "vramscope-unchecked")
+
+
+class UncheckedMarkers:
+    """Without --vramscope the markers do nothing: one line at the end says so, never a silent pass."""
+
+    def __init__(self):
+        self.marked = 0
+
+    def pytest_collection_modifyitems(self, items):
+        self.marked = sum(1 for item in items if item.get_closest_marker(LEAKS_MARKER) or
+                          item.get_closest_marker(MEMORY_MARKER))
+
+    def pytest_terminal_summary(self, terminalreporter):
+        if self.marked:
+            terminalreporter.write_line(f"vramscope: {self.marked} test(s) marked {LEAKS_MARKER} or {MEMORY_MARKER} "
+                                        "were not checked (run pytest with --vramscope)")
 
 
 class StepMarkers:
@@ -72,8 +90,9 @@ class LimitsPlugin:
             return
         options = dict(leaks.kwargs) if leaks is not None else {}
         try:
-            check = LeakCheck(limit=_limit(leaks), peak_limit=_limit(memory), warmup=options.pop("warmup", WARMUP))
-            steps = options.pop("steps", STEPS)
+            warmup = _steps(options.pop("warmup", WARMUP), "warmup")
+            steps = _steps(options.pop("steps", STEPS), "steps")
+            check = LeakCheck(limit=_limit(leaks), peak_limit=_limit(memory), warmup=warmup)
             if options:
                 raise TypeError(f"{LEAKS_MARKER}: unknown keyword(s) {', '.join(options)} (steps, warmup)")
         except (TypeError, ValueError) as e:  # the marker is wrong, not the test
@@ -124,9 +143,17 @@ class LimitsPlugin:
 
 
 def _limit(marker):
-    """The marker's limit, as written (LeakCheck parses it: a bad size is the test's error)."""
+    """The marker's limit, as written (LeakCheck parses it: a bad size is the test's error). None is
+    refused: it would switch the check off, and a leaking test would pass."""
     if marker is None:
         return None
-    if len(marker.args) != 1:
+    if len(marker.args) != 1 or marker.args[0] is None:
         raise TypeError(f"{marker.name} takes one size, such as \"1 MiB\"; got {marker.args!r}")
     return marker.args[0]
+
+
+def _steps(value, keyword: str) -> int:
+    """A marker's steps or warmup: a whole number, named with its marker when it is not one."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise TypeError(f"{LEAKS_MARKER}: {keyword}={value!r} is not a whole number of steps")
+    return value

@@ -85,7 +85,7 @@ void join_owners_beside(Findings& f, const std::string& trace) {
         const Bytes text = read_file(path, 256 << 20);
         attach_owners(f, view(text), path);
     } catch (const std::runtime_error& e) {
-        std::cerr << "vramscope: warning: " << terminal_safe(e.what()) << " (owners left out)\n";
+        std::cerr << "vramscope: warning: " << terminal_safe(e.what()) << " (the report leaves owners out)\n";
     }
 }
 
@@ -237,11 +237,21 @@ int analyze_command(const Command& c, const std::vector<std::string>& files, con
 
 int run_command(const Command& c, const std::vector<std::string>& inputs, const CommandOptions& options) {
     if (inputs.size() < c.min_inputs || inputs.size() > c.max_inputs) throw UsageError(c.name + " takes " + c.inputs);
-    if (c.name == "analyze" || c.name == "report") return analyze_command(c, inputs, options);
-    if (c.name == "convert") write_stdout(convert(inputs[0], inputs[1], options));
-    else if (c.name == "export") write_stdout(export_trace(inputs[0], options));
-    else if (c.name == "compare-table") write_stdout(compare_table(inputs[0], options));
-    return 0;
+    try {
+        if (c.name == "analyze" || c.name == "report") return analyze_command(c, inputs, options);
+        if (c.name == "convert") write_stdout(convert(inputs[0], inputs[1], options));
+        else if (c.name == "export") write_stdout(export_trace(inputs[0], options));
+        else if (c.name == "compare-table") write_stdout(compare_table(inputs[0], options));
+        return 0;
+    } catch (const UsageError&) {
+        throw;
+    } catch (const std::bad_alloc&) {
+        std::cerr << "vramscope: error: out of memory\n";
+    } catch (const std::exception& e) {
+        std::cout.flush();
+        std::cerr << "vramscope: error: " << terminal_safe(e.what(), true) << "\n";
+    }
+    return 2;
 }
 
 int run_cli(const std::vector<std::string>& args) {
@@ -282,13 +292,6 @@ int run_cli(const std::vector<std::string>& args) {
     } catch (const UsageError& e) {
         std::cout.flush();
         std::cerr << "vramscope: " << terminal_safe(e.what()) << "\n" << hint << "\n";
-        return 2;
-    } catch (const std::bad_alloc&) {
-        std::cerr << "vramscope: error: out of memory\n";
-        return 2;
-    } catch (const std::exception& e) {
-        std::cout.flush();
-        std::cerr << "vramscope: error: " << terminal_safe(e.what(), true) << "\n";
         return 2;
     }
 }

@@ -41,7 +41,8 @@ std::string export_trace(const std::string& in, const CommandOptions& options);
 std::string compare_table(const std::string& results, const CommandOptions& options);
 
 // A command of cli/options.h with its inputs and options: what it prints goes to stdout, its
-// exit code is returned; errors throw (UsageError for what the user typed).
+// exit code is returned; an error is said on stderr (exit code 2), a UsageError thrown to the
+// parser that read what the user typed.
 int run_command(const Command& command, const std::vector<std::string>& inputs, const CommandOptions& options);
 
 // The standalone binary: args excludes the program name. Returns the process exit code: 0 ok,

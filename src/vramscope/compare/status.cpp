@@ -12,8 +12,8 @@ bool out_of_memory(const CellResult& c) { return c.outcome == CellOutcome::out_o
 
 std::string how_it_broke(const CellResult& c) {
     if (out_of_memory(c)) return c.oom_step ? "out of memory at step " + std::to_string(*c.oom_step) : "out of memory";
+    if (!c.reason.empty()) return c.reason;  // the cell's own words: its failure, no CUDA, vramscope's error
     if (c.outcome == CellOutcome::failed && c.exit_code) return "exit code " + std::to_string(*c.exit_code);
-    if (!c.reason.empty() && (c.outcome == CellOutcome::not_run || c.outcome == CellOutcome::error)) return c.reason;
     return std::string(name(c.outcome));
 }
 
@@ -44,7 +44,10 @@ std::string_view name(CellStatus s) {
 }
 
 CellJudgement judge_against(const CellResult& cell, const CellResult& baseline) {
-    if (&cell == &baseline) return {CellStatus::baseline, 0, ""};
+    // A baseline that did not run is broken as any row would be: nothing is measured against it.
+    if (&cell == &baseline)
+        return ran_to_the_end(cell) || out_of_memory(cell) ? CellJudgement{CellStatus::baseline, 0, ""}
+                                                           : CellJudgement{CellStatus::broken, 0, how_it_broke(cell)};
     // A leak that kills the baseline kills a variant that changes nothing too: that is no effect,
     // not breakage. Out of memory counts against a variant only where the baseline survived.
     bool broke = !ran_to_the_end(cell) && !(out_of_memory(cell) && out_of_memory(baseline));

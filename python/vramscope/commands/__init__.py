@@ -1,0 +1,75 @@
+"""The `vramscope` command line: one registry, one parser per command (memray's commands/ is the
+model). Each command has NAME, HELP, prepare_parser(parser) and run(args) -> exit code. The core's
+commands (analyze, report, export, convert, compare-table) are one class over the core's table of
+options (src/vramscope/cli/options.h): every option is defined there, once, and its text typed
+there, once, whether `vramscope` or the standalone `vramscope-core` parsed the command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .. import _core
+from . import compare, demo, run
+from .core import CoreCommand
+
+ORDER = ("analyze", "run", "report", "compare", "compare-table", "export", "convert", "demo")
+
+
+class Parser(argparse.ArgumentParser):
+    """A usage error is its message and a one-line hint, never the whole help (which buried it)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: {message}\nTry '{self.prog} --help'.\n")
+
+
+def registry() -> dict:
+    commands = {c["name"]: CoreCommand(c) for c in _core.commands()}
+    commands.update({m.NAME: m for m in (run, compare, demo)})
+    return {name: commands[name] for name in ORDER}
+
+
+def overview(commands: dict) -> str:
+    lines = ["usage: vramscope COMMAND ...   (vramscope COMMAND --help: its options)", ""]
+    for name, command in commands.items():
+        lines.append(f"  {name:<15}{command.HELP.splitlines()[0]}")
+    lines.append(f"  {'--version':<15}print the version")
+    return "\n".join(lines)
+
+
+def parse(command, parser: Parser, argv: list[str]) -> argparse.Namespace:
+    """The arguments; a command that runs another takes it after `--` (or from its first word)."""
+    if getattr(command, "TAKES_COMMAND", False):
+        cut = argv.index("--") if "--" in argv else None
+        args = parser.parse_args(argv[:cut] if cut is not None else argv)
+        if cut is not None:
+            args.command = [*args.command, *argv[cut + 1:]] if args.command else argv[cut + 1:]
+        return args
+    return parser.parse_intermixed_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    commands = registry()
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(overview(commands))
+        return 0 if argv else 2
+    if argv[0] in ("--version", "version"):
+        print(f"vramscope {_core.__version__}")
+        return 0
+    command = commands.get(argv[0])
+    top = Parser(prog="vramscope")
+    if command is None:
+        top.error(f"unknown command {_core.terminal_safe(argv[0])!r} ({', '.join(commands)})")
+    parser = Parser(prog=f"vramscope {argv[0]}", description=command.HELP,
+                    formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
+    command.prepare_parser(parser)
+    try:
+        args = parse(command, parser, argv[1:])
+        sys.stdout.flush()
+        return command.run(args)
+    except _core.UsageError as e:
+        parser.error(str(e))
+    except OSError as e:  # stdout full or closed: as the core says it, exit 2
+        print(f"vramscope: error: {e.strerror or e}", file=sys.stderr)
+        return 2
