@@ -255,3 +255,15 @@ def test_reading_shows_a_progress_line_on_a_terminal_only(tmp_path):
     piped = subprocess.run([sys.executable, "-m", "vramscope", "analyze", fixture], capture_output=True, text=True,
                            env=env)
     assert "reading" not in piped.stderr and "\x1b[" not in piped.stdout, "no progress or colour in a pipe"
+
+
+def test_run_says_what_happened_when_no_trace_was_written(tmp_path):
+    import sys
+
+    crashed = vramscope("run", "-o", str(tmp_path / "t.vscope"), "--", sys.executable, "-c", "raise SystemExit(3)",
+                        check_rc=3).stderr
+    assert "the command failed (exit code 3) before it wrote a trace" in crashed, crashed
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        quiet = vramscope("run", "-o", str(tmp_path / "t.vscope"), "--", sys.executable, "-c", "pass").stderr
+        assert "no CUDA device here (torch.cuda.is_available() is False)" in quiet, quiet

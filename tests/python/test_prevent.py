@@ -15,6 +15,7 @@ import pytest
 import vramscope
 from vramscope import _core
 from vramscope.prevent import parse_size
+from vramscope.prevent.check import LeakCheck
 
 pytest_plugins = ["pytester"]
 torch = pytest.importorskip("torch")
@@ -248,3 +249,43 @@ def test_a_bad_size_says_how_to_write_one(text):
 
 def test_format_and_parse_agree():
     assert parse_size(_core.format_bytes(3 << 20).replace(".0", "")) == 3 << 20
+
+
+def test_marker_arguments_that_would_switch_the_check_off_or_are_not_steps_are_errors_naming_the_marker(pytester):
+    pytester.makepyfile(test_markers=textwrap.dedent("""
+        import pytest
+
+        @pytest.mark.limit_gpu_leaks(None)
+        def test_leaks_none():
+            pass
+
+        @pytest.mark.limit_gpu_memory(None)
+        def test_memory_none():
+            pass
+
+        @pytest.mark.limit_gpu_leaks("1 MiB", steps="abc")
+        def test_steps_text():
+            pass
+    """))
+    result = pytester.runpytest_subprocess("--vramscope", "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=3)
+    result.stdout.fnmatch_lines(["*limit_gpu_leaks takes one size, such as \"1 MiB\"; got (None,)*",
+                                 "*limit_gpu_memory takes one size, such as \"1 MiB\"; got (None,)*",
+                                 "*limit_gpu_leaks: steps='abc' is not a whole number of steps*"])
+
+
+def test_markers_without_the_plugin_say_at_the_end_they_were_not_checked(pytester):
+    seed_file(pytester, "fast_llm_ctx_losses", fixed=False)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["vramscope: 1 test(s) marked limit_gpu_leaks or limit_gpu_memory were not checked "
+                                 "(run pytest with --vramscope)"])
+
+
+def test_a_check_that_passes_leaves_no_folder_behind():
+    check = LeakCheck(limit="1 MiB", warmup=2)
+    with check:
+        for _ in range(12):
+            torch.ones(64, device=DEVICE) * 2
+            check.step()
+    assert check.trace is None and not os.path.exists(check._directory)
