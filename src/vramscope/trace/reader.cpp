@@ -134,13 +134,14 @@ public:
 
 private:
     // A string shares its predecessor's prefix: each the whole previous one plus a byte would make
-    // strings quadratic in the file's size. What they decode to is held to the limits instead.
+    // strings quadratic in the file's size. What they decode to is held to the limits instead,
+    // twice (StackTable keeps each string and its index's key).
     void count_string_bytes(uint64_t n, const uint8_t* at) {
         if (n > limits_.max_string_bytes)
             throw OverLimit{size_t(at - base_), "a string of " + std::to_string(n) + " bytes, over the " +
                                                     std::to_string(limits_.max_string_bytes >> 20) +
                                                     " MiB limit (--max-string raises it)"};
-        if ((string_bytes_ += n) > limits_.max_held_bytes)
+        if ((string_bytes_ += 2 * n) > limits_.max_held_bytes)
             throw OverLimit{size_t(at - base_), "strings decoding to more than " + std::to_string(limits_.max_held_bytes >> 20) +
                                                     " MiB (the limit; --max-memory raises it)"};
     }
@@ -233,7 +234,7 @@ private:
 
     Trace& t_;
     const ReadLimits& limits_;
-    uint64_t string_bytes_ = 0;  // decoded, over all string records
+    uint64_t string_bytes_ = 0;  // held for the string records decoded so far
     const uint8_t* base_ = nullptr;
     std::vector<uint32_t> strings_, frames_, stacks_;
     std::vector<uint32_t> depth_;  // frames in each file stack id's stack
