@@ -6,10 +6,18 @@ cd "$(dirname "$0")/.."
 
 # Debian's chromium drives the report's browser test (tests/python/test_report_browser.py).
 # ISA-L, the fast inflater, is optional for a build; the tests read gzip with it and with zlib.
-if [ ! -f /usr/include/gtest/gtest.h ] || [ ! -f /usr/include/zlib.h ] || [ ! -f /usr/include/isa-l/igzip_lib.h ] ||
-   ! command -v chromium >/dev/null; then
+missing=()
+[ -f /usr/include/gtest/gtest.h ] || missing+=(libgtest-dev)
+[ -f /usr/include/zlib.h ] || missing+=(zlib1g-dev)
+[ -f /usr/include/isa-l/igzip_lib.h ] || missing+=(libisal-dev)
+command -v chromium >/dev/null || missing+=(chromium)
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then  # apt needs root: say what to install rather than die on its lock
+    echo "scripts/test.sh: missing ${missing[*]}; install them first: sudo apt-get install ${missing[*]}" >&2
+    exit 1
+  fi
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libgtest-dev zlib1g-dev libisal-dev chromium >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 python3 -m pip install -q "nanobind>=2.0" "scikit-build-core>=0.10" "pytest>=7" ninja cmake playwright
 # torch for the capture tests, pinned: here it resolves to a CPU build (an unpinned one pulls
