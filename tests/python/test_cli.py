@@ -267,3 +267,19 @@ def test_run_says_what_happened_when_no_trace_was_written(tmp_path):
     if not torch.cuda.is_available():
         quiet = vramscope("run", "-o", str(tmp_path / "t.vscope"), "--", sys.executable, "-c", "pass").stderr
         assert "no CUDA device here (torch.cuda.is_available() is False)" in quiet, quiet
+
+
+def test_the_readme_shows_what_analyze_prints_today():
+    """The README's sample is the real output of its command, run where it says (the recording
+    checkout's paths shortened to .../, as printed paths of this machine would mean nothing elsewhere)."""
+    import os
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = re.search(r"```\n\$ cd tests/data && vramscope (analyze [^\n]*)\n(.*?)```", readme, re.S)
+    out = subprocess.run([sys.executable, "-m", "vramscope", *block[1].split()], cwd=FIXTURES[0].parent,
+                         capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1"}).stdout
+    assert re.sub(r"/\S+/tests/data/", ".../tests/data/", out) == block[2]
