@@ -6,7 +6,6 @@
 #include <bit>
 #include <chrono>
 
-#include "analysis/sites.h"
 #include "common/format.h"
 
 namespace vramscope::capture {
@@ -78,6 +77,11 @@ void Recorder::fail(const std::string& why) noexcept {
     }
 }
 
+void Recorder::add_sink(EventSink* sink) {
+    std::lock_guard lock(mutex_);
+    sinks_.push_back(sink);
+}
+
 void Recorder::meta(std::string_view key, std::string_view value) {
     if (writer_) writer_->meta(key, value);
 }
@@ -86,7 +90,7 @@ void Recorder::device(uint8_t device, uint64_t total_memory, uint64_t allocated,
     if (!writer_) return;
     writer_->device(DeviceInfo{device, total_memory, allocated, reserved});
     std::lock_guard lock(mutex_);
-    monitor_.set_capacity(device, total_memory, allocated);
+    for (EventSink* sink : sinks_) sink->device(device, total_memory, allocated);
 }
 
 void Recorder::name_stream(uint64_t handle, std::string_view label) {
@@ -100,63 +104,51 @@ uint16_t Recorder::stream_index(uint64_t handle) {
     return streams_.back().second;
 }
 
-uint32_t Recorder::frame_of(const RawFrame& f, bool& internal) {
-    auto code = code_text_.find(f.code);
-    if (code == code_text_.end()) {
-        CodeInfo info = describe_code(f.code);
-        const bool is_internal = is_internal_frame(info.file);
-        code = code_text_.emplace(f.code, CodeText{std::move(info.file), std::move(info.function), is_internal}).first;
-    }
-    internal = code->second.internal;
-    auto [it, inserted] = frame_ids_.try_emplace(f, 0);
+SinkFrame Recorder::frame_of(const RawFrame& f) {
+    auto [it, inserted] = frame_ids_.try_emplace(f);
     if (inserted) {
+        auto code = code_text_.find(f.code);
+        if (code == code_text_.end()) {
+            CodeInfo info = describe_code(f.code);
+            code = code_text_.emplace(f.code, CodeText{std::move(info.file), std::move(info.function)}).first;
+        }
         const uint32_t line = line_of(f.code, int32_t(f.offset));
-        it->second = writer_->intern_frame(code->second.file, line, code->second.function);
-        site_lines_.try_emplace(it->second, SourceLine{code->second.file, line, code->second.function});
+        const std::string& file = code->second.file;
+        const std::string& function = code->second.function;
+        it->second = SinkFrame{writer_->intern_frame(file, line, function), file, function, line};
     }
     return it->second;
 }
 
 // A stack seen for the first time: its frames into the writer's tables, innermost first; the
-// autograd node, when there is one, is the outermost frame (the engine called it).
-uint32_t Recorder::intern(const RawFrame* frames, size_t n, const char* node, uint32_t& site) {
-    std::vector<uint32_t> ids;
-    ids.reserve(n + 1);
-    SitePick pick;
-    for (size_t i = 0; i < n; ++i) {
-        bool internal = false;
-        const uint32_t id = frame_of(frames[i], internal);
-        ids.push_back(id);
-        pick.see(id, internal ? FrameRank::library : FrameRank::user);
-    }
+// autograd node, when there is one, is the outermost frame (the engine called it). The sinks
+// get it at the next drain, before the events that name it.
+uint32_t Recorder::intern(const RawFrame* frames, size_t n, const char* node) {
+    NewStack added{0, {}};
+    added.frames.reserve(n + 1);
+    for (size_t i = 0; i < n; ++i) added.frames.push_back(frame_of(frames[i]));
     if (node) {
-        auto [it, inserted] = node_frames_.try_emplace(node, 0);
-        if (inserted) {
-            it->second = writer_->intern_frame(kAutogradFile, 0, node);
-            site_lines_.try_emplace(it->second, SourceLine{kAutogradFile, 0, node});
-        }
-        ids.push_back(it->second);
-        pick.see(it->second, FrameRank::user);  // outermost: any user frame above it came first
+        auto [it, inserted] = node_frames_.try_emplace(node);
+        if (inserted) it->second = SinkFrame{writer_->intern_frame(kAutogradFile, 0, node), kAutogradFile, node, 0};
+        added.frames.push_back(it->second);
     }
-    site = pick.site;
-    return writer_->intern_stack(ids.data(), ids.size());
+    std::vector<uint32_t> ids;
+    ids.reserve(added.frames.size());
+    for (const SinkFrame& f : added.frames) ids.push_back(f.id);
+    added.stack = writer_->intern_stack(ids.data(), ids.size());
+    new_stacks_.push_back(std::move(added));
+    return new_stacks_.back().stack;
 }
 
-uint32_t Recorder::stack_of(uint64_t h, const RawFrame* frames, size_t n, const char* node, uint32_t& site) {
+uint32_t Recorder::stack_of(uint64_t h, const RawFrame* frames, size_t n, const char* node) {
     for (;; h = h * 0x9E3779B97F4A7C15ull + 1) {  // probe on the (rare) hash collision
         auto [it, inserted] = stack_by_hash_.try_emplace(h, uint32_t(stacks_.size()));
         if (inserted) {
-            CachedStack c{std::vector<RawFrame>(frames, frames + n), node, 0, 0};
-            c.stack = intern(frames, n, node, c.site);
-            stacks_.push_back(std::move(c));
-            site = stacks_.back().site;
+            stacks_.push_back(CachedStack{std::vector<RawFrame>(frames, frames + n), node, intern(frames, n, node)});
             return stacks_.back().stack;
         }
         const CachedStack& c = stacks_[it->second];
-        if (c.node == node && c.frames.size() == n && same_frames(frames, c.frames.data(), n)) {
-            site = c.site;
-            return c.stack;
-        }
+        if (c.node == node && c.frames.size() == n && same_frames(frames, c.frames.data(), n)) return c.stack;
     }
 }
 
@@ -200,10 +192,9 @@ bool Recorder::learn_stream(HookThread& t, uint64_t handle, uint16_t& index) {
 bool Recorder::learn_stack(ThreadStack& slot, uint64_t hash, const RawFrame* frames, size_t n, const char* node) {
     std::lock_guard lock(intern_mutex_);
     if (!writer_) return false;
-    uint32_t site = 0;
-    const uint32_t stack = stack_of(hash, frames, n, node, site);
+    const uint32_t stack = stack_of(hash, frames, n, node);
     slot.frames.assign(frames, frames + n);
-    slot.hash = hash, slot.node = node, slot.stack = stack, slot.site = site;
+    slot.hash = hash, slot.node = node, slot.stack = stack;
     return true;
 }
 
@@ -235,7 +226,7 @@ void Recorder::allocator_event(EventKind kind, uint8_t device, uint64_t addr, ui
         if (!t || t->recorder != id_) [[unlikely]] {
             if (!(t = join_thread())) return fail("capture stopped: out of memory");
         }
-        Queued q{Event{}, 0, 0};
+        Queued q{Event{}, 0};
         Event& e = q.event;
         e.kind = kind;
         e.device = device;
@@ -259,7 +250,7 @@ void Recorder::allocator_event(EventKind kind, uint8_t device, uint64_t addr, ui
                       same_frames(frames, slot.frames.data(), n))) [[unlikely]] {
                     if (!learn_stack(slot, hash, frames, n, node)) return;
                 }
-                e.stack = slot.stack, q.site = slot.site;
+                e.stack = slot.stack;
             }
         }
         ThreadBuffer& buffer = *t->buffer;
@@ -280,7 +271,7 @@ void Recorder::allocator_event(EventKind kind, uint8_t device, uint64_t addr, ui
     }
 }
 
-// The threads' events into the file and the monitor: each device's in the order its allocator
+// The threads' events into the file and the sinks: each device's in the order its allocator
 // numbered them, devices interleaved by time. An event numbered but not yet in its thread's
 // buffer holds back the later ones of its device until the next drain.
 void Recorder::drain_locked(bool all) {
@@ -307,6 +298,7 @@ void Recorder::drain_locked(bool all) {
         merge_in_order(all);
     }
     for (auto& t : taken_) t.clear();
+    hand_to_sinks();
 }
 
 // Whether a thread's events continue every device's numbering with no gap.
@@ -351,13 +343,27 @@ void Recorder::merge_in_order(bool all) {
 }
 
 void Recorder::record(const Queued& q) {
-    const Event& e = q.event;
-    writer_->event(e);
-    if (e.kind == EventKind::alloc) monitor_.alloc(e.device, e.addr, e.size, q.site);
-    else if (is_release(e.kind)) monitor_.release(e.device, e.addr);
+    writer_->event(q.event);
+    if (!sinks_.empty()) batch_.push_back(q.event);
 }
 
-void Recorder::marker(EventKind kind, std::string_view name) {
+// The stacks met since the last drain, then this drain's events: a sink never sees a stack id
+// before its frames. The stacks are taken after the threads' buffers were, so every stack their
+// events name is among them.
+void Recorder::hand_to_sinks() {
+    std::vector<NewStack> stacks;
+    {
+        std::lock_guard lock(intern_mutex_);
+        stacks.swap(new_stacks_);
+    }
+    for (EventSink* sink : sinks_) {
+        for (const NewStack& added : stacks) sink->stack(added.stack, added.frames);
+        if (!batch_.empty()) sink->events(batch_);
+    }
+    batch_.clear();
+}
+
+void Recorder::write_marker(EventKind kind, std::string_view name) {
     if (stopped_.load(std::memory_order_relaxed)) return;
     try {
         std::lock_guard lock(mutex_);
@@ -367,64 +373,24 @@ void Recorder::marker(EventKind kind, std::string_view name) {
         e.time_us = clock_.now_us();
         e.name = writer_->intern_string(name);
         writer_->event(e);
+        for (EventSink* sink : sinks_) sink->events(std::span<const Event>(&e, 1));
     } catch (const std::exception& ex) {
         fail(std::string("capture stopped: ") + ex.what());
     }
 }
 
-std::vector<LiveFinding> Recorder::end_step(std::string_view unit) {
-    std::vector<LiveFinding> out;
-    if (stopped_.load(std::memory_order_relaxed)) return out;
+void Recorder::marker(EventKind kind, std::string_view name) { write_marker(kind, name); }
+
+void Recorder::end_step(std::string_view unit) { write_marker(EventKind::step, unit); }
+
+void Recorder::drain() {
+    if (stopped_.load(std::memory_order_relaxed)) return;
     try {
-        std::vector<LiveLeak> leaks;
-        {
-            std::lock_guard lock(mutex_);
-            drain_locked();
-            Event e;
-            e.kind = EventKind::step;
-            e.time_us = clock_.now_us();
-            e.name = writer_->intern_string(unit);
-            writer_->event(e);
-            leaks = monitor_.end_step();
-        }
-        out = described(std::move(leaks));
+        std::lock_guard lock(mutex_);
+        drain_locked();
     } catch (const std::exception& ex) {
         fail(std::string("capture stopped: ") + ex.what());
     }
-    return out;
-}
-
-std::vector<LiveFinding> Recorder::leaking() {
-    std::vector<LiveLeak> leaks;
-    {
-        std::lock_guard lock(mutex_);
-        if (!stopped_.load(std::memory_order_relaxed)) drain_locked();
-        leaks = monitor_.leaking();
-    }
-    return described(std::move(leaks));
-}
-
-// The monitor's frame ids as source lines.
-std::vector<LiveFinding> Recorder::described(std::vector<LiveLeak> leaks) {
-    std::vector<LiveFinding> out;
-    std::lock_guard lock(intern_mutex_);
-    for (LiveLeak& leak : leaks) {
-        auto site = site_lines_.find(leak.site);
-        out.push_back(LiveFinding{site != site_lines_.end() ? site->second : SourceLine{kNoPythonFrame, 0, ""},
-                                  leak.device, leak.shape, leak.evidence, leak.bytes_per_step, leak.first_step,
-                                  leak.projected_oom_step, std::move(leak.newest_blocks)});
-    }
-    return out;
-}
-
-uint64_t Recorder::steps() const {
-    std::lock_guard lock(mutex_);
-    return monitor_.steps();
-}
-
-std::optional<uint64_t> Recorder::projected_oom_step() const {
-    std::lock_guard lock(mutex_);
-    return monitor_.projected_oom_step();
 }
 
 void Recorder::flush() {

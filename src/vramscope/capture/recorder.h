@@ -1,4 +1,5 @@
-// One live capture: allocator events in, a .vscope file and live leak warnings out.
+// One live capture: allocator events in, a .vscope file and the sinks' events out (events/sink.h:
+// the live monitor is one). It records; it judges nothing.
 //
 // The allocator hook calls allocator_event() under the caching allocator's lock, on whatever
 // thread allocated, without the GIL: so it never takes the GIL, never throws, and does only what
@@ -7,8 +8,10 @@
 // device's order (a completion right behind its request, at the same instant, turns the request
 // into one `free` instead: the trace writer would fold them anyway). Nothing on that path is
 // shared between threads but the device's counter, which the allocator's lock already
-// serialises; the shared stack table is locked only for a stack the thread has not met. A worker thread drains the buffers every 2 ms, device by device in number
-// order, into the file and the live monitor (a step end drains what is left first), and hands the
+// serialises; the shared stack table is locked only for a stack the thread has not met. A worker
+// thread drains the buffers every 2 ms, device by device in number order, into the file and the
+// sinks (a step end drains what is left first; a stack met since the last drain reaches the sinks
+// before the events that name it), and hands the
 // file its chunk every half second, so SIGKILL loses at most that. Any internal fault stops the
 // capture (the run goes on) and is reported once through fault().
 #pragma once
@@ -26,11 +29,10 @@
 #include <vector>
 
 #include "capture/clock.h"
-#include "analysis/live_monitor.h"
 #include "capture/python_frames.h"
 #include "capture/spin_lock.h"
 #include "events/event.h"
-#include "findings/findings.h"
+#include "events/sink.h"
 #include "trace/writer.h"
 
 namespace vramscope::capture {
@@ -45,6 +47,8 @@ public:
     Recorder(const Recorder&) = delete;
     Recorder& operator=(const Recorder&) = delete;
 
+    // Before the capture starts: the sink then sees every event from the first on. Not owned.
+    void add_sink(EventSink* sink);
     void meta(std::string_view key, std::string_view value);
     void device(uint8_t device, uint64_t total_memory, uint64_t allocated, uint64_t reserved);
     void name_stream(uint64_t handle, std::string_view label);
@@ -56,10 +60,10 @@ public:
                          const char* autograd_node) noexcept;
     void marker(EventKind kind, std::string_view name);
     // Writes the step marker, named by the step's unit ("optimizer step", "eval batch", ...: what
-    // Steps::unit reads back); returns the leaks the live monitor confirmed or withdrew at this step.
-    std::vector<LiveFinding> end_step(std::string_view unit);
-    // The live monitor's last word: the sites it holds as leaking now.
-    std::vector<LiveFinding> leaking();
+    // Steps::unit reads back), after every event before it.
+    void end_step(std::string_view unit);
+    // Every event recorded so far into the sinks.
+    void drain();
 
     void flush();
     // Closes the file; a process that never allocated leaves none (compile workers, helpers).
@@ -69,16 +73,13 @@ public:
 
     std::string fault() const;
     uint64_t allocations() const;
-    uint64_t steps() const;
-    // The live monitor's projection as of the last step end (LiveMonitor::projected_oom_step).
-    std::optional<uint64_t> projected_oom_step() const;
     const std::string& path() const { return path_; }
 
 private:
     struct CachedStack {
         std::vector<RawFrame> frames;
         const char* node;
-        uint32_t stack, site;
+        uint32_t stack;
     };
     struct RawFrameHash {
         size_t operator()(const RawFrame& f) const {
@@ -87,12 +88,15 @@ private:
     };
     struct CodeText {
         std::string file, function;
-        bool internal;
+    };
+    // A stack interned since the last drain, for the sinks.
+    struct NewStack {
+        uint32_t stack;
+        std::vector<SinkFrame> frames;
     };
 
     struct Queued {
         Event event;
-        uint32_t site;
         uint64_t seq;  // in its device's order
     };
     // One hook thread's events, drained by the worker; outlives its thread until drained.
@@ -107,7 +111,7 @@ private:
     struct ThreadStack {
         uint64_t hash = 0;
         const char* node = nullptr;
-        uint32_t stack = 0, site = 0;  // stack 0: an empty slot (a stack with frames is never 0)
+        uint32_t stack = 0;  // 0: an empty slot (a stack with frames is never 0)
         std::vector<RawFrame> frames;
     };
     static constexpr size_t kMaxFrames = 256;
@@ -127,16 +131,18 @@ private:
     bool learn_stack(ThreadStack& slot, uint64_t hash, const RawFrame* frames, size_t n, const char* node);
     // A completion right after its request, at the same instant: the request becomes one `free`.
     bool folded_into_request(std::vector<Queued>& events, const Event& completed) const;
-    uint32_t stack_of(uint64_t hash, const RawFrame* frames, size_t n, const char* node, uint32_t& site);
-    uint32_t intern(const RawFrame* frames, size_t n, const char* node, uint32_t& site);
-    uint32_t frame_of(const RawFrame& f, bool& internal);
+    uint32_t stack_of(uint64_t hash, const RawFrame* frames, size_t n, const char* node);
+    uint32_t intern(const RawFrame* frames, size_t n, const char* node);
+    SinkFrame frame_of(const RawFrame& f);
     uint16_t stream_index(uint64_t handle);
-    std::vector<LiveFinding> described(std::vector<LiveLeak> leaks);
+    // The marker or step event, after everything before it, into the file and the sinks.
+    void write_marker(EventKind kind, std::string_view name);
     // Everything when `all` (no hook is inside any more), else up to the first gap per device.
     void drain_locked(bool all = false);
     bool numbered_in_order(const std::vector<Queued>& events);
     void merge_in_order(bool all);
-    void record(const Queued& q);  // into the file and the monitor
+    void record(const Queued& q);  // into the file, and the batch the sinks get at the drain's end
+    void hand_to_sinks();
     void fail(const std::string& why) noexcept;
     void worker();
 
@@ -156,8 +162,9 @@ private:
     };
     std::array<DeviceCounter, 256> device_seq_;
 
-    mutable std::mutex mutex_;  // the drain: monitor and step state
-    LiveMonitor monitor_;
+    mutable std::mutex mutex_;  // the drain, the sinks
+    std::vector<EventSink*> sinks_;
+    std::vector<Event> batch_;                 // this drain's events, in order, for the sinks
     std::vector<std::vector<Queued>> taken_;   // each thread's events, as the drain took them
     std::vector<Queued> draining_, held_back_;  // held back: behind an event still on its way
     std::array<uint64_t, 256> next_seq_{};     // the next number each device's drain expects
@@ -165,10 +172,10 @@ private:
     mutable std::mutex intern_mutex_;  // the hook's caches, below
     std::unordered_map<uint64_t, uint32_t> stack_by_hash_;  // -> index in stacks_
     std::vector<CachedStack> stacks_;
-    std::unordered_map<RawFrame, uint32_t, RawFrameHash> frame_ids_;
+    std::unordered_map<RawFrame, SinkFrame, RawFrameHash> frame_ids_;  // its views: code_text_'s strings
     std::unordered_map<const void*, CodeText> code_text_;
-    std::unordered_map<const char*, uint32_t> node_frames_;
-    std::unordered_map<uint32_t, SourceLine> site_lines_;  // frame id -> where: any frame can be a site
+    std::unordered_map<const char*, SinkFrame> node_frames_;
+    std::vector<NewStack> new_stacks_;                    // interned since the last drain
     std::vector<std::pair<uint64_t, uint16_t>> streams_;
     mutable std::mutex fault_mutex_;
     std::string fault_;

@@ -1,0 +1,79 @@
+#include "analysis/live_sink.h"
+
+#include <string>
+#include <utility>
+
+#include "analysis/sites.h"
+
+namespace vramscope {
+
+void LiveSink::device(uint8_t device, uint64_t capacity, uint64_t allocated_before) {
+    std::lock_guard lock(mutex_);
+    monitor_.set_capacity(device, capacity, allocated_before);
+}
+
+// The site rule of the offline analysis (SiteResolver's), on the frames as the recorder named them.
+void LiveSink::stack(uint32_t stack, std::span<const SinkFrame> frames) {
+    std::lock_guard lock(mutex_);
+    SitePick pick;
+    const SinkFrame* chosen = nullptr;
+    for (const SinkFrame& f : frames) {
+        auto [rank, added] = rank_of_frame_.try_emplace(f.id, 0);
+        if (added) rank->second = int8_t(rank_frame(f.file, f.function));
+        const uint32_t before = pick.site;
+        const bool done = pick.see(f.id, FrameRank(rank->second));
+        if (pick.site != before) chosen = &f;
+        if (done) break;
+    }
+    if (stack >= site_of_stack_.size()) site_of_stack_.resize(stack + 1, 0);
+    site_of_stack_[stack] = pick.site;
+    if (chosen) site_lines_.try_emplace(chosen->id, SourceLine{std::string(chosen->file), chosen->line, std::string(chosen->function)});
+}
+
+void LiveSink::events(std::span<const Event> events) {
+    std::lock_guard lock(mutex_);
+    for (const Event& e : events) {
+        if (e.kind == EventKind::alloc) {
+            const uint32_t site = e.stack < site_of_stack_.size() ? site_of_stack_[e.stack] : 0;
+            monitor_.alloc(e.device, e.addr, e.size, site);
+        } else if (is_release(e.kind)) {
+            monitor_.release(e.device, e.addr);
+        } else if (e.kind == EventKind::step) {
+            for (LiveFinding& f : described(monitor_.end_step())) said_.push_back(std::move(f));
+        }
+    }
+}
+
+std::vector<LiveFinding> LiveSink::take_said() {
+    std::lock_guard lock(mutex_);
+    return std::exchange(said_, {});
+}
+
+std::vector<LiveFinding> LiveSink::leaking() const {
+    std::lock_guard lock(mutex_);
+    return described(monitor_.leaking());
+}
+
+uint64_t LiveSink::steps() const {
+    std::lock_guard lock(mutex_);
+    return monitor_.steps();
+}
+
+std::optional<uint64_t> LiveSink::projected_oom_step() const {
+    std::lock_guard lock(mutex_);
+    return monitor_.projected_oom_step();
+}
+
+// The monitor's frame ids as source lines.
+std::vector<LiveFinding> LiveSink::described(std::vector<LiveLeak> leaks) const {
+    std::vector<LiveFinding> out;
+    for (LiveLeak& leak : leaks) {
+        auto site = site_lines_.find(leak.site);
+        out.push_back(LiveFinding{site != site_lines_.end() ? site->second : SourceLine{kNoPythonFrame, 0, ""},
+                                  leak.device, leak.shape, leak.evidence, leak.bytes_per_step, leak.first_step,
+                                  leak.projected_oom_step, std::move(leak.newest_blocks)});
+    }
+    return out;
+}
+
+}  // namespace vramscope

@@ -1,0 +1,41 @@
+// The live monitor as a capture's sink: the recorder hands it stacks and events on its drain, and
+// it judges them (analysis/live_monitor.h) with the sites the offline analysis gives the same
+// stacks (analysis/sites.h). What it said at the last step end, and its last word, are read from
+// the training thread, hence its own lock.
+#pragma once
+#include <mutex>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "analysis/live_monitor.h"
+#include "events/sink.h"
+#include "findings/findings.h"
+
+namespace vramscope {
+
+class LiveSink : public EventSink {
+public:
+    void device(uint8_t device, uint64_t capacity, uint64_t allocated_before) override;
+    void stack(uint32_t stack, std::span<const SinkFrame> frames) override;
+    void events(std::span<const Event> events) override;
+
+    // What the monitor confirmed or withdrew at the step ends since the last call.
+    std::vector<LiveFinding> take_said();
+    // The sites it holds as leaking now, with their newest blocks.
+    std::vector<LiveFinding> leaking() const;
+    uint64_t steps() const;
+    std::optional<uint64_t> projected_oom_step() const;
+
+private:
+    std::vector<LiveFinding> described(std::vector<LiveLeak> leaks) const;
+
+    mutable std::mutex mutex_;
+    LiveMonitor monitor_;
+    std::vector<uint32_t> site_of_stack_;                  // by stack id: its site's frame id
+    std::unordered_map<uint32_t, SourceLine> site_lines_;  // frame id -> where, for the sites met
+    std::unordered_map<uint32_t, int8_t> rank_of_frame_;   // a FrameRank, by frame id
+    std::vector<LiveFinding> said_;
+};
+
+}  // namespace vramscope
