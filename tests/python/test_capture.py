@@ -327,7 +327,7 @@ def test_rank_skew_is_flagged(tmp_path):
 def test_run_passes_the_commands_exit_code_through(tmp_path):
     proc = vramscope("run", "-o", str(tmp_path / "x.vscope"), "--", sys.executable, "-c", "import sys; sys.exit(3)",
                      check_rc=3)
-    assert "no trace was written" in proc.stderr
+    assert "the command failed (exit code 3) before it wrote a trace" in proc.stderr
 
 
 def test_run_starts_capture_in_the_launched_process(tmp_path):
