@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 
+from . import _core
 from ._core import __version__, analyze_json as _analyze_json, convert
 from .capture import Capture, LeakError, mark, step, track
 from .prevent import CannotJudgeError, LeakCheck, PeakError, assert_no_leak
@@ -22,6 +23,14 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'vramscope' has no attribute {name!r}")
 
 
-def analyze(path: str | os.PathLike, *, window: int = 1, warmup: int = -1, device_memory: int = 0) -> dict:
-    """Analyse a .vscope trace or torch memory snapshot and return the findings (docs/findings.md)."""
-    return json.loads(_analyze_json(os.fspath(path), window, warmup, device_memory))
+def analyze(path: str | os.PathLike, *, window: int | None = None, warmup: int | None = None,
+            device_memory: int = 0) -> dict:
+    """Analyse a .vscope trace or torch memory snapshot and return the findings (docs/findings.md).
+    window, warmup: the judge's (JudgeSettings); None: its defaults. Out of range raises ValueError."""
+    settings = _core.JudgeSettings()
+    if window is not None:
+        settings.window = window
+    if warmup is not None:
+        settings.warmup = warmup
+    settings.check()
+    return json.loads(_analyze_json(os.fspath(path), settings, device_memory))

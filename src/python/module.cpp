@@ -36,7 +36,9 @@ std::atomic<capture::Recorder*> g_active{nullptr};
 struct LiveCapture {
     LiveSink monitor;
     capture::Recorder recorder;
-    explicit LiveCapture(const std::string& path) : recorder(path) { recorder.add_sink(&monitor); }
+    LiveCapture(const std::string& path, const JudgeSettings& settings) : monitor(settings), recorder(path) {
+        recorder.add_sink(&monitor);
+    }
 };
 }  // namespace
 
@@ -167,29 +169,36 @@ NB_MODULE(_core, m) {
     m.def("terminal_safe", [](const std::string& text, bool keep_newlines) { return terminal_safe(text, keep_newlines); },
           nb::arg("text"), nb::arg("keep_newlines") = false,
           "Text from a file or the user, safe to print: control characters shown as escapes.");
+    nb::class_<JudgeSettings>(m, "JudgeSettings",
+                              "Window, warm-up and minimum steps: one struct for the live monitor, the analysis "
+                              "of a trace and a capture's analysis at its end (analysis/settings.h).")
+        .def(nb::init<>())
+        .def_rw("window", &JudgeSettings::window)
+        .def_rw("warmup", &JudgeSettings::warmup, "steps never judged at the start; -1: the judge's default")
+        .def_rw("min_steps", &JudgeSettings::min_steps)
+        .def("check", &JudgeSettings::check, "Raises ValueError naming a setting out of range.");
     m.def(
         "analyze_json",
-        [](const std::string& path, uint32_t window, int warmup, uint64_t device_memory) {
+        [](const std::string& path, const JudgeSettings& settings, uint64_t device_memory) {
             nb::gil_scoped_release release;
             AnalysisOptions opt;
-            opt.window = window;
-            opt.warmup_steps = warmup;
+            opt.judge = settings;
             opt.device_memory = device_memory;
             return to_json(analyze_file(path, opt));
         },
-        nb::arg("path"), nb::arg("window") = 1, nb::arg("warmup") = -1, nb::arg("device_memory") = 0,
+        nb::arg("path"), nb::arg("settings") = JudgeSettings{}, nb::arg("device_memory") = 0,
         "Analyse a trace or torch snapshot; returns the findings JSON.");
     m.def(
         "summary",
-        [](const std::string& path, uint64_t device_memory, bool color, int warmup) {
+        [](const std::string& path, uint64_t device_memory, bool color, const JudgeSettings& settings) {
             nb::gil_scoped_release release;
             AnalysisOptions opt;
             opt.device_memory = device_memory;
-            opt.warmup_steps = warmup;
+            opt.judge = settings;
             Findings f = analyze_file(path, opt);
             return std::make_pair(render_summary(f, color), to_json(f));
         },
-        nb::arg("path"), nb::arg("device_memory") = 0, nb::arg("color") = false, nb::arg("warmup") = -1,
+        nb::arg("path"), nb::arg("device_memory") = 0, nb::arg("color") = false, nb::arg("settings") = JudgeSettings{},
         "Analyse a trace; returns (terminal summary, findings JSON).");
 
     m.def(
@@ -250,7 +259,7 @@ NB_MODULE(_core, m) {
     nb::class_<LiveCapture>(m, "Recorder",
                             "One live capture into a .vscope file (capture/recorder.h), judged as it goes by the "
                             "live monitor it feeds (analysis/live_sink.h).")
-        .def(nb::init<const std::string&>(), nb::arg("path"))
+        .def(nb::init<const std::string&, const JudgeSettings&>(), nb::arg("path"), nb::arg("settings") = JudgeSettings{})
         .def("meta", [](LiveCapture& c, const std::string& k, const std::string& v) { c.recorder.meta(k, v); })
         .def("device", [](LiveCapture& c, uint8_t device, uint64_t total_memory, uint64_t allocated,
                           uint64_t reserved) { c.recorder.device(device, total_memory, allocated, reserved); },

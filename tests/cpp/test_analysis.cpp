@@ -191,7 +191,7 @@ TEST(Analysis, WindowDecidesWhetherALaggedFreeSurvives) {
     Findings one = analyze(loop(o));
     EXPECT_EQ(one.verdict, Verdict::no_leak);  // survives one step but does not accumulate
     AnalysisOptions two;
-    two.window = 2;
+    two.judge.window = 2;
     Findings f = analyze(loop(o), two);
     EXPECT_EQ(f.verdict, Verdict::no_leak);
     for (const NotLeak& n : f.not_leaks) EXPECT_NE(n.kind, NotLeakKind::bounded_cache) << n.why;

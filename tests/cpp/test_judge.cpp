@@ -96,14 +96,17 @@ TEST(Judge, OomProjection) {
 // while it climbed and withdrawn later is not in the monitor's last word.)
 TEST(Judge, LiveMonitorAndOfflineAnalysisAgreeOnEveryFixture) {
     size_t fixtures = 0;
-    for (const fs::path& file : vramscope::testing::recorded_snapshots()) {
-        ++fixtures;
-        SCOPED_TRACE(file.filename().string());
+    for (const fs::path& file : vramscope::testing::recorded_snapshots())
+    for (uint32_t window : {1u, 2u}) {  // one JudgeSettings for both, whatever the window
+        fixtures += window == 1;
+        SCOPED_TRACE(file.filename().string() + " window " + std::to_string(window));
         const Trace t = load_any(file.string());
-        const Findings f = analyze(t);
+        AnalysisOptions options;
+        options.judge.window = window;
+        const Findings f = analyze(t, options);
         const Steps steps = find_steps(t);
         SiteResolver sites(t.stacks);
-        LiveMonitor monitor;
+        LiveMonitor monitor(options.judge);
         std::map<std::pair<uint8_t, uint32_t>, double> live;  // (device, site frame) -> rate
         // A live capture sees no step that ended before its first memory event.
         size_t first_memory_event = 0;
@@ -185,4 +188,19 @@ TEST(Judge, LiveOomProjectionCountsMemoryFromBeforeCaptureAndFollowsTheRun) {
     }
     ASSERT_TRUE(with_model.projected_oom_step()) << "the leak was never confirmed";
     EXPECT_EQ(*without.projected_oom_step() - *with_model.projected_oom_step(), kBefore / kLeak);
+}
+
+// A setting out of range is refused by name, never silently replaced (analyze(window=0) was 1).
+TEST(Judge, SettingsOutOfRangeAreRefusedByName) {
+    AnalysisOptions options;
+    options.judge.window = 0;
+    try {
+        analyze(Trace{}, options);
+        FAIL() << "window 0 was accepted";
+    } catch (const std::invalid_argument& e) {
+        EXPECT_NE(std::string(e.what()).find("window"), std::string::npos) << e.what();
+    }
+    JudgeSettings low;
+    low.warmup = -2;
+    EXPECT_THROW(LiveMonitor{low}, std::invalid_argument);
 }

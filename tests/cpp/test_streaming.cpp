@@ -73,7 +73,7 @@ TEST(Streaming, FindingsOfEveryFixtureAreThoseOfThePreviousAnalysis) {
         for (uint32_t window : {1u, 2u}) {
             const fs::path golden = kData / "findings" / (stem(f) + (window == 1 ? ".json" : ".window2.json"));
             AnalysisOptions opt;
-            opt.window = window;
+            opt.judge.window = window;
             const std::string got = comparable(to_json(analyze_file(f.string(), opt))), want = comparable(read_text(golden));
             EXPECT_TRUE(got == want) << golden << " " << first_difference(got, want);
             ++checked;
@@ -99,7 +99,7 @@ TEST(Streaming, AFileReadAsItIsAnalysedSaysWhatTheTraceInMemorySays) {
         const Trace back = read_trace(path);
         for (uint32_t window : {1u, 3u}) {
             AnalysisOptions opt;
-            opt.window = window;
+            opt.judge.window = window;
             EXPECT_EQ(comparable(to_json(analyze_file(path, opt))), comparable(to_json(analyze(back, opt)))) << name;
         }
     }
@@ -126,7 +126,7 @@ TEST(Streaming, AStepRangeIsJudgedAsATraceThatEndsThere) {
             break;
         }
     AnalysisOptions from20;
-    from20.warmup_steps = 20;
+    from20.judge.warmup = 20;
     EXPECT_EQ(comparable(to_json(f)), comparable(to_json(analyze(cut, from20))));
     // And read from a file, which stops reading there.
     const fs::path path = fs::temp_directory_path() / ("vramscope_range_" + std::to_string(::getpid()) + ".vscope");

@@ -114,7 +114,9 @@ class Capture:
         self.shared_name = shared_name
         self.analyse_at_end = analyse_at_end  # off under `vramscope run`: its launcher analyses each trace once
         self.source = source
-        self.warmup = warmup  # steps the analysis at the end does not judge; -1: its default
+        # The judge's settings, the live monitor's and the analysis' at the end alike: they agree.
+        self.settings = _core.JudgeSettings()
+        self.settings.warmup = warmup  # steps not judged at the start; -1: the judge's default
         self.max_steps = max_steps  # > 0: the process ends after this many steps (StepLimitReached)
         # Who holds each leak: searched on the training thread at the step a leak is confirmed, while
         # the loop's frames and locals live, and again at the end if its tensors are still there.
@@ -216,7 +218,7 @@ class Capture:
         path = naming.trace_path(self.requested_path, shared_name=self.shared_name)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            recorder = _core.Recorder(str(path))
+            recorder = _core.Recorder(str(path), self.settings)
         except Exception as e:
             return self._step_aside(f"cannot write the trace: {e}")
         problem = _core.python_frames_self_check()
@@ -349,7 +351,7 @@ class Capture:
         text = ""
         if analyse:
             try:
-                text, findings = _core.summary(self.path, self.device_memory, False, self.warmup)
+                text, findings = _core.summary(self.path, self.device_memory, False, self.settings)
                 self.findings = json.loads(findings)
                 self.leaked = self.findings["verdict"] == _core.Verdict.leak.spelling
             except Exception as e:

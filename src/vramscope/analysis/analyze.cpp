@@ -129,7 +129,8 @@ struct Span {
     size_t S = 0;            // full steps
     size_t s0 = 0;           // first judged step
     size_t w = 1;            // survival window
-    bool judgeable = false;  // kMinSteps step ends after warm-up, and the window elapsed inside the trace
+    size_t min_steps = kMinSteps;  // step ends after warm-up needed to call a shape
+    bool judgeable = false;  // min_steps step ends after warm-up, and the window elapsed inside the trace
     size_t last_judged = 0;  // last step whose survivors can be judged
     size_t judged() const { return judgeable ? last_judged - s0 + 1 : 0; }
 };
@@ -165,7 +166,7 @@ void note_steps(Findings& f, const Replay& r, const Steps& steps, const Span& sp
             f.notes.push_back("The input holds no memory events.");
     } else if (!span.judgeable) {
         f.notes.push_back("Only " + std::to_string(span.S) + " full steps found (from " + std::string(describe(steps.source)) +
-                          "); at least " + std::to_string(span.s0 + std::max<size_t>(kMinSteps, span.w + 3)) +
+                          "); at least " + std::to_string(span.s0 + std::max<size_t>(span.min_steps, span.w + 3)) +
                           " are needed to tell a leak from warm-up or a cache. Record more steps.");
     }
     if (f.steps_before_trace > 0)
@@ -312,7 +313,8 @@ SiteTotals judge_sites(Replay& r, Findings& f, const Span& span, const std::vect
             if (!first_set) sf.first_step = k, first_set = true;
             if (k >= s0) ++recurring;
         }
-        const SiteJudgement site = judge_site(std::span<const double>(aged).subspan(s0), std::span<const double>(held).subspan(s0));
+        const SiteJudgement site = judge_site(std::span<const double>(aged).subspan(s0), std::span<const double>(held).subspan(s0),
+                                               span.min_steps);
         const Judgement& j = site.leak();
         sf.evidence = site.evidence();
         if (sf.evidence == LeakEvidence::replaced_bigger) {
@@ -492,7 +494,7 @@ Findings conclude(Replay& r, const Steps& steps, const AnalysisOptions& opt,
     f.source = t.source;
     f.format = t.format;
     f.warnings = t.warnings;
-    f.window = std::max<uint32_t>(1, opt.window);
+    f.window = opt.judge.window;
     for (const auto& kv : t.meta) f.meta.push_back(kv);
     f.steps_source = steps.source;
     f.steps_detail = steps.detail;
@@ -503,8 +505,7 @@ Findings conclude(Replay& r, const Steps& steps, const AnalysisOptions& opt,
     span.S = r.full_steps();
     f.step_count = span.S;
     span.s0 = opt.first_step > 0         ? std::min<size_t>(opt.first_step, span.S)
-              : opt.warmup_steps >= 0   ? std::min<size_t>(size_t(opt.warmup_steps), span.S)
-                                        : warmup_steps(span.S);
+                                        : opt.judge.warmup_of(span.S);
     // The first step of a trace that starts mid-run is cut short: never judged.
     const bool starts_mid_run =
         f.steps_before_trace > 0 ||
@@ -512,7 +513,8 @@ Findings conclude(Replay& r, const Steps& steps, const AnalysisOptions& opt,
     if (starts_mid_run && span.S > 0) span.s0 = std::max<size_t>(span.s0, 1);
     f.warmup_steps = span.s0;
     span.w = f.window;
-    span.judgeable = r.has_memory_events && span.S >= span.s0 + std::max<size_t>(kMinSteps, span.w + 3);
+    span.min_steps = opt.judge.min_steps;
+    span.judgeable = r.has_memory_events && span.S >= span.s0 + std::max<size_t>(span.min_steps, span.w + 3);
     span.last_judged = span.judgeable ? span.S - 1 - span.w : 0;
     note_steps(f, r, steps, span);
 
@@ -540,7 +542,8 @@ Findings analyze(const Trace& t, const AnalysisOptions& opt) {
                                 return is_block_event(e.kind);
                             }));
     const Steps steps = find_steps(t);
-    Replay r(t, std::max<uint32_t>(1, opt.window), opt.last_step);
+    opt.judge.check();
+    Replay r(t, opt.judge.window, opt.last_step);
     PlacedSteps cuts(steps);
     for (const Event& e : t.events) {
         if (!r.wants_more()) break;
@@ -550,6 +553,7 @@ Findings analyze(const Trace& t, const AnalysisOptions& opt) {
 }
 
 Findings analyze_file(const std::string& path, const AnalysisOptions& opt, const ReadLimits& limits) {
+    opt.judge.check();
     const auto started = std::chrono::steady_clock::now();
     {
         FileChunks probe(path, limits.max_decoded_bytes, format::kHeaderBytes);
@@ -570,7 +574,7 @@ Findings analyze_file(const std::string& path, const AnalysisOptions& opt, const
     while (true) {
         Trace t;
         EventValidator validator;
-        Replay r(t, std::max<uint32_t>(1, opt.window), opt.last_step, &validator);
+        Replay r(t, opt.judge.window, opt.last_step, &validator);
         std::optional<PlacedSteps> placed_cuts;
         if (placed) placed_cuts.emplace(*placed);
         GuessedSteps guess(t.stacks);

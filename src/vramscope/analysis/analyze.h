@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <string>
 
+#include "analysis/settings.h"
 #include "common/limits.h"
 
 #include "events/trace.h"
@@ -11,9 +12,8 @@
 namespace vramscope {
 
 struct AnalysisOptions {
-    uint32_t window = 1;          // an allocation of step k "survives" if still live at the end of k+window
+    JudgeSettings judge;          // window, warm-up, minimum steps: as the live monitor has them
     uint64_t device_memory = 0;   // capacity override for the OOM projection (bytes); 0: from the trace
-    int warmup_steps = -1;        // steps not judged at the start; -1: kWarmupSteps (analysis/judge.h)
     // --steps A:B: judge steps A..B only (A replaces the warm-up; the trace is read up to B's end).
     uint64_t first_step = 0;
     uint64_t last_step = UINT64_MAX;

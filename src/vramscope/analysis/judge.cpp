@@ -7,7 +7,7 @@
 
 namespace vramscope {
 
-Judgement judge(std::span<const double> held) {
+Judgement judge(std::span<const double> held, size_t min_steps) {
     Judgement j;
     const size_t n = held.size();
     if (n == 0) return j;
@@ -26,8 +26,8 @@ Judgement judge(std::span<const double> held) {
     j.bytes_per_step = all.slope;
     j.r2 = all.r2;
     const size_t recent = std::min(n / 2 + 1, kRecentSteps);
-    j.recent_bytes_per_step = n >= kMinSteps ? fit_line(held, n - recent, n - 1).slope : all.slope;
-    if (n < kMinSteps) {
+    j.recent_bytes_per_step = n >= min_steps ? fit_line(held, n - recent, n - 1).slope : all.slope;
+    if (n < min_steps) {
         j.shape = held.back() > held.front() ? Shape::too_short : Shape::level;
         return j;
     }
@@ -50,8 +50,8 @@ bool new_high_at_end(const Judgement& j, size_t n) {
     return j.rises > 0 && j.last_high >= n - std::min(flat_tail(n), n - 1);
 }
 
-SiteJudgement judge_site(std::span<const double> aged, std::span<const double> held) {
-    return SiteJudgement{judge(aged), judge(held)};
+SiteJudgement judge_site(std::span<const double> aged, std::span<const double> held, size_t min_steps) {
+    return SiteJudgement{judge(aged, min_steps), judge(held, min_steps)};
 }
 
 std::optional<uint64_t> projected_oom_step(uint64_t step, uint64_t capacity, uint64_t peak, double rate) {

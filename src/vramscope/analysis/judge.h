@@ -51,7 +51,8 @@ struct Judgement {
     bool varies() const { return given_back > kGivesBack * gained; }
 };
 
-Judgement judge(std::span<const double> held);
+// min_steps: fewer step ends than this are too short to call a shape (JudgeSettings).
+Judgement judge(std::span<const double> held, size_t min_steps = kMinSteps);
 
 // True when a judged series of n step ends made a new high in its last flat_tail(n) of them.
 bool new_high_at_end(const Judgement& j, size_t n);
@@ -70,7 +71,7 @@ struct SiteJudgement {
     const Judgement& leak() const { return evidence() == LeakEvidence::survivors ? aged : held; }
 };
 
-SiteJudgement judge_site(std::span<const double> aged, std::span<const double> held);
+SiteJudgement judge_site(std::span<const double> aged, std::span<const double> held, size_t min_steps);
 
 // The step at which `capacity` is reached from `peak` bytes at `step` when `rate` bytes/step
 // accumulate; none without a rate or a capacity.

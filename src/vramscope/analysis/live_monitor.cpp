@@ -4,6 +4,10 @@
 
 namespace vramscope {
 
+LiveMonitor::LiveMonitor(const JudgeSettings& settings)
+    : young_((settings.check(), settings.window)), window_(settings.window),
+      warmup_(settings.warmup >= 0 ? size_t(settings.warmup) : kWarmupSteps), min_steps_(settings.min_steps) {}
+
 void LiveMonitor::alloc(uint8_t device, uint64_t addr, uint64_t size, uint32_t site) {
     release(device, addr);  // a block never freed before its address came back: its free was missed
     const Block block{addr, size, serial_++, step_, site, device};
@@ -18,7 +22,7 @@ void LiveMonitor::alloc(uint8_t device, uint64_t addr, uint64_t size, uint32_t s
     }
     live_.put(key(device, addr), slot);
     held_[key(device, site)] += int64_t(size);
-    fresh_[key(device, site)] += int64_t(size);
+    young_[step_ % window_][key(device, site)] += int64_t(size);
     Device& d = devices_[device];
     d.allocated += int64_t(size);
     d.peak = std::max(d.peak, d.allocated);
@@ -29,7 +33,7 @@ void LiveMonitor::release(uint8_t device, uint64_t addr) {
     if (slot == AddressMap::kMissing) return;  // allocated before capture began
     const Block& b = blocks_[slot];
     held_[key(device, b.site)] -= int64_t(b.size);
-    if (b.step == step_) fresh_[key(device, b.site)] -= int64_t(b.size);
+    if (b.step + window_ > step_) young_[b.step % window_][key(device, b.site)] -= int64_t(b.size);
     devices_[device].allocated -= int64_t(b.size);
     free_slots_.push_back(slot);
 }
@@ -57,7 +61,7 @@ SiteJudgement LiveMonitor::judge_recent(const Series& s) const {
         aged[i] = s.aged[(s.count - n + i) % kRecentSteps];
         held[i] = s.held[(s.count - n + i) % kRecentSteps];
     }
-    return judge_site(std::span<const double>(aged.data(), n), std::span<const double>(held.data(), n));
+    return judge_site(std::span<const double>(aged.data(), n), std::span<const double>(held.data(), n), min_steps_);
 }
 
 std::vector<std::pair<uint64_t, uint64_t>> LiveMonitor::newest_blocks(uint8_t device, uint32_t site) const {
@@ -70,7 +74,7 @@ std::vector<std::pair<uint64_t, uint64_t>> LiveMonitor::newest_blocks(uint8_t de
     for (const bool old_only : {true, false}) {
         for (size_t slot = 0; slot < blocks_.size(); ++slot)
             if (!free[slot] && blocks_[slot].site == site && blocks_[slot].device == device &&
-                (!old_only || blocks_[slot].step + 1 < step_))
+                (!old_only || blocks_[slot].step + window_ < step_))
                 mine.emplace_back(blocks_[slot].serial, slot);
         if (!mine.empty()) break;
     }
@@ -94,22 +98,23 @@ std::vector<LiveLeak> LiveMonitor::leaking() const {
 std::vector<LiveLeak> LiveMonitor::end_step() {
     ++step_;
     std::vector<LiveLeak> found;
-    if (step_ > kWarmupSteps) {
+    if (step_ > warmup_) {
         for (const auto& [k, all] : held_) {
-            auto young = fresh_.find(k);
-            const int64_t aged = all - (young == fresh_.end() ? 0 : young->second);
+            int64_t aged = all;
+            for (const auto& recent : young_)
+                if (auto young = recent.find(k); young != recent.end()) aged -= young->second;
             auto it = series_.find(k);
             if (it == series_.end()) {
                 if (all <= 0) continue;
                 it = series_.emplace(k, Series{}).first;
                 // It held nothing at the step ends since warm-up: the offline series has those zeros too.
-                it->second.count = std::min<size_t>(step_ - kWarmupSteps - 1, kRecentSteps);
+                it->second.count = std::min<size_t>(step_ - warmup_ - 1, kRecentSteps);
             }
             Series& s = it->second;
             s.aged[s.count % kRecentSteps] = double(std::max<int64_t>(0, aged));
             s.held[s.count % kRecentSteps] = double(std::max<int64_t>(0, all));
             ++s.count;
-            if (s.count < kMinSteps) continue;
+            if (s.count < min_steps_) continue;
             const SiteJudgement site = judge_recent(s);
             const Judgement& j = site.leak();
             const uint8_t device = uint8_t(k >> 56);
@@ -143,7 +148,7 @@ std::vector<LiveLeak> LiveMonitor::end_step() {
         d.last_peak = d.peak;
         d.peak = d.allocated;
     }
-    for (auto& [k, bytes] : fresh_) bytes = 0;
+    for (auto& [k, bytes] : young_[step_ % window_]) bytes = 0;  // a window ago: survivors from now on
     return found;
 }
 

@@ -17,6 +17,7 @@
 
 #include "common/address_map.h"
 #include "analysis/judge.h"
+#include "analysis/settings.h"
 
 namespace vramscope {
 
@@ -35,6 +36,10 @@ struct LiveLeak {
 class LiveMonitor {
 public:
     static constexpr size_t kBlocksKept = 8;  // per confirmed leak: what explain maps to tensors
+
+    // The offline analysis' settings; a warm-up of -1 is kWarmupSteps (a run's length is not known
+    // while it goes, and warmup_steps() gives that for every run long enough to judge).
+    explicit LiveMonitor(const JudgeSettings& settings = {});
 
     void alloc(uint8_t device, uint64_t addr, uint64_t size, uint32_t site);
     void release(uint8_t device, uint64_t addr);
@@ -80,7 +85,10 @@ private:
     std::vector<Block> blocks_;
     std::vector<uint32_t> free_slots_;             // of blocks_, for reuse: no allocation per event
     std::unordered_map<uint64_t, int64_t> held_;   // by device and site: live bytes now
-    std::unordered_map<uint64_t, int64_t> fresh_;  // of those, allocated in this step: not judged until it ends
+    // Of those, allocated in the last `window` steps, by step % window: not yet survivors.
+    std::vector<std::unordered_map<uint64_t, int64_t>> young_;
+    const uint32_t window_;
+    const size_t warmup_, min_steps_;
     std::unordered_map<uint64_t, Series> series_;  // by device and site, once a step end saw bytes
     std::array<Device, 256> devices_{};
     uint64_t step_ = 0;

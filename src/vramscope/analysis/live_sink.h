@@ -16,6 +16,7 @@ namespace vramscope {
 
 class LiveSink : public EventSink {
 public:
+    explicit LiveSink(const JudgeSettings& settings = {}) : monitor_(settings) {}
     void device(uint8_t device, uint64_t capacity, uint64_t allocated_before) override;
     void stack(uint32_t stack, std::span<const SinkFrame> frames) override;
     void events(std::span<const Event> events) override;
