@@ -96,6 +96,30 @@ TEST(Steps, TheOptimizersAnnotationsAreOptimizerSteps) {
     EXPECT_EQ(steps.unit, "optimizer step");
 }
 
+// A GAN whose discriminator steps twice per generator step: the first optimizer seen (the
+// generator here) ends the steps, as the live session counts them, and a file is read once.
+TEST(Steps, WithSeveralOptimizersTheFirstSeenEndsTheSteps) {
+    TraceBuilder b;
+    const uint32_t s = b.stack({{"/home/u/gan.py", 10, "train"}});
+    for (int i = 0; i < 12; ++i) {
+        b.alloc(0x1000, 512, s);
+        b.free(0x1000, 512);
+        b.annotation(EventKind::annotation_start, "Optimizer.step#Adam.step G");
+        b.annotation(EventKind::annotation_end, "Optimizer.step#Adam.step G");
+        for (int d = 0; d < 2; ++d) {
+            b.annotation(EventKind::annotation_start, "Optimizer.step#Adam.step D");
+            b.annotation(EventKind::annotation_end, "Optimizer.step#Adam.step D");
+        }
+    }
+    const Steps steps = find_steps(b.t);
+    EXPECT_EQ(steps.detail, "Optimizer.step#Adam.step G");
+    EXPECT_EQ(steps.ends.size(), 12u);
+    FirstOptimizer first;
+    EXPECT_TRUE(first.ends_step(7, 0));
+    EXPECT_FALSE(first.ends_step(8, 0));
+    EXPECT_FALSE(first.ends_step(7, 1));
+}
+
 TEST(Steps, AnInferenceLoopIsCutIntoTurnsNotDecodedTokens) {
     TraceBuilder b;
     const std::vector<size_t> turn_starts = chat(b, 20, varying_tokens);

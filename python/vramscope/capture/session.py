@@ -512,7 +512,7 @@ class Capture:
         if self._optimizer is None:
             self._optimizer = weakref.ref(optimizer)
         elif self._optimizer() is not optimizer:
-            return  # several optimizers: the first one's steps count
+            return  # several optimizers: the first one's steps count (analysis/steps.h FirstOptimizer)
         self._step_ended(StepUnit.optimizer)
 
     def _on_backward(self) -> None:

@@ -18,8 +18,7 @@ void PlacedSteps::feed(Replay& r, const Event& e) {
 
 bool GuessedSteps::chosen_optimizer_end(const Event& e) {
     if (e.kind != EventKind::annotation_end || annotations_.of(e.name) != AnnotationKinds::optimizer_step) return false;
-    if (!chosen_) chosen_ = true, chosen_name_ = e.name, chosen_device_ = e.device;
-    return e.name == chosen_name_ && e.device == chosen_device_;
+    return first_.ends_step(e.name, e.device);
 }
 
 void GuessedSteps::end_at(Replay& r, size_t index) {

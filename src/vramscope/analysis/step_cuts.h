@@ -48,9 +48,8 @@ private:
     AnnotationKinds annotations_;
     std::vector<size_t> ends_;
     size_t index_ = 0;
-    bool marker_seen_ = false, chosen_ = false;
-    uint32_t chosen_name_ = 0;
-    uint8_t chosen_device_ = 0;
+    bool marker_seen_ = false;
+    FirstOptimizer first_;
     // The end of an optimizer step, until an allocation (it ends there), a zero_grad() end (the
     // step ends after it) or the next optimizer step's end says which; the events between wait.
     std::optional<size_t> pending_;

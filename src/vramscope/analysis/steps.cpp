@@ -56,21 +56,14 @@ bool StepFinder::optimizer_stack(uint32_t stack) {
 }
 
 // The memory recorder keeps the optimizer's record_function regions as START/END annotations
-// (AnnotationKinds). With several optimizers, the most frequent one
-// (first seen on a tie) stands for the step, on the device that recorded it first.
+// (AnnotationKinds); with several optimizers, the first one's steps are the steps (FirstOptimizer).
 bool StepFinder::from_optimizer_annotations(Steps& out) const {
     if (optimizer_ends_.empty()) return false;
-    std::map<uint32_t, size_t> counts;
-    std::vector<uint32_t> order;
-    for (const OptimizerEnd& o : optimizer_ends_)
-        if (counts[o.name]++ == 0) order.push_back(o.name);
-    uint32_t best = order.front();
-    for (uint32_t n : order)
-        if (counts[n] > counts[best]) best = n;
-    const uint8_t device = optimizer_ends_.front().device;
+    FirstOptimizer first;
     std::vector<const OptimizerEnd*> chosen;
     for (const OptimizerEnd& o : optimizer_ends_)
-        if (o.name == best && o.device == device) chosen.push_back(&o);
+        if (first.ends_step(o.name, o.device)) chosen.push_back(&o);
+    const uint32_t best = chosen.front()->name;
     out.source = StepsSource::optimizer_annotations;
     out.detail = std::string(stacks_.string(best));
     out.unit = kOptimizerStepUnit;

@@ -53,6 +53,23 @@ private:
     std::vector<int8_t> kind_;  // -1: not looked at yet
 };
 
+// Which optimizer's steps are the steps when several step (a GAN's two, a slower second one): the
+// first one seen, on the device it was seen on. The one rule: StepFinder and GuessedSteps cut a
+// trace's annotations by it, and a live capture's session keeps the first optimizer whose step it
+// sees (capture/session.py), since live nothing later can be known.
+class FirstOptimizer {
+public:
+    bool ends_step(uint32_t name, uint8_t device) {
+        if (!chosen_) chosen_ = true, name_ = name, device_ = device;
+        return name == name_ && device == device_;
+    }
+
+private:
+    bool chosen_ = false;
+    uint32_t name_ = 0;
+    uint8_t device_ = 0;
+};
+
 // Collects, in one pass, what each source needs; memory: a few words per step and per stack.
 class StepFinder {
 public:
