@@ -73,11 +73,51 @@ static nb::list live_findings(const std::vector<LiveFinding>& found) {
     return out;
 }
 
-NB_MODULE(_core, m) {
-    m.attr("__version__") = VRAMSCOPE_VERSION;
-    // Retired recorders are kept to the end on purpose (a late allocator callback may reach one):
-    // nanobind would list them as leaks at exit, in the user's output.
-    nb::set_leak_warnings(false);
+namespace {
+
+// The vocabularies first: the functions below take and give them.
+void bind_vocabulary(nb::module_& m) {
+    // The vocabularies, as Python enums: values and names are the C++ ones, never copied by hand.
+    nb::enum_<EventKind>(m, "EventKind")
+        .value("alloc", EventKind::alloc).value("free_requested", EventKind::free_requested)
+        .value("free_completed", EventKind::free_completed).value("segment_alloc", EventKind::segment_alloc)
+        .value("segment_free", EventKind::segment_free).value("segment_map", EventKind::segment_map)
+        .value("segment_unmap", EventKind::segment_unmap).value("oom", EventKind::oom)
+        .value("step", EventKind::step).value("microbatch", EventKind::microbatch)
+        .value("annotation_start", EventKind::annotation_start).value("annotation_end", EventKind::annotation_end)
+        .value("snapshot", EventKind::snapshot).value("free", EventKind::free);
+    // Python compares these with the JSON's spellings: str(Verdict.leak) is not "leak", `spelling` is.
+    nb::enum_<Verdict>(m, "Verdict")
+        .value("no_leak", Verdict::no_leak).value("leak", Verdict::leak).value("cannot_judge", Verdict::cannot_judge)
+        .def_prop_ro("spelling", [](Verdict v) { return std::string(name(v)); });
+    nb::enum_<Shape>(m, "Shape")
+        .value("level", Shape::level).value("rising", Shape::rising).value("slowing", Shape::slowing)
+        .value("bounded", Shape::bounded).value("warm_up", Shape::warm_up).value("too_short", Shape::too_short)
+        .def_prop_ro("spelling", [](Shape s) { return std::string(name(s)); })
+        .def_prop_ro("is_leak", [](Shape s) { return is_leak(s); });
+    nb::enum_<NotLeakKind>(m, "NotLeakKind")
+        .value("warm_up", NotLeakKind::warm_up).value("bounded_cache", NotLeakKind::bounded_cache)
+        .value("fragmentation", NotLeakKind::fragmentation).value("activation_peaks", NotLeakKind::activation_peaks)
+        .value("cached_free", NotLeakKind::cached_free).value("before_trace", NotLeakKind::before_trace)
+        .def_prop_ro("spelling", [](NotLeakKind k) { return std::string(name(k)); });
+    nb::enum_<LeakEvidence>(m, "LeakEvidence")
+        .value("survivors", LeakEvidence::survivors).value("replaced_bigger", LeakEvidence::replaced_bigger)
+        .def_prop_ro("spelling", [](LeakEvidence e) { return std::string(name(e)); });
+    nb::enum_<LedgerPart>(m, "LedgerPart")
+        .value("leak", LedgerPart::leak).value("bounded_cache", LedgerPart::bounded_cache)
+        .value("warm_up", LedgerPart::warm_up).value("variation", LedgerPart::variation)
+        .value("before_trace", LedgerPart::before_trace).value("unexplained", LedgerPart::unexplained)
+        .def_prop_ro("spelling", [](LedgerPart p) { return std::string(name(p)); });
+    nb::enum_<StepsSource>(m, "StepsSource")
+        .value("markers", StepsSource::markers).value("optimizer_annotations", StepsSource::optimizer_annotations)
+        .value("optimizer_frames", StepsSource::optimizer_frames).value("inferred_period", StepsSource::inferred_period)
+        .value("none", StepsSource::none)
+        .def_prop_ro("spelling", [](StepsSource s) { return std::string(name(s)); });
+
+}
+
+// The command line and the typed functions behind it (cli/).
+void bind_commands(nb::module_& m) {
     // The command line's options and commands (cli/options.h): python/vramscope/commands/ builds
     // its parsers from these and hands each option's text back to be typed, once, here.
     nb::exception<UsageError>(m, "UsageError", PyExc_ValueError);
@@ -169,6 +209,19 @@ NB_MODULE(_core, m) {
     m.def("terminal_safe", [](const std::string& text, bool keep_newlines) { return terminal_safe(text, keep_newlines); },
           nb::arg("text"), nb::arg("keep_newlines") = false,
           "Text from a file or the user, safe to print: control characters shown as escapes.");
+    m.def("format_bytes", &format_bytes, nb::arg("bytes"), "Bytes as vramscope spells them: '36.0 MiB'.");
+    m.def(
+        "parse_bytes",
+        [](const std::string& text) {
+            uint64_t bytes = 0;
+            if (!parse_bytes(text, bytes)) throw nb::value_error(("not a size: '" + text + "' (e.g. 80GiB)").c_str());
+            return bytes;
+        },
+        "A size such as 80GiB or 81559MiB in bytes.");
+}
+
+// The judge's settings and the analysis of one trace (analysis/).
+void bind_analysis(nb::module_& m) {
     nb::class_<JudgeSettings>(m, "JudgeSettings",
                               "Window, warm-up and minimum steps: one struct for the live monitor, the analysis "
                               "of a trace and a capture's analysis at its end (analysis/settings.h).")
@@ -219,43 +272,10 @@ NB_MODULE(_core, m) {
         },
         nb::arg("path"), "Every distinct stack frame of a trace or snapshot: (file, line, function).");
 
-    // The vocabularies, as Python enums: values and names are the C++ ones, never copied by hand.
-    nb::enum_<EventKind>(m, "EventKind")
-        .value("alloc", EventKind::alloc).value("free_requested", EventKind::free_requested)
-        .value("free_completed", EventKind::free_completed).value("segment_alloc", EventKind::segment_alloc)
-        .value("segment_free", EventKind::segment_free).value("segment_map", EventKind::segment_map)
-        .value("segment_unmap", EventKind::segment_unmap).value("oom", EventKind::oom)
-        .value("step", EventKind::step).value("microbatch", EventKind::microbatch)
-        .value("annotation_start", EventKind::annotation_start).value("annotation_end", EventKind::annotation_end)
-        .value("snapshot", EventKind::snapshot).value("free", EventKind::free);
-    // Python compares these with the JSON's spellings: str(Verdict.leak) is not "leak", `spelling` is.
-    nb::enum_<Verdict>(m, "Verdict")
-        .value("no_leak", Verdict::no_leak).value("leak", Verdict::leak).value("cannot_judge", Verdict::cannot_judge)
-        .def_prop_ro("spelling", [](Verdict v) { return std::string(name(v)); });
-    nb::enum_<Shape>(m, "Shape")
-        .value("level", Shape::level).value("rising", Shape::rising).value("slowing", Shape::slowing)
-        .value("bounded", Shape::bounded).value("warm_up", Shape::warm_up).value("too_short", Shape::too_short)
-        .def_prop_ro("spelling", [](Shape s) { return std::string(name(s)); })
-        .def_prop_ro("is_leak", [](Shape s) { return is_leak(s); });
-    nb::enum_<NotLeakKind>(m, "NotLeakKind")
-        .value("warm_up", NotLeakKind::warm_up).value("bounded_cache", NotLeakKind::bounded_cache)
-        .value("fragmentation", NotLeakKind::fragmentation).value("activation_peaks", NotLeakKind::activation_peaks)
-        .value("cached_free", NotLeakKind::cached_free).value("before_trace", NotLeakKind::before_trace)
-        .def_prop_ro("spelling", [](NotLeakKind k) { return std::string(name(k)); });
-    nb::enum_<LeakEvidence>(m, "LeakEvidence")
-        .value("survivors", LeakEvidence::survivors).value("replaced_bigger", LeakEvidence::replaced_bigger)
-        .def_prop_ro("spelling", [](LeakEvidence e) { return std::string(name(e)); });
-    nb::enum_<LedgerPart>(m, "LedgerPart")
-        .value("leak", LedgerPart::leak).value("bounded_cache", LedgerPart::bounded_cache)
-        .value("warm_up", LedgerPart::warm_up).value("variation", LedgerPart::variation)
-        .value("before_trace", LedgerPart::before_trace).value("unexplained", LedgerPart::unexplained)
-        .def_prop_ro("spelling", [](LedgerPart p) { return std::string(name(p)); });
-    nb::enum_<StepsSource>(m, "StepsSource")
-        .value("markers", StepsSource::markers).value("optimizer_annotations", StepsSource::optimizer_annotations)
-        .value("optimizer_frames", StepsSource::optimizer_frames).value("inferred_period", StepsSource::inferred_period)
-        .value("none", StepsSource::none)
-        .def_prop_ro("spelling", [](StepsSource s) { return std::string(name(s)); });
+}
 
+// A live capture: the recorder and the live monitor it feeds, and the hook's entry.
+void bind_capture(nb::module_& m) {
     nb::class_<LiveCapture>(m, "Recorder",
                             "One live capture into a .vscope file (capture/recorder.h), judged as it goes by the "
                             "live monitor it feeds (analysis/live_sink.h).")
@@ -327,18 +347,13 @@ NB_MODULE(_core, m) {
         },
         nb::arg("kind"), nb::arg("device"), nb::arg("addr"), nb::arg("size"), nb::arg("stream") = 0,
         nb::arg("node") = "");
-    m.def("format_bytes", &format_bytes, nb::arg("bytes"), "Bytes as vramscope spells them: '36.0 MiB'.");
-    m.def(
-        "parse_bytes",
-        [](const std::string& text) {
-            uint64_t bytes = 0;
-            if (!parse_bytes(text, bytes)) throw nb::value_error(("not a size: '" + text + "' (e.g. 80GiB)").c_str());
-            return bytes;
-        },
-        "A size such as 80GiB or 81559MiB in bytes.");
     m.def("python_frames_self_check", &capture::self_check,
           "Compare the GIL-free frame walk with the interpreter's; empty when they agree.");
     m.def("python_frames_supported", &capture::python_frames_supported);
+}
+
+// Who holds a leak: the object graph walked in C++ (explain/).
+void bind_explain(nb::module_& m) {
     m.def(
         "reference_walk",
         [](nb::list roots, nb::object targets, nb::tuple extra_types, nb::callable callback, nb::object skip,
@@ -349,4 +364,18 @@ NB_MODULE(_core, m) {
             return nb::steal(r);
         },
         "Breadth-first search of the object graph (explain/reference_walk.h): [(root label, [objects])].");
+}
+
+}  // namespace
+
+NB_MODULE(_core, m) {
+    m.attr("__version__") = VRAMSCOPE_VERSION;
+    // Retired recorders are kept to the end on purpose (a late allocator callback may reach one):
+    // nanobind would list them as leaks at exit, in the user's output.
+    nb::set_leak_warnings(false);
+    bind_vocabulary(m);
+    bind_commands(m);
+    bind_analysis(m);
+    bind_capture(m);
+    bind_explain(m);
 }

@@ -136,6 +136,70 @@ void owners_array(Json& j, const SiteFinding& l, bool report) {
     if (l.owners_found_at_step) j.field("owners_found_at_step", *l.owners_found_at_step);
 }
 
+// Every step of every device, the unfinished tail marked: the findings file's, not the report's.
+void timeline(Json& j, const Findings& f) {
+    j.key("timeline");
+    j.open('[');
+    for (const DeviceSummary& d : f.devices)
+        for (size_t k = 0; k < d.timeline.size(); ++k) {
+            const StepPoint& p = d.timeline[k];
+            j.open('{');
+            j.field("step", uint64_t(k));
+            j.field("device", uint64_t(d.device));
+            j.field("allocated", p.allocated);
+            j.field("reserved", p.reserved);
+            j.field("peak_allocated", p.peak_allocated);
+            j.field("pending_free", p.pending_free);
+            pairs(j, "by_stream", p.by_stream);
+            j.field("complete", uint64_t(k < f.step_count));
+            j.close('}');
+        }
+    j.close(']');
+}
+
+// The leak sites, largest first. sampled: the report's steps by device (its stacked areas draw
+// what each site held at them); null for the findings file, which keeps the live blocks instead.
+void leaks_array(Json& j, const std::vector<SiteFinding>& leaks, const std::map<uint16_t, std::vector<size_t>>* sampled) {
+    j.key("leaks");
+    j.open('[');
+    for (const SiteFinding& l : leaks) {
+        j.open('{');
+        j.field("bytes_per_step", l.bytes_per_step);
+        j.key("site");
+        source_line(j, l.site);
+        j.key("stack");
+        j.open('[');
+        for (const SourceLine& s : l.stack) source_line(j, s);
+        j.close(']');
+        j.field("stack_shown_from", uint64_t(l.stack_shown_from));
+        j.field("shape", name(l.shape));
+        j.field("evidence", name(l.evidence));
+        j.field("recent_bytes_per_step", l.recent_bytes_per_step);
+        j.field("device", uint64_t(l.device));
+        j.field("stream", l.stream);
+        j.field("stream_kind", stream_kind(l.stream));
+        j.field("first_step", l.first_step);
+        j.field("confidence", l.confidence);
+        j.field("fit_r2", l.fit_r2);
+        j.field("recurrence", l.recurrence);
+        j.field("share_of_growth", l.share_of_growth);
+        j.field("live_bytes", l.live_bytes);
+        j.field("peak_bytes", l.peak_bytes);
+        j.field("surviving_allocations", l.surviving_allocations);
+        if (sampled && !l.held.empty()) {  // none in findings read back from JSON: no area drawn
+            j.key("held");
+            j.open('[');
+            for (size_t k : sampled->at(l.device)) j.value(k < l.held.size() ? l.held[k] : uint64_t(0));
+            j.close(']');
+        } else if (!sampled) {
+            pairs(j, "live_blocks", l.live_blocks);
+        }
+        owners_array(j, l, sampled != nullptr);
+        j.close('}');
+    }
+    j.close(']');
+}
+
 // report: the HTML report's data, column-oriented and at most kReportPoints steps a series.
 void findings_object(Json& j, const Findings& f, bool report = false) {
     std::map<uint16_t, std::vector<size_t>> sampled;
@@ -162,23 +226,7 @@ void findings_object(Json& j, const Findings& f, bool report = false) {
     j.field("window", uint64_t(f.window));
     j.close('}');
     optional_step(j, "projected_oom_step", f.projected_oom_step);
-    if (!report) j.key("timeline");
-    if (!report) j.open('[');
-    for (const DeviceSummary& d : f.devices)
-        for (size_t k = 0; k < d.timeline.size() && !report; ++k) {
-            const StepPoint& p = d.timeline[k];
-            j.open('{');
-            j.field("step", uint64_t(k));
-            j.field("device", uint64_t(d.device));
-            j.field("allocated", p.allocated);
-            j.field("reserved", p.reserved);
-            j.field("peak_allocated", p.peak_allocated);
-            j.field("pending_free", p.pending_free);
-            pairs(j, "by_stream", p.by_stream);
-            j.field("complete", uint64_t(k < f.step_count));
-            j.close('}');
-        }
-    if (!report) j.close(']');
+    if (!report) timeline(j, f);
     j.key("devices");
     j.open('[');
     for (const DeviceSummary& d : f.devices) {
@@ -207,44 +255,7 @@ void findings_object(Json& j, const Findings& f, bool report = false) {
         j.close('}');
     }
     j.close(']');
-    j.key("leaks");
-    j.open('[');
-    for (const SiteFinding& l : f.leaks) {
-        j.open('{');
-        j.field("bytes_per_step", l.bytes_per_step);
-        j.key("site");
-        source_line(j, l.site);
-        j.key("stack");
-        j.open('[');
-        for (const SourceLine& s : l.stack) source_line(j, s);
-        j.close(']');
-        j.field("stack_shown_from", uint64_t(l.stack_shown_from));
-        j.field("shape", name(l.shape));
-        j.field("evidence", name(l.evidence));
-        j.field("recent_bytes_per_step", l.recent_bytes_per_step);
-        j.field("device", uint64_t(l.device));
-        j.field("stream", l.stream);
-        j.field("stream_kind", stream_kind(l.stream));
-        j.field("first_step", l.first_step);
-        j.field("confidence", l.confidence);
-        j.field("fit_r2", l.fit_r2);
-        j.field("recurrence", l.recurrence);
-        j.field("share_of_growth", l.share_of_growth);
-        j.field("live_bytes", l.live_bytes);
-        j.field("peak_bytes", l.peak_bytes);
-        j.field("surviving_allocations", l.surviving_allocations);
-        if (report && !l.held.empty()) {  // none in findings read back from JSON: no area drawn
-            j.key("held");
-            j.open('[');
-            for (size_t k : sampled[l.device]) j.value(k < l.held.size() ? l.held[k] : uint64_t(0));
-            j.close(']');
-        } else if (!report) {
-            pairs(j, "live_blocks", l.live_blocks);
-        }
-        owners_array(j, l, report);
-        j.close('}');
-    }
-    j.close(']');
+    leaks_array(j, f.leaks, report ? &sampled : nullptr);
     j.key("not_leaks");
     j.open('[');
     for (const NotLeak& n : f.not_leaks) {
