@@ -281,9 +281,16 @@ void bind_capture(nb::module_& m) {
                             "live monitor it feeds (analysis/live_sink.h).")
         .def(nb::init<const std::string&, const JudgeSettings&>(), nb::arg("path"), nb::arg("settings") = JudgeSettings{})
         .def("meta", [](LiveCapture& c, const std::string& k, const std::string& v) { c.recorder.meta(k, v); })
-        .def("device", [](LiveCapture& c, uint8_t device, uint64_t total_memory, uint64_t allocated,
-                          uint64_t reserved) { c.recorder.device(device, total_memory, allocated, reserved); },
-             nb::arg("device"), nb::arg("total_memory"), nb::arg("allocated"), nb::arg("reserved"))
+        .def("device",
+             [](LiveCapture& c, uint8_t device, uint64_t total_memory, uint64_t allocated, uint64_t reserved,
+                uint64_t budget) {
+                 c.recorder.device(device, total_memory, allocated, reserved);
+                 if (budget) c.monitor.device(device, budget, 0);  // the monitor projects against it
+             },
+             nb::arg("device"), nb::arg("total_memory"), nb::arg("allocated"), nb::arg("reserved"),
+             nb::arg("budget") = 0,
+             "A device as it is (its capacity goes in the trace) and, with `budget`, the capacity the user "
+             "gave (device_memory), which the live monitor projects the OOM step against instead.")
         .def("name_stream",
              [](LiveCapture& c, uint64_t handle, const std::string& label) { c.recorder.name_stream(handle, label); })
         .def("marker", [](LiveCapture& c, EventKind kind, const std::string& name) { c.recorder.marker(kind, name); })

@@ -256,13 +256,16 @@ class Capture:
             from .live_tensors import CPU_DEVICE
 
             recorder.meta(f"device.{CPU_DEVICE}", "cpu")
-            recorder.device(CPU_DEVICE, self.device_memory, 0, 0)
+            recorder.device(CPU_DEVICE, 0, 0, 0, budget=self.device_memory)  # no capacity of its own
         else:
+            # The trace keeps the device as it is; the user's device_memory is a budget that the live
+            # monitor and the analysis at the end project against (a trace claiming less capacity
+            # than it holds is a fault).
             for d in range(torch.cuda.device_count()):
                 props = torch.cuda.get_device_properties(d)
                 recorder.meta(f"device.{d}", props.name)
-                recorder.device(d, self.device_memory or _capacity(torch, d, props.total_memory),
-                                torch.cuda.memory_allocated(d), torch.cuda.memory_reserved(d))
+                recorder.device(d, _capacity(torch, d, props.total_memory), torch.cuda.memory_allocated(d),
+                                torch.cuda.memory_reserved(d), budget=self.device_memory)
         recorder.name_stream(0, "default stream")
 
     def stop(self, raise_on_leak: bool = False) -> None:
