@@ -256,7 +256,7 @@ class Run:
         torch.cuda.memory._dump_snapshot(plain)
         torch.cuda.memory._record_memory_history(enabled=None)
         with open(plain, "rb") as f:
-            raw = f.read()
+            raw = checkout_relative(f.read())
         os.remove(plain)
         gz_path = os.path.join(self.out_dir, f"{self.name}.pickle.gz")
         with open(gz_path, "wb") as f:
@@ -277,6 +277,41 @@ class Run:
               f"trace entries per device {truth['snapshot_stats']['trace_entries_per_device']}",
               flush=True)
         return truth
+
+
+CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
+
+
+def checkout_relative(raw: bytes, checkout: str = CHECKOUT) -> bytes:
+    """The snapshot with this checkout's frames named relative to it (tests/data/record_fixtures.py):
+    a bundled fixture must not show the recording machine's paths. Frame dicts shared in the
+    snapshot stay shared, and each new name is one string, so the pickle's memo keeps it small."""
+    snap = pickle.loads(raw)
+    names: dict[str, str] = {}
+
+    def walk(obj):
+        if isinstance(obj, dict):
+            name = obj.get("filename")
+            if isinstance(name, str) and name.startswith(checkout):
+                obj["filename"] = names.setdefault(name, name[len(checkout):])
+            for value in obj.values():
+                if isinstance(value, (dict, list)):
+                    walk(value)
+        elif isinstance(obj, list):
+            for value in obj:
+                if isinstance(value, (dict, list)):
+                    walk(value)
+
+    walk(snap)
+    return pickle.dumps(snap, protocol=4)
+
+
+def relativize_fixture(path: str, checkout: str) -> None:
+    """A recorded fixture rewritten in place with checkout_relative (recordings made before it)."""
+    with gzip.open(path, "rb") as f:
+        raw = checkout_relative(f.read(), checkout)
+    with open(path, "wb") as f:
+        f.write(gzip.compress(raw, compresslevel=9, mtime=0))
 
 
 # --------------------------------------------------------------------------
@@ -1332,9 +1367,16 @@ def main():
     ap.add_argument("--only", metavar="NAMES", help="with --all: these scenarios only (comma-separated)")
     ap.add_argument("--live", metavar="OUT_VSCOPE", help="capture with vramscope.track() instead of torch's recorder")
     ap.add_argument("--plain", metavar="TRUTH_JSON", help="record nothing (run under `vramscope run`); truth to this file")
+    g.add_argument("--relativize", nargs="+", metavar=("CHECKOUT", "PICKLE_GZ"),
+                    help="rewrite recorded fixtures so frames under CHECKOUT are named relative to it")
     a = ap.parse_args()
     if a.scenario:
         os.environ.update(ENVIRONMENT.get(a.scenario, {}))
+    if a.relativize:
+        checkout = a.relativize[0].rstrip(os.sep) + os.sep
+        for path in a.relativize[1:]:
+            relativize_fixture(path, checkout)
+        return 0
     if a.describe:
         print("\n".join(describe_snapshot(load_gz(a.describe))))
         return 0
