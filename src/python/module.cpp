@@ -229,7 +229,9 @@ void bind_analysis(nb::module_& m) {
         .def_rw("window", &JudgeSettings::window)
         .def_rw("warmup", &JudgeSettings::warmup, "steps never judged at the start; -1: the judge's default")
         .def_rw("min_steps", &JudgeSettings::min_steps)
-        .def("check", &JudgeSettings::check, "Raises ValueError naming a setting out of range.");
+        .def("check", &JudgeSettings::check, "Raises ValueError naming a setting out of range.")
+        .def_static("warmup_for_judged", &JudgeSettings::warmup_for_judged, nb::arg("judged"),
+                    "The default warm-up of a run made to judge this many steps after it (a test's check).");
     m.def(
         "analyze_json",
         [](const std::string& path, const JudgeSettings& settings, uint64_t device_memory) {

@@ -9,6 +9,7 @@ import os
 import shutil
 import tempfile
 
+from .. import _core
 from ..capture import Capture, LeakError, Source
 from .limits import Broken, Failure, Judged, failures, parse_size
 
@@ -23,6 +24,11 @@ class PeakError(AssertionError):
 
 RAISED = {Broken.leak: LeakError, Broken.peak: PeakError, Broken.cannot_judge: CannotJudgeError}
 
+# Judged steps of a check: the judge's minimum; its warm-up, what the judge gives a run that long,
+# passed explicitly so that the live monitor and the analysis at the end skip the same steps.
+STEPS = _core.JudgeSettings().min_steps
+WARMUP = _core.JudgeSettings.warmup_for_judged(STEPS)
+
 
 class LeakCheck:
     """Steps between `with` and its end, each closed by step(); at the end, a LeakError when a site
@@ -30,7 +36,7 @@ class LeakCheck:
     `peak_limit`. `warmup`: steps not judged (optimizer state, caches). The trace is kept for
     `vramscope analyze` when the check fails."""
 
-    def __init__(self, *, limit: str | int | None = "1 MiB", warmup: int = 2, peak_limit: str | int | None = None,
+    def __init__(self, *, limit: str | int | None = "1 MiB", warmup: int = WARMUP, peak_limit: str | int | None = None,
                  source: Source | None = None, explain: bool = True):
         self.limit = None if limit is None else parse_size(limit)
         self.peak_limit = None if peak_limit is None else parse_size(peak_limit)
@@ -105,7 +111,7 @@ class LeakCheck:
             raise RAISED[self.failures[0].broken](message)
 
 
-def assert_no_leak(fn=None, *, steps: int = 8, warmup: int = 2, limit: str | int = "1 MiB",
+def assert_no_leak(fn=None, *, steps: int = STEPS, warmup: int = WARMUP, limit: str | int = "1 MiB",
                    peak_limit: str | int | None = None) -> LeakCheck | None:
     """Calls `fn()` warmup + steps times, a step each, and raises LeakError (an AssertionError) whose
     message is the finding when a site's memory grows by more than `limit` a step. Without `fn`, the

@@ -17,11 +17,10 @@ from __future__ import annotations
 import pytest
 
 from .. import _core
-from .check import LeakCheck
+from .check import STEPS, WARMUP, LeakCheck
 
 LEAKS_MARKER = "limit_gpu_leaks"
 MEMORY_MARKER = "limit_gpu_memory"
-STEPS, WARMUP = 8, 2  # judged steps and warm-up steps, as assert_no_leak's
 
 
 def pytest_addoption(parser):

@@ -27,6 +27,13 @@ struct JudgeSettings {
     }
     // The warm-up of a run of `steps` steps.
     size_t warmup_of(size_t steps) const { return warmup >= 0 ? std::min<size_t>(size_t(warmup), steps) : warmup_steps(steps); }
+    // The default warm-up of a run made to judge `judged` steps after it (a test's check): the
+    // warm-up that warmup_steps() gives the whole run.
+    static size_t warmup_for_judged(size_t judged) {
+        size_t w = 0;
+        while (warmup_steps(judged + w) > w) ++w;
+        return w;
+    }
 };
 
 }  // namespace vramscope
