@@ -17,10 +17,13 @@ constexpr uint64_t kMaxCompareFile = 64ull << 20;  // compare.json: a few KiB a 
 constexpr uint64_t kMaxFindingsFile = 2ull << 30;  // a findings file: its timeline grows with the steps
 constexpr unsigned kKeepDepth = 4;                 // cells[].trees{} is the deepest read
 
-constexpr double kMaxBytes = 18446744073709551615.0;  // what a uint64_t holds
+constexpr double kMaxBytes = 0x1.fffffffffffffp63;  // the largest double a uint64_t holds (2^64 is none)
 constexpr double kMaxStep = 9007199254740992.0;        // 2^53: every whole number up to it is exact
 constexpr double kMaxExitCode = 2147483648.0;
 constexpr double kMaxSeconds = 1e12;
+
+// A bound as text, negative ones too (uint64_t of a negative double is undefined).
+std::string bound(double x) { return x < 0 ? "-" + format_count(uint64_t(-x)) : format_count(uint64_t(x)); }
 
 std::runtime_error bad(const std::string& file, const std::string& why) { return std::runtime_error(file + ": " + why); }
 
@@ -34,7 +37,7 @@ struct Numbers {
         const double x = v->type == JsonValue::Type::number ? std::strtod(std::string(v->text).c_str(), nullptr) : NAN;
         if (!(std::isfinite(x) && x >= lo && x <= hi))
             throw bad(file, std::string(field) + ": " + std::string(v->text.substr(0, 40)) + " is not a number from " +
-                                format_count(uint64_t(lo)) + " to " + format_count(uint64_t(hi)));
+                                bound(lo) + " to " + bound(hi));
         return x;
     }
     double get_or_0(const JsonValue* v, double hi, std::string_view field) const { return get(v, 0, hi, field).value_or(0); }
