@@ -461,3 +461,22 @@ TEST(HostileDevices, NumbersPast255AndCapacitiesBelowTheTracesOwnBytesAreFaults)
     EXPECT_NE(b.t.faults[0].find("1 devices with a capacity below the bytes the trace itself has live on them"),
               std::string::npos) << b.t.faults[0];
 }
+
+// A findings file of a million zeros is 2 MB of text but a hundred MB of values kept: reading it
+// honours --max-memory like every other reader, at the offset where the bound was passed.
+TEST(HostileJson, WhatAFindingsFileKeepsIsBoundedByMaxMemory) {
+    std::string text = "{\"verdict\":\"leak\",\"notes\":[0";
+    for (int i = 0; i < 1000000; ++i) text += ",0";
+    text += "]}";
+    ReadLimits limits;
+    limits.max_held_bytes = 16 << 20;
+    try {
+        read_findings(text, "zeros.json", limits);
+        FAIL() << "a million values kept under 16 MiB";
+    } catch (const std::runtime_error& e) {
+        EXPECT_NE(std::string(e.what()).find("--max-memory"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("zeros.json: offset"), std::string::npos) << e.what();
+    }
+    limits.max_held_bytes = uint64_t(1) << 30;  // under a bound it fits: read, and refused for what it says
+    EXPECT_THROW(read_findings(text, "zeros.json", limits), std::runtime_error);
+}

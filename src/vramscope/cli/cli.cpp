@@ -135,7 +135,7 @@ Analysis read_findings_files(const std::vector<std::string>& files, const ReadLi
     Analysis a;
     for (const std::string& path : files) {
         const Bytes text = read_file(path, std::min<uint64_t>(limits.max_decoded_bytes, 256 << 20));
-        FindingsFile file = read_findings(view(text), path);
+        FindingsFile file = read_findings(view(text), path, limits);
         if (a.ranks.rows.empty()) a.ranks = std::move(file.ranks);
         for (Findings& f : file.runs) {
             a.files.push_back(path);

@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <type_traits>
 
+#include "common/format.h"
 #include "findings/json.h"
 
 namespace vramscope {
@@ -16,8 +17,9 @@ namespace {
 
 class JsonParser {
 public:
-    JsonParser(std::string_view text, const std::string& name, unsigned keep_depth, unsigned max_depth)
-        : s_(text), name_(name), keep_depth_(keep_depth), max_depth_(max_depth) {}
+    JsonParser(std::string_view text, const std::string& name, unsigned keep_depth, unsigned max_depth,
+               uint64_t max_held_bytes)
+        : s_(text), name_(name), keep_depth_(keep_depth), max_depth_(max_depth), max_held_bytes_(max_held_bytes) {}
 
     JsonValue document() {
         JsonValue v = value(0);
@@ -65,11 +67,11 @@ private:
                         space();
                         if (i_ >= s_.size() || s_[i_] != '"') fail("expected a string key");
                         std::string key = string_value();
-                        if (depth < keep_depth_) v.keys.push_back(std::move(key));
+                        if (depth < keep_depth_) hold(key.size()), v.keys.push_back(std::move(key));
                         expect(':');
                     }
                     JsonValue item = value(depth + 1);
-                    if (depth < keep_depth_) v.items.push_back(std::move(item));
+                    if (depth < keep_depth_) hold(sizeof(JsonValue) + item.str.size()), v.items.push_back(std::move(item));
                     space();
                     if (i_ < s_.size() && s_[i_] == ',') {
                         ++i_;
@@ -168,6 +170,11 @@ private:
     std::string_view s_;
     const std::string& name_;
     unsigned keep_depth_, max_depth_;
+    uint64_t max_held_bytes_, held_ = 0;
+    void hold(uint64_t bytes) {
+        if ((held_ += bytes) > max_held_bytes_)
+            fail("holds more than " + format_bytes(double(max_held_bytes_)) + " read (--max-memory bounds what reading holds)");
+    }
     size_t i_ = 0;
 };
 
@@ -184,8 +191,9 @@ const JsonValue* JsonValue::get(std::string_view key) const {
     return nullptr;
 }
 
-JsonValue parse_json(std::string_view text, const std::string& name, unsigned keep_depth, unsigned max_depth) {
-    return JsonParser(text, name, keep_depth, max_depth).document();
+JsonValue parse_json(std::string_view text, const std::string& name, unsigned keep_depth, unsigned max_depth,
+                     uint64_t max_held_bytes) {
+    return JsonParser(text, name, keep_depth, max_depth, max_held_bytes).document();
 }
 
 namespace {
@@ -433,8 +441,8 @@ bool same_site(const SourceLine& a, const SourceLine& b) {
 
 }  // namespace
 
-FindingsFile read_findings(std::string_view text, const std::string& name) {
-    const JsonValue doc = parse_json(text, name, kMaxJsonDepth);
+FindingsFile read_findings(std::string_view text, const std::string& name, const ReadLimits& limits) {
+    const JsonValue doc = parse_json(text, name, kMaxJsonDepth, kMaxJsonDepth, limits.max_held_bytes);
     const FindingsReader read(name);
     if (doc.type != T::object) read.refuse(std::string("its root is ") + type_name(doc.type) + ", not an object");
     const JsonValue* several = doc.get("runs");

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/limits.h"
 #include "findings/findings.h"
 
 namespace vramscope {
@@ -25,9 +26,10 @@ inline constexpr unsigned kMaxJsonDepth = 64;
 
 // Throws std::runtime_error("NAME: offset N: why"). `text` must outlive the result. Values
 // nested `keep_depth` or more levels down are checked but their items not kept: memory stays a
-// small multiple of what the caller looks at, not of the text.
+// small multiple of what the caller looks at, not of the text, and what is kept may not pass
+// `max_held_bytes` (--max-memory): a value kept costs about a hundred bytes, however short its text.
 JsonValue parse_json(std::string_view text, const std::string& name, unsigned keep_depth,
-                     unsigned max_depth = kMaxJsonDepth);
+                     unsigned max_depth = kMaxJsonDepth, uint64_t max_held_bytes = ReadLimits{}.max_held_bytes);
 
 // A findings JSON (`analyze --json`: one run, or {"runs": [...], "ranks": {...}}) back into the
 // findings it was written from: to_json of the result is the text again. The one reader of
@@ -38,7 +40,7 @@ struct FindingsFile {
     std::vector<Findings> runs;
     RankComparison ranks;
 };
-FindingsFile read_findings(std::string_view text, const std::string& name);
+FindingsFile read_findings(std::string_view text, const std::string& name, const ReadLimits& limits = {});
 
 // Who held each leak joined to the findings: the one place owners meet leaks (terminal, JSON, HTML
 // and compare's root-cause chain all read the result). `owners_json` is a TRACE.owners.json, a
