@@ -480,3 +480,15 @@ TEST(HostileJson, WhatAFindingsFileKeepsIsBoundedByMaxMemory) {
     limits.max_held_bytes = uint64_t(1) << 30;  // under a bound it fits: read, and refused for what it says
     EXPECT_THROW(read_findings(text, "zeros.json", limits), std::runtime_error);
 }
+
+// A capacity given below what the trace already allocated moves the OOM projection to the step in
+// hand: said as a warning, never silently.
+TEST(HostileDevice, DeviceMemoryBelowThePeakIsSaid) {
+    AnalysisOptions opt;
+    opt.device_memory = 1 << 20;
+    const Findings f = analyze_file(std::string(VRAMSCOPE_TEST_DATA) + "/leak_ctx_losses.pickle.gz", opt);
+    ASSERT_FALSE(f.warnings.empty());
+    EXPECT_NE(f.warnings.back().find("below the"), std::string::npos) << f.warnings.back();
+    opt.device_memory = uint64_t(80) << 30;
+    EXPECT_TRUE(analyze_file(std::string(VRAMSCOPE_TEST_DATA) + "/leak_ctx_losses.pickle.gz", opt).warnings.empty());
+}

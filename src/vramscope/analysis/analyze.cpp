@@ -371,6 +371,12 @@ void explain_devices(Replay& r, Findings& f, const Span& span, const std::vector
         if (opt.device_memory) {
             d.total_memory = opt.device_memory;
             d.capacity_source = "--device-memory";
+            uint64_t peak = 0;
+            for (const StepPoint& p : d.timeline) peak = std::max(peak, p.peak_allocated);
+            if (peak > opt.device_memory)  // said, never a quiet projection at the step in hand
+                f.warnings.push_back("the device memory given (" + mib(double(opt.device_memory)) + ") is below the " +
+                                     mib(double(peak)) + " the trace already allocated on cuda:" +
+                                     std::to_string(d.device) + ": its OOM is projected at once");
         }
         std::map<uint64_t, uint64_t> live_by_stream;
         for (const LiveAlloc& a : live)
