@@ -96,16 +96,6 @@ def same_site(a: dict, b: dict) -> bool:
         b["site"]["file"], b["site"]["line"], b["site"]["function"], b["device"])
 
 
-def merge_owners(findings: dict, explained_leaks: list[dict]) -> None:
-    """Puts each leak's owners into the findings as leaks[].owners (docs/findings.md)."""
-    for leak in findings.get("leaks", []):
-        for e in explained_leaks:
-            if same_site(e, leak):
-                leak["owners"] = e["owners"]
-                if e.get("found_at_step") is not None:
-                    leak["owners_found_at_step"] = e["found_at_step"]
-
-
 def render_owners(explained_leaks: list[dict]) -> str:
     lines = []
     for leak in explained_leaks:

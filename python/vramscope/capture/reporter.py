@@ -1,0 +1,119 @@
+"""What a capture says about its leaks: the live monitor's lines at each step end, who holds each leak
+it confirms (searched then, on the training thread, while the loop's frames and locals live), and
+the report at the end (the analysis, every leak's owners in OUT.owners.json, the summary)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Callable, ContextManager
+
+from .. import _core
+from .say import say, warn
+
+
+class LiveReporter:
+    def __init__(self, *, device_type: str, live_warnings: bool, explain: bool, explain_budget: float):
+        self.device_type = device_type  # "cpu": a live-tensor capture, whose blocks have no device number
+        self.live_warnings = live_warnings
+        self.explain = explain
+        self.explain_budget = explain_budget  # seconds one owner search may take
+        self.live_owners: list[dict] = []  # ownership.leaks.explained(), one per site confirmed live
+        self.findings: dict | None = None
+        self.owners: list[dict] = []
+        self.leaked: bool | None = None
+
+    def spoken(self, live: dict) -> str:
+        """The monitor's line, with the device spelled as this source records it."""
+        if self.device_type == "cpu":
+            return live["line"].replace(f"(cuda:{live['device']}", "(cpu live tensors", 1)
+        return live["line"]
+
+    def tell(self, said: list[dict]) -> None:
+        """What the monitor said at a step end, spelled for this source (and printed with live_warnings)."""
+        for live in said:
+            live["line"] = self.spoken(live)
+            if self.live_warnings:
+                say(live["line"])
+
+    def explain_live(self, confirmed: list[dict], step: int, own_work: Callable[[], ContextManager]) -> None:
+        """At the step leaks are confirmed: one search per new site, within the budget, outside the
+        run's own memory (`own_work`); the answer is kept for the end (when main()'s locals may be gone)."""
+        if not self.explain:
+            return
+        from ..ownership.leaks import explained, owners_of_blocks, same_site
+
+        for live in confirmed:
+            try:
+                with own_work():
+                    owners, note = owners_of_blocks(live["device"], live["blocks"], budget=self.explain_budget,
+                                                    device_type=self.device_type)
+            except Exception as e:  # never the run's problem
+                owners, note = [], f"the owner search failed ({type(e).__name__}: {e})"
+            answer = explained(live["site"], live["device"], live["bytes_per_step"], owners, note, step)
+            self.live_owners = [e for e in self.live_owners if not same_site(e, answer)] + [answer]
+            if self.live_warnings:
+                say(f"  held by {answer['owner_lines'][0] if owners else note}")
+
+    def report(self, path: str, analyse: Callable[[], tuple[str, str]] | None, leaking: list[dict],
+               print_it: bool, end_searches: float) -> None:
+        """Finds who holds each leak while the run's objects still live (written beside the trace as
+        OUT.owners.json) and, with `analyse`, analyses the trace: the only analysis of this trace in
+        this process. Without it (under `vramscope run`, whose launcher analyses each trace once) the
+        leaks are the live monitor's last word (`leaking`), which the judge makes the same as the
+        final table."""
+        if analyse is not None:
+            try:
+                text, findings = analyse()
+                self.findings = json.loads(findings)
+                self.leaked = self.findings["verdict"] == _core.Verdict.leak.spelling
+            except Exception as e:
+                return warn(f"could not analyse {path}, so the verdict is unknown (not 'no leak'): {e}")
+            leaks = self.findings["leaks"]
+        else:
+            text = "".join(f"vramscope: {f['line']}\n" for f in leaking)
+            leaks = [{"site": f["site"], "device": f["device"], "bytes_per_step": f["bytes_per_step"],
+                      "live_blocks": [list(b) for b in reversed(f["blocks"])]} for f in leaking]
+        if leaks and self.explain:
+            self._write_owners(path, leaks, end_searches)
+        if print_it:
+            from ..ownership.leaks import render_owners
+
+            print(text + (render_owners(self.owners) if self.owners else ""), file=sys.stderr, end="", flush=True)
+            say(f"trace written to {path}  (vramscope analyze {path})")
+
+    def _write_owners(self, path: str, leaks: list[dict], end_searches: float) -> None:
+        try:
+            self.owners = self._owners_now_or_then(leaks, end_searches)
+            if self.findings is not None:  # the one join of owners to findings (findings/json_reader.h)
+                self.findings = json.loads(_core.attach_owners(json.dumps(self.findings), json.dumps(self.owners)))
+            with open(path + ".owners.json", "w") as f:
+                json.dump(self.owners, f, indent=1)
+        except Exception as e:
+            warn(f"could not find who holds the leaks ({type(e).__name__}: {e})", "owners")
+
+    def _owners_now_or_then(self, leaks: list[dict], end_searches: float) -> list[dict]:
+        """Every leak's owners, largest first, as they are now; where none is found now (main() has
+        returned) or the budget went to larger leaks, the answer found live, at the step the leak
+        was confirmed. The searches together take at most `end_searches` budgets."""
+        from ..ownership.leaks import explained, owners_of_blocks, same_site
+
+        deadline = time.monotonic() + end_searches * self.explain_budget
+        out = []
+        for leak in sorted(leaks, key=lambda leak: -leak["bytes_per_step"]):
+            blocks = [tuple(b) for b in leak.get("live_blocks", [])][::-1]  # newest first
+            left = deadline - time.monotonic()
+            if left > 0:
+                owners, note = owners_of_blocks(leak["device"], blocks, budget=min(self.explain_budget, left),
+                                                device_type=self.device_type)
+            else:
+                owners, note = [], (f"not searched at the end: the {end_searches * self.explain_budget:.1f} s "
+                                    "budget went to larger leaks (VRAMSCOPE_EXPLAIN_BUDGET)")
+            now = explained(leak["site"], leak["device"], leak["bytes_per_step"], owners, note)
+            then = next((e for e in self.live_owners if same_site(e, now) and e["owners"]), None)
+            # A cycle found now may only be what the training function left when it returned: what
+            # a root reached while the run went on says who kept the memory then.
+            reached_now = any(o.kind == "reachable" for o in owners)
+            out.append(now if reached_now or then is None else {**then, "bytes_per_step": leak["bytes_per_step"]})
+        return out

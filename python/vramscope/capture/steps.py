@@ -1,0 +1,83 @@
+"""What a step is: the sources that end one (vramscope.step(), the optimizer, evaluation loops,
+generate() calls) and the one ranking that says which of them count."""
+
+from __future__ import annotations
+
+import enum
+import weakref
+from typing import Callable
+
+from . import torch_hooks
+from .say import warn
+
+
+class StepUnit(enum.Enum):
+    """What one step of a capture is, named by the source that ends it: (rank, the unit's name, which
+    the step marker carries into the trace and the report says "per ..."). The policy: the strongest
+    source seen owns the steps; once it has ended one, a weaker source never ends a step (sources
+    of one rank all do: a predict() after an evaluate()). So an explicit vramscope.step() beats the
+    optimizer, the optimizer beats the evaluation batches run inside training, and these the
+    generate() calls a Seq2Seq evaluation makes in each batch."""
+
+    explicit = (4, "vramscope.step()")
+    optimizer = (3, "optimizer step")
+    eval_batch = (2, "eval batch")
+    predict_batch = (2, "predict batch")
+    validation_batch = (2, "validation batch")
+    test_batch = (2, "test batch")
+    generate_call = (1, "generate() call")
+
+    def __init__(self, rank: int, spelling: str):
+        self.rank = rank
+        self.spelling = spelling
+
+
+class StepSource:
+    """The step ends of one capture: each source's hook says its unit ended, the ranking passes the
+    ones that are steps to `end_step`. It runs inside the run's own loops, so it never raises: a
+    fault goes to `step_aside`."""
+
+    def __init__(self, end_step: Callable[[StepUnit], None], step_aside: Callable[[str], None],
+                 optimizer_steps: bool = True):
+        self._end_step = end_step
+        self._step_aside = step_aside
+        # The strongest step source seen; without optimizer_steps, vramscope.step() only.
+        self.owner: StepUnit | None = None if optimizer_steps else StepUnit.explicit
+        self._optimizer = None  # a weak reference to the optimizer whose steps count: the first one seen
+
+    def install(self) -> list[Callable[[], None]]:
+        """Hooks the optimizer and, when (if) the run imports their framework, the loops without one;
+        returns what undoes each hook."""
+        undo = [torch_hooks.on_optimizer_step(self._on_optimizer_step)]
+        if self.owner is StepUnit.explicit:
+            return undo  # nothing else can end a step
+        ended = self.ended
+
+        def cannot_follow(why: str) -> None:
+            warn(f"{why}; those loops' batches will not be steps")
+
+        return undo + [
+            torch_hooks.on_trainer_batches(lambda: ended(StepUnit.eval_batch), lambda: ended(StepUnit.predict_batch),
+                                           cannot_follow),
+            torch_hooks.on_generate(lambda: ended(StepUnit.generate_call), cannot_follow),
+            torch_hooks.on_lightning_batches(lambda: ended(StepUnit.validation_batch),
+                                             lambda: ended(StepUnit.test_batch),
+                                             lambda: ended(StepUnit.predict_batch), cannot_follow),
+        ]
+
+    def ended(self, unit: StepUnit) -> None:
+        """A source says a step of its unit ended: the ranking decides whether it is one."""
+        try:
+            if self.owner is not None and unit.rank < self.owner.rank:
+                return
+            self.owner = unit
+            self._end_step(unit)
+        except Exception as e:
+            self._step_aside(f"capture stopped at a step end ({type(e).__name__}: {e})")
+
+    def _on_optimizer_step(self, optimizer) -> None:
+        if self._optimizer is None:
+            self._optimizer = weakref.ref(optimizer)
+        elif self._optimizer() is not optimizer:
+            return  # several optimizers: the first one's steps count (analysis/steps.h FirstOptimizer)
+        self.ended(StepUnit.optimizer)

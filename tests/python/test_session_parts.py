@@ -1,0 +1,128 @@
+"""The parts of a capture on their own: the step source's ranking and faults, and the reporter's owner
+answers (live, at the end, and which of the two the end keeps), without torch's hooks or a search."""
+
+import contextlib
+import json
+
+import pytest
+
+from vramscope.capture.reporter import LiveReporter
+from vramscope.capture.steps import StepSource, StepUnit
+from vramscope.ownership import leaks
+from vramscope.ownership.paths import OwnerPath
+
+SITE = {"file": "train.py", "line": 7, "function": "step"}
+
+
+class Optimizer:  # what the optimizer hook hands over: any object that takes a weak reference
+    pass
+
+
+def steps(**kw):
+    ended, aside = [], []
+    return StepSource(ended.append, aside.append, **kw), ended, aside
+
+
+def test_a_weaker_source_never_ends_a_step_once_a_stronger_one_has():
+    source, ended, _ = steps()
+    for unit in [StepUnit.generate_call, StepUnit.eval_batch, StepUnit.predict_batch, StepUnit.optimizer,
+                 StepUnit.eval_batch, StepUnit.explicit, StepUnit.optimizer]:
+        source.ended(unit)
+    assert ended == [StepUnit.generate_call, StepUnit.eval_batch, StepUnit.predict_batch, StepUnit.optimizer,
+                     StepUnit.explicit]
+
+
+def test_without_optimizer_steps_only_vramscope_step_counts():
+    source, ended, _ = steps(optimizer_steps=False)
+    source._on_optimizer_step(Optimizer())
+    source.ended(StepUnit.explicit)
+    assert ended == [StepUnit.explicit]
+
+
+def test_the_first_optimizer_seen_owns_the_optimizer_steps():
+    source, ended, _ = steps()
+    first, second = Optimizer(), Optimizer()
+    for optimizer in (first, second, first):
+        source._on_optimizer_step(optimizer)
+    assert ended == [StepUnit.optimizer, StepUnit.optimizer]
+
+
+def test_a_fault_at_a_step_end_steps_aside_and_never_raises():
+    aside = []
+
+    def broken(unit):
+        raise ValueError("disk gone")
+
+    StepSource(broken, aside.append).ended(StepUnit.optimizer)
+    assert aside == ["capture stopped at a step end (ValueError: disk gone)"]
+
+
+def reporter(**kw) -> LiveReporter:
+    return LiveReporter(**{"device_type": "cuda", "live_warnings": False, "explain": True, "explain_budget": 1.0,
+                           **kw})
+
+
+def leak(rate, blocks=((4096, 1024),)):
+    """A leak of the findings: one site per rate, its live blocks oldest first."""
+    return {"site": {**SITE, "line": rate}, "device": 0, "bytes_per_step": rate,
+            "live_blocks": [list(b) for b in blocks]}
+
+
+@pytest.fixture
+def searches(monkeypatch):
+    """owners_of_blocks answered from a table: device block -> owners; each search recorded."""
+    table, asked = {}, []
+
+    def owners_of_blocks(device, blocks, *, budget, device_type):
+        asked.append((tuple(blocks)[0], budget, device_type))
+        return table.get(tuple(blocks)[0], ([], "no live tensor"))
+
+    monkeypatch.setattr(leaks, "owners_of_blocks", owners_of_blocks)
+    return table, asked
+
+
+def test_a_live_answer_is_kept_once_per_site_and_said_with_live_warnings(searches, capsys):
+    table, _ = searches
+    table[(4096, 1024)] = ([OwnerPath("main() local 'kept'", [".append"], "Tensor")], "")
+    said = reporter(live_warnings=True)
+    live = {**leak(7), "blocks": [(4096, 1024)]}
+    said.explain_live([live], 10, contextlib.nullcontext)
+    said.explain_live([live], 12, contextlib.nullcontext)
+    assert [e["found_at_step"] for e in said.live_owners] == [12]
+    assert "vramscope:   held by main() local 'kept'.append" in capsys.readouterr().err
+
+
+def test_a_cycle_at_the_end_yields_to_what_a_root_reached_live(searches):
+    table, _ = searches
+    said = reporter()
+    table[(4096, 1024)] = ([OwnerPath("main() local 'kept'", [], "Tensor")], "")
+    said.explain_live([{**leak(7), "blocks": [(4096, 1024)]}], 5, contextlib.nullcontext)
+    table[(4096, 1024)] = ([OwnerPath("list", [], "Tensor", kind="cycle, freed only by gc")], "")
+    (owner,) = said._owners_now_or_then([leak(7)], end_searches=3)
+    assert owner["found_at_step"] == 5 and owner["owners"][0]["root"] == "main() local 'kept'"
+
+
+def test_leaks_are_searched_largest_first_and_an_empty_budget_keeps_the_live_answer(searches):
+    table, asked = searches
+    said = reporter()
+    table[(4096, 1024)] = ([OwnerPath("global 'cache'", [], "Tensor")], "")
+    said.explain_live([{**leak(1), "blocks": [(4096, 1024)]}], 9, contextlib.nullcontext)
+    small, large = leak(1), leak(100, [(8192, 1024)])
+    assert [o["bytes_per_step"] for o in said._owners_now_or_then([small, large], end_searches=3)] == [100, 1]
+    assert [a[0] for a in asked[1:]] == [(8192, 1024), (4096, 1024)]
+    (kept,) = said._owners_now_or_then([small], end_searches=0)
+    assert kept["found_at_step"] == 9 and kept["owners"][0]["root"] == "global 'cache'"
+
+
+def test_without_analysis_the_report_is_the_monitors_last_word_and_the_owners_file(searches, tmp_path, capsys):
+    path = str(tmp_path / "run.vscope")
+    said = reporter(device_type="cpu")
+    leaking = [{"site": SITE, "device": 0, "bytes_per_step": 64, "blocks": [(1, 2), (3, 4)],
+                "line": "leak: +64 B/step at train.py:7 step (cuda:0, default stream)"}]
+    said.tell(leaking)
+    said.report(path, None, leaking, print_it=True, end_searches=3)
+    err = capsys.readouterr().err
+    assert "vramscope: leak: +64 B/step at train.py:7 step (cpu live tensors, default stream)" in err
+    assert f"trace written to {path}" in err and said.findings is None
+    assert json.loads(open(path + ".owners.json").read())[0]["note"] == "no live tensor"
+    assert searches[1] == [((1, 2), 1.0, "cpu")]  # the monitor's newest block first, the source's device type
