@@ -7,6 +7,7 @@
 #include <fstream>
 #include <limits>
 
+#include "error_of.h"
 #include "analysis/analyze.h"
 #include "compare/cells.h"
 #include "compare/status.h"
@@ -15,6 +16,7 @@
 #include "importers/torch_snapshot.h"
 
 using namespace vramscope;
+using vramscope::testing::error_of;
 namespace fs = std::filesystem;
 
 namespace {
@@ -116,15 +118,6 @@ TEST(CompareStatus, ACellVramscopeFailedOnIsBrokenWithItsReason) {
     EXPECT_EQ(j.why, failed.reason);
 }
 
-std::string error_of(auto&& f) {
-    try {
-        f();
-    } catch (const std::runtime_error& e) {
-        return e.what();
-    }
-    return "";
-}
-
 // A compare run as the runner writes it, each cell's findings from a real fixture.
 fs::path write_run(const fs::path& dir, const std::vector<std::pair<std::string, std::string>>& cells) {
     fs::create_directories(dir);
@@ -145,7 +138,7 @@ fs::path write_run(const fs::path& dir, const std::vector<std::pair<std::string,
 }
 
 TEST(CompareTable, FromRealFindingsTheFixIsNamedAndTheChainSaysWhatRemovesTheLeak) {
-    const fs::path dir = fs::path(testing::TempDir()) / "compare_table";
+    const fs::path dir = fs::path(::testing::TempDir()) / "compare_table";
     const CompareRun run = read_compare(write_run(dir, {{"baseline", "leak_ctx_losses"},
                                                         {"fix", "clean_adamw_accum"},
                                                         {"harmless", "leak_ctx_losses"}}).string());
@@ -167,7 +160,7 @@ TEST(CompareTable, FromRealFindingsTheFixIsNamedAndTheChainSaysWhatRemovesTheLea
 }
 
 TEST(CompareTable, AMissingCellOrAnUnknownStateIsAnErrorNamingTheFile) {
-    const fs::path dir = fs::path(testing::TempDir()) / "compare_bad";
+    const fs::path dir = fs::path(::testing::TempDir()) / "compare_bad";
     fs::path path = write_run(dir, {{"baseline", "clean_varlen"}});
     std::ofstream(path) << R"({"schema": "vramscope.compare", "modes": ["a"], "rows": [{"name": "baseline"}],
         "cells": [{"mode": "a", "variant": "baseline", "state": "exploded"}]})";
@@ -182,7 +175,7 @@ TEST(CompareTable, AMissingCellOrAnUnknownStateIsAnErrorNamingTheFile) {
 }
 
 TEST(CompareTable, NumbersOutOfRangeAreErrorsNamingTheField) {
-    const fs::path dir = fs::path(testing::TempDir()) / "compare_numbers";
+    const fs::path dir = fs::path(::testing::TempDir()) / "compare_numbers";
     const fs::path path = write_run(dir, {{"baseline", "leak_ctx_losses"}, {"fix", "clean_adamw_accum"}});
     // A cell's findings with a rate past any double: that cell unknown, its reason the field; the rest read.
     std::ofstream(dir / "fix.json") << R"({"verdict": "no-leak", "leak_bytes_per_step": 1e999})";
@@ -203,7 +196,7 @@ TEST(CompareTable, NumbersOutOfRangeAreErrorsNamingTheField) {
 }
 
 TEST(CompareTable, TextFromTheRunIsNeverMarkupAndLinksAreCellFilesOnly) {
-    const fs::path dir = fs::path(testing::TempDir()) / "compare_injection";
+    const fs::path dir = fs::path(::testing::TempDir()) / "compare_injection";
     const CompareRun clean = read_compare(write_run(dir, {{"baseline", "leak_ctx_losses"}}).string());
     CompareRun run = clean;
     const std::string hostile = "<script>alert(1)</script> <img src=x onerror=alert(1)> [a](javascript:alert(1)) `x` \x1b[2J | *b*";

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "error_of.h"
 #include "analysis/analyze.h"
 #include "analysis/ranks.h"
 #include "findings/json.h"
@@ -13,6 +14,7 @@
 #include "recorded_fixtures.h"
 
 using namespace vramscope;
+using vramscope::testing::error_of;
 namespace fs = std::filesystem;
 
 namespace {
@@ -23,15 +25,6 @@ std::string read_text(const fs::path& p) {
     std::stringstream s;
     s << in.rdbuf();
     return s.str();
-}
-
-std::string error_of(const auto& f) {
-    try {
-        f();
-    } catch (const std::exception& e) {
-        return e.what();
-    }
-    return "";
 }
 
 Findings analysed(const std::string& name) { return analyze_file((kData / name).string()); }

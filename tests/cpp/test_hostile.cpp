@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <string>
 
+#include "error_of.h"
 #include "analysis/analyze.h"
 #include "common/file.h"
 #include "common/format.h"
@@ -26,6 +27,7 @@
 #include "trace_builder.h"
 
 using namespace vramscope;
+using vramscope::testing::error_of;
 
 namespace {
 
@@ -49,15 +51,6 @@ std::string gz(const std::string& plain, bool header = false) {
     out.resize(z.total_out);
     deflateEnd(&z);
     return out;
-}
-
-std::string error_of(auto&& f) {
-    try {
-        f();
-    } catch (const std::runtime_error& e) {
-        return e.what();
-    }
-    return "";
 }
 
 const std::string kEmptySnapshot = std::string("\x80\x04}(\x8c\x08segments](e\x8c\x0d" "device_traces](eu.", 37);

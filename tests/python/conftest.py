@@ -36,3 +36,26 @@ def vramscope(*args: str, check_rc: int | None = 0) -> subprocess.CompletedProce
 
 def truth(fixture: Path) -> dict:
     return json.loads(fixture.with_name(fixture.name.replace(".pickle.gz", ".truth.json")).read_text())
+
+
+def stderr_on_a_terminal(*args: str, env: dict | None = None) -> bytes:
+    """What `vramscope ARGS` writes to stderr when stderr is a terminal (a pty), whole."""
+    import os
+    import pty
+
+    terminal, child_end = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "vramscope", *args], stdout=subprocess.DEVNULL,
+                            stderr=child_end, env=env)
+    os.close(child_end)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(terminal, 65536)
+        except OSError:  # the child closed its end
+            break
+        if not chunk:
+            break
+        out += chunk
+    proc.wait()
+    os.close(terminal)
+    return out

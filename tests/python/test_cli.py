@@ -6,7 +6,7 @@ import pickle
 
 import pytest
 
-from conftest import FIXTURES, truth, vramscope
+from conftest import FIXTURES, stderr_on_a_terminal, truth, vramscope
 
 
 def test_fixtures_are_present():
@@ -229,27 +229,12 @@ def test_python_api_returns_the_findings():
 
 def test_reading_shows_a_progress_line_on_a_terminal_only(tmp_path):
     import os
-    import pty
     import subprocess
     import sys
 
     fixture = str(FIXTURES[0])
     env = dict(os.environ, VRAMSCOPE_PROGRESS_AFTER="0")
-    terminal, child_end = pty.openpty()  # the child's stderr is a terminal
-    proc = subprocess.Popen([sys.executable, "-m", "vramscope", "analyze", fixture], stdout=subprocess.DEVNULL,
-                            stderr=child_end, env=env)
-    os.close(child_end)
-    out = b""
-    while True:
-        try:
-            chunk = os.read(terminal, 65536)
-        except OSError:  # the child closed its end
-            break
-        if not chunk:
-            break
-        out += chunk
-    proc.wait()
-    os.close(terminal)
+    out = stderr_on_a_terminal("analyze", fixture, env=env)
     assert b"reading " + fixture.encode() + b"  [####################]  100%" in out
     assert b"\r\x1b[K" in out, "the line is erased when the work is done"
     piped = subprocess.run([sys.executable, "-m", "vramscope", "analyze", fixture], capture_output=True, text=True,

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import stderr_on_a_terminal
+
 HOSTILE = Path(__file__).resolve().parent.parent / "data" / "hostile"
 EXPECT = json.loads((HOSTILE / "expectations.json").read_text())
 TRACES = [n for n, e in EXPECT.items() if e["outcome"] in ("error", "over-limit", "cannot-judge", "nothing", "judged")]
@@ -396,24 +398,8 @@ def test_vramscope_run_of_the_wrong_shape_warns_once_and_steps_aside(value, tmp_
 def test_the_progress_line_shows_a_hostile_file_name_escaped(tmp_path):
     """On a terminal the progress line names the input: a name holding ESC and BEL (a window title)
     or CR (a forged line) is shown as visible escapes."""
-    import pty
-
     hostile = tmp_path / "a\x1b]0;owned\x07\rb.vscope"
     hostile.write_bytes((HOSTILE / "good.vscope").read_bytes())
-    terminal, child_end = pty.openpty()  # the child's stderr is a terminal
-    proc = subprocess.Popen([sys.executable, "-m", "vramscope", "analyze", str(hostile)], stdout=subprocess.DEVNULL,
-                            stderr=child_end, env=dict(os.environ, VRAMSCOPE_PROGRESS_AFTER="0"))
-    os.close(child_end)
-    out = b""
-    while True:
-        try:
-            chunk = os.read(terminal, 65536)
-        except OSError:  # the child closed its end
-            break
-        if not chunk:
-            break
-        out += chunk
-    proc.wait()
-    os.close(terminal)
+    out = stderr_on_a_terminal("analyze", str(hostile), env=dict(os.environ, VRAMSCOPE_PROGRESS_AFTER="0"))
     assert b"a\\x1b]0;owned\\x07\\x0db.vscope  [" in out, out
     assert b"\x1b]0;owned" not in out and b"\x07" not in out, out
