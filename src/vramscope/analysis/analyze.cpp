@@ -83,6 +83,11 @@ std::vector<double> dense_aged(const std::vector<std::pair<uint32_t, double>>& d
 
 std::string mib(double bytes) { return format_bytes(bytes); }
 
+// A site in a note: "train.py:42 forward", or its file alone when it has no line.
+std::string site_words(const SourceLine& s) {
+    return s.line ? base_name(s.file) + ":" + std::to_string(s.line) + " " + s.function : s.file;
+}
+
 // Live blocks grouped by site: the total, the largest site, and the top five as text.
 struct Holders {
     uint64_t bytes = 0;
@@ -103,8 +108,7 @@ Holders largest_holders(const std::vector<LiveBlock>& blocks, SiteResolver& reso
     if (!top.empty()) h.top_site = top.front().second;
     for (size_t i = 0; i < top.size() && i < 5; ++i) {
         const SourceLine s = source_line(table, top[i].second);
-        h.text += (i ? ", " : " ") + mib(double(top[i].first)) + " at " +
-                  (s.line ? base_name(s.file) + ":" + std::to_string(s.line) + " " + s.function : s.file);
+        h.text += (i ? ", " : " ") + mib(double(top[i].first)) + " at " + site_words(s);
     }
     return h;
 }
@@ -480,9 +484,8 @@ void give_verdict(Findings& f, const Span& span, const std::string& unit) {
                           " is explained by no leak, cache, warm-up or variation (more than the " +
                           mib(double(l.unexplained_allowed)) + " a verdict may leave open). Held by:";
         for (size_t k = 0; k < l.unexplained_sites.size(); ++k) {
-            const SourceLine& at = l.unexplained_sites[k].site;
             why += (k ? ", " : " ") + mib(double(l.unexplained_sites[k].bytes)) + " at " +
-                   (at.line ? base_name(at.file) + ":" + std::to_string(at.line) + " " + at.function : at.file);
+                   site_words(l.unexplained_sites[k].site);
         }
         why += total_rate > 0 ? "." : ". Record more " + unit + "s to tell whether it keeps growing.";
         f.notes.insert(f.notes.begin(), std::move(why));
