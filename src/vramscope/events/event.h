@@ -21,8 +21,17 @@ enum class EventKind : uint8_t {
     annotation_end = 11,  // a named region closes
     snapshot = 12,        // the recorder took a memory snapshot here
     free = 13,            // free_requested and free_completed at one instant: the usual case, one event
+    // Memory that never passes through torch's caching allocator, as the CUDA driver handed it out
+    // (capture/driver_calls.h). Allocations carry the Python stack with the library that called the
+    // driver as its innermost frame (file: the library's path, function: the driver call).
+    external_alloc = 14,  // device memory a library took itself (NCCL, CuPy, JAX, an extension)
+    external_free = 15,   // given back; size as allocated
+    pinned_alloc = 16,    // page-locked host memory (torch's host allocator, NCCL, any library);
+                          // device: the context's that allocated it
+    pinned_free = 17,     // given back; size as allocated
+    device_usage = 18,    // what NVML says the process uses on the device: size = bytes (addr 0)
 };
-constexpr int kEventKindCount = 14;
+constexpr int kEventKindCount = 19;
 
 // torch's snapshot `action` spelling to a kind; false if unknown.
 bool parse_event_kind(std::string_view name, EventKind& out);
@@ -35,11 +44,17 @@ inline bool is_release(EventKind k) { return k == EventKind::free_completed || k
 inline bool is_segment_event(EventKind k) {
     return k >= EventKind::segment_alloc && k <= EventKind::segment_unmap;
 }
-// Kinds with an address and size (for oom: bytes free on the device, and bytes asked).
-inline bool carries_address(EventKind k) { return k <= EventKind::oom || k == EventKind::free; }
+// Memory outside torch's caching allocator, on the device or pinned on the host.
+inline bool is_external_event(EventKind k) { return k >= EventKind::external_alloc && k <= EventKind::pinned_free; }
+inline bool is_external_alloc(EventKind k) { return k == EventKind::external_alloc || k == EventKind::pinned_alloc; }
+// Kinds with an address and size (for oom: bytes free on the device, and bytes asked; for
+// device_usage: the bytes only).
+inline bool carries_address(EventKind k) {
+    return k <= EventKind::oom || k == EventKind::free || is_external_event(k) || k == EventKind::device_usage;
+}
 // Kinds recorded with the stack that caused them; frees are identified by their alloc instead.
 inline bool has_stack(EventKind k) {
-    return carries_address(k) && k != EventKind::free_requested && !is_release(k);
+    return (k <= EventKind::oom && k != EventKind::free_requested && !is_release(k)) || is_external_alloc(k);
 }
 
 // One thing that happened, in 32 bytes (a run holds tens of millions). addr/size are bytes;

@@ -39,6 +39,9 @@ struct StepPoint {
     // Live bytes the trace saw allocated, by CUDA stream handle (blocks from before the trace
     // began are in `allocated` only).
     std::vector<std::pair<uint64_t, uint64_t>> by_stream;
+    uint64_t external = 0;        // device memory outside torch's allocator, live at the step's end
+    uint64_t pinned = 0;          // pinned host memory allocated through this device's context
+    std::optional<uint64_t> nvml_used;  // NVML's figure for the process, last read in the step
 };
 
 struct StreamUsage {
@@ -70,6 +73,8 @@ struct Owner {
 // An allocation site judged to leak.
 struct SiteFinding {
     SourceLine site;
+    Memory memory = Memory::torch;   // whose memory: torch's allocator, a library's own, pinned host
+    std::string library;             // external and pinned: who called the driver ("NCCL", "libleaky.so")
     std::vector<SourceLine> stack;   // innermost first; the most common full stack at this site
     size_t stack_shown_from = 0;     // frames before it are the unwinder's and allocator's own: kept, not shown
     uint16_t device = 0;
@@ -115,6 +120,27 @@ struct DeviceLedger {
     bool balanced() const { return part(LedgerPart::unexplained) <= unexplained_allowed; }
 };
 
+// One holder's memory outside torch's caching allocator at the last step end.
+struct LibraryBytes {
+    std::string library;  // "NCCL", "CuPy", "JAX/XLA", "torch", or a .so by name (analysis/libraries.h)
+    uint64_t bytes = 0;   // live at the last step end
+    int64_t growth = 0;   // over the judged steps
+};
+
+// Everything the process holds on one device, or pinned on the host, at the last step end: what
+// the driver says it uses (NVML), split by holder so that the parts sum to it.
+struct UsageLedger {
+    std::optional<uint16_t> device;       // none: the host's pinned memory
+    uint64_t step = 0;                    // the step end it describes
+    std::optional<uint64_t> nvml_used;    // NVML's figure for the process; none: not read (snapshot, no NVML, host)
+    uint64_t torch_reserved = 0;          // allocated + cached-free (0 on the host)
+    std::vector<LibraryBytes> libraries;  // outside torch's allocator, largest first
+    // With NVML only: the CUDA context and module images (NVML's residual at the end of warm-up),
+    // and what is left of NVML's figure since. nvml_used = torch_reserved + libraries + context + unexplained.
+    std::optional<uint64_t> context;
+    std::optional<int64_t> unexplained;
+};
+
 struct NotLeak {
     NotLeakKind kind = NotLeakKind::warm_up;
     uint64_t bytes = 0;
@@ -141,6 +167,7 @@ struct Findings {
     std::vector<SiteFinding> leaks;       // sorted by bytes_per_step, largest first
     std::vector<NotLeak> not_leaks;
     std::vector<DeviceLedger> ledger;     // by device: where the growth went; sums exactly
+    std::vector<UsageLedger> usage;       // by device, then the host: everything the process holds
     std::vector<std::string> notes;       // what the reader should know (no history, few steps)
     std::vector<std::string> warnings;    // from reading the input
     std::vector<std::string> input_faults;  // why the input cannot be judged (verdict "cannot-judge")

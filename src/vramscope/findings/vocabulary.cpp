@@ -66,6 +66,15 @@ std::string_view name(LedgerPart p) {
     return "?";
 }
 
+std::string_view name(Memory m) {
+    switch (m) {
+    case Memory::torch: return "torch";
+    case Memory::external: return "external";
+    case Memory::pinned: return "pinned";
+    }
+    return "?";
+}
+
 std::string_view describe(StepsSource s) {
     switch (s) {
     case StepsSource::markers: return "vramscope step markers";

@@ -51,6 +51,13 @@ enum class LedgerPart : uint8_t {
 };
 inline constexpr size_t kLedgerParts = 6;
 
+// Where a site's memory lives and who hands it out.
+enum class Memory : uint8_t {
+    torch,     // device memory from torch's caching allocator
+    external,  // device memory a library took from the CUDA driver itself (NCCL, CuPy, JAX, an extension)
+    pinned,    // page-locked host memory (torch's host allocator, NCCL, any library)
+};
+
 enum class StepsSource : uint8_t { markers, optimizer_annotations, optimizer_frames, inferred_period, none };
 
 // Several runs as one: a leak anywhere is a leak; else a run that cannot be judged says so.
@@ -67,6 +74,7 @@ std::string_view name(NotLeakKind k);
 std::string_view name(StepsSource s);
 std::string_view name(LeakEvidence e);
 std::string_view name(LedgerPart p);
+std::string_view name(Memory m);
 // Where steps came from, in words for the summary line ("steps: 30 from ...").
 std::string_view describe(StepsSource s);
 

@@ -17,7 +17,7 @@
 namespace vramscope::format {
 
 inline constexpr char kMagic[8] = {'\x89', 'V', 'S', 'C', 'O', 'P', 'E', '\n'};
-inline constexpr uint16_t kVersion = 2;
+inline constexpr uint16_t kVersion = 3;  // 3: the events of memory outside torch's allocator
 inline constexpr uint16_t kOldestVersion = 1;  // no chunk numbers, no end record: read, with a note
 inline constexpr uint32_t kChunkMagic = 0x4B435356;  // "VSCK" read as little-endian u32
 inline constexpr size_t kHeaderBytes = 12;
@@ -41,7 +41,17 @@ enum Tag : uint8_t {
     tag_alloc_reused = 23,// an alloc at the predicted address (the block just freed with its size)
     tag_chunk_seq = 24,   // a chunk's first record (version 2): its number, 0, 1, 2, ...
     tag_end = 25,         // the writer finished: the number of events in the file (version 2)
+    // 26..30: an event of kind 14..18 (memory outside torch's allocator, NVML's figure: version 3)
+    tag_later_kinds = 26,
 };
+inline constexpr uint8_t kFirstLaterKind = 14;
+// An event kind's tag, and back (tags 14 and 15 were taken when kinds grew past 13).
+inline constexpr uint8_t tag_of_kind(uint8_t kind) {
+    return kind < kFirstLaterKind ? kind : uint8_t(tag_later_kinds + (kind - kFirstLaterKind));
+}
+inline constexpr int kind_of_tag(uint8_t type) {  // -1: not an event's tag
+    return type < kFirstLaterKind ? type : type >= tag_later_kinds && type < 32 ? kFirstLaterKind + (type - tag_later_kinds) : -1;
+}
 inline constexpr uint8_t kTypeMask = 0x1f;
 
 // Event flags (predict.h makes the guesses).
