@@ -1,0 +1,1 @@
+// (helper ANA writes this file: issue 23)
