@@ -1,10 +1,12 @@
 """who_holds() on CPU tensors: each way the seeds' leaks were held, found by its path."""
 
+import contextlib
 import gc
 import json
 import subprocess
 import sys
 import textwrap
+import types
 
 import pytest
 
@@ -350,3 +352,179 @@ def test_a_cycle_left_when_the_training_function_returned_yields_to_the_owner_fo
     assert len(found) == 1, proc.stdout + proc.stderr
     assert found[0]["owner"].startswith("train() local 'model'.captured["), found
     assert found[0]["at_step"] is not None, found
+
+
+# -- memory outside torch's allocator: each kind's targets (ownership/targets.py) ----------------
+
+def owners_of_leak_in_fresh_process(code: str) -> dict:
+    """Runs `code` as a script's __main__, then asks for the owners of LEAK (a finding's memory,
+    library, device and blocks) as the capture would: prints {"owners": [...], "note": ...}."""
+    script = textwrap.dedent(code) + textwrap.dedent("""
+        import json, sys
+        from vramscope.ownership.leaks import owners_of_blocks
+        owners, note = owners_of_blocks(LEAK, LEAK["live_blocks"])
+        print(json.dumps({"owners": [str(o) for o in owners], "note": note, "modules": sorted(sys.modules)}))
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def test_a_groups_memory_is_held_by_torch_distributeds_registry_a_real_root():
+    """A process group made every step and never destroyed: the registry holds them all. Real gloo
+    groups on CPU (the rule takes the backend; NCCL's groups are held the same way), and the path
+    is followed from the module's own dict to the newest group."""
+    found = owners_of_leak_in_fresh_process("""
+        import sys, torch, torch.distributed as dist
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        for step in range(5):
+            group = dist.new_group([0])
+            dist.all_reduce(torch.ones(4), group=group)
+        from vramscope.ownership.targets import process_groups
+        (path,) = process_groups("gloo").known
+        module, name = path.root.rsplit(".", 1)
+        registry = vars(sys.modules[module])[name]
+        assert registry is dist.distributed_c10d._world.pg_map and path.edges == ["<dict key>"]
+        assert list(registry)[-1] is group
+        print(path)
+        LEAK = {"site": {"file": "t.py", "line": 1, "function": "f"}, "device": 0, "bytes_per_step": 1.0,
+                "memory": "external", "library": "NCCL", "live_blocks": [(4096, 1024)]}
+    """)
+    # Gloo's groups only: no NCCL group is alive, which the answer says.
+    assert found["owners"] == [] and found["note"].startswith("no nccl process group is alive"), found
+
+
+def test_the_registry_path_reads_like_the_others():
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import torch, torch.distributed as dist
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        for step in range(3):
+            dist.all_reduce(torch.ones(4), group=dist.new_group([0]))
+        from vramscope.ownership.targets import process_groups
+        print(process_groups("gloo").known[0])
+    """)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == ("torch.distributed.distributed_c10d._pg_map <dict key>  → ProcessGroup '3' "
+                                   "(gloo, 1 rank); torch.distributed's group registry (_world.pg_map) holds 4 gloo "
+                                   "groups"), proc.stdout
+
+
+def test_an_extensions_own_allocations_are_said_plainly():
+    from vramscope.ownership.leaks import explained, owners_of_blocks, render_owners
+
+    leak = {"site": {"file": "/x/train.py", "line": 42, "function": "step"}, "device": 0, "bytes_per_step": 2.0 * 2**20,
+            "memory": "external", "library": "leaky_ext.so"}
+    owners, note = owners_of_blocks(leak, [(1 << 40, 2 << 20)])
+    assert owners == [] and note == "held by leaky_ext.so's own allocations: no Python object maps to them"
+    assert render_owners([explained(leak, owners, note)]) == (
+        "Who holds it\n"
+        "  train.py:42 step  (+2.0 MiB/step of external memory from leaky_ext.so)\n"
+        "    held by leaky_ext.so's own allocations: no Python object maps to them\n")
+
+
+def test_a_library_the_run_never_imported_is_never_imported_by_the_search():
+    found = owners_of_leak_in_fresh_process("""
+        LEAK = {"site": {"file": "t.py", "line": 1, "function": "f"}, "device": 0, "bytes_per_step": 1.0,
+                "memory": "external", "library": "CuPy", "live_blocks": [(4096, 1024)]}
+    """)
+    assert found["note"] == "CuPy is not imported in this process, so its arrays cannot be looked at", found
+    assert "cupy" not in found["modules"] and "jax" not in found["modules"]
+
+
+class _FakeCupyArray:
+    """What the CuPy rule reads of an array (.data.ptr, .nbytes, .dtype, .shape, .device.id): the
+    real one is checked on the GPU (test_device_owners_gpu below)."""
+
+    def __init__(self, ptr, nbytes):
+        self.data = types.SimpleNamespace(ptr=ptr)
+        self.nbytes, self.dtype, self.shape = nbytes, "float32", (nbytes // 4,)
+        self.device = types.SimpleNamespace(id=0)
+
+
+def test_cupy_arrays_inside_the_pools_blocks_are_found_by_address(monkeypatch):
+    from vramscope.ownership.leaks import owners_of_blocks
+
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(ndarray=_FakeCupyArray))
+    block = (1 << 40, 4 << 20)
+    kept = [_FakeCupyArray(block[0] + 512, 1 << 20)]  # an array inside the block CuPy's pool took
+    elsewhere = _FakeCupyArray(2 << 40, 1 << 20)  # noqa: F841  (alive, but in no block of the leak)
+    owners, note = owners_of_blocks({"device": 0, "memory": "external", "library": "CuPy"}, [block])
+    assert [str(o) for o in owners] == [
+        "test_cupy_arrays_inside_the_pools_blocks_are_found_by_address() local 'kept'[0]  → "
+        "cupy.ndarray 1.0 MiB float32 [262144] cuda:0"], note
+
+
+def test_torchs_memory_and_a_librarys_at_one_line_are_two_answers():
+    from vramscope.ownership.leaks import explained, same_site
+
+    site = {"file": "t.py", "line": 3, "function": "f"}
+    torch_leak = {"site": site, "device": 0, "bytes_per_step": 1.0}  # no memory: a finding from before
+    external = {**torch_leak, "memory": "external", "library": "CuPy"}
+    assert explained(torch_leak, [], "")["memory"] == "torch"
+    assert not same_site(explained(torch_leak, [], ""), explained(external, [], ""))
+    assert same_site(explained(external, [], ""), {**external, "bytes_per_step": 7.0})
+
+
+def test_the_live_line_says_a_librarys_allocations_plainly(capsys):
+    from vramscope.capture.reporter import LiveReporter
+
+    said = LiveReporter(device_type="cuda", live_warnings=True, explain=True, explain_budget=1.0)
+    live = {"site": {"file": "t.py", "line": 3, "function": "f"}, "device": 0, "bytes_per_step": 2.0 * 2**20,
+            "memory": "external", "library": "leaky_ext.so", "blocks": [(1 << 40, 2 << 20)]}
+    said.explain_live([live], 9, contextlib.nullcontext)
+    assert said.live_owners[0]["library"] == "leaky_ext.so"
+    assert "vramscope:   held by leaky_ext.so's own allocations: no Python object maps to them" in capsys.readouterr().err
+
+
+@pytest.mark.gpu
+def test_device_owners_gpu():
+    """On the GPU: pinned tensors, and CuPy's and JAX's arrays where installed, each found from the
+    block its library took; an NCCL group held by the registry."""
+    found = owners_of_leak_in_fresh_process("""
+        import os, torch
+        torch.cuda.init()
+        PINNED = [torch.empty(1 << 20, pin_memory=True) for _ in range(3)]
+        s = PINNED[2].untyped_storage()
+        LEAK = {"site": {"file": "t.py", "line": 1, "function": "f"}, "device": 0, "bytes_per_step": 1.0,
+                "memory": "pinned", "library": "torch", "live_blocks": [(s.data_ptr(), s.nbytes())]}
+    """)
+    assert found["owners"] and found["owners"][0].startswith("__main__.PINNED[2]  → Tensor 4.0 MiB f32 [1048576] "
+                                                             "cpu pinned"), found
+    try:
+        import cupy  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        found = owners_of_leak_in_fresh_process("""
+            import cupy
+            KEPT = [cupy.empty(1 << 20, dtype=cupy.float32) for _ in range(3)]
+            LEAK = {"site": {"file": "t.py", "line": 1, "function": "f"}, "device": 0, "bytes_per_step": 1.0,
+                    "memory": "external", "library": "CuPy", "live_blocks": [(KEPT[1].data.mem.ptr, 4 << 20)]}
+        """)
+        assert found["owners"] and found["owners"][0].startswith("__main__.KEPT[1]  → cupy.ndarray 4.0 MiB"), found
+    try:
+        import jax  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        found = owners_of_leak_in_fresh_process("""
+            import os
+            os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+            import jax, jax.numpy as jnp
+            KEPT = [jnp.ones((1 << 20,), jnp.float32) for _ in range(3)]
+            LEAK = {"site": {"file": "t.py", "line": 1, "function": "f"}, "device": 0, "bytes_per_step": 1.0,
+                    "memory": "external", "library": "JAX/XLA",
+                    "live_blocks": [(KEPT[1].unsafe_buffer_pointer(), 4 << 20)]}
+        """)
+        assert found["owners"] and found["owners"][0].startswith("__main__.KEPT[1]  → jax.Array 4.0 MiB"), found
+    found = owners_of_leak_in_fresh_process("""
+        import torch, torch.distributed as dist
+        dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1)
+        for step in range(3):
+            group = dist.new_group([0])
+            dist.all_reduce(torch.ones(4, device="cuda"), group=group)
+        LEAK = {"site": {"file": "t.py", "line": 1, "function": "f"}, "device": 0, "bytes_per_step": 1.0,
+                "memory": "external", "library": "NCCL", "live_blocks": []}
+    """)
+    assert found["owners"] == ["torch.distributed.distributed_c10d._pg_map <dict key>  → ProcessGroup '3' (nccl, "
+                               "1 rank); torch.distributed's group registry (_world.pg_map) holds 4 nccl groups"], found

@@ -47,14 +47,14 @@ class LiveReporter:
         for live in confirmed:
             try:
                 with own_work():
-                    owners, note = owners_of_blocks(live["device"], live["blocks"], budget=self.explain_budget,
+                    owners, note = owners_of_blocks(live, live["blocks"], budget=self.explain_budget,
                                                     device_type=self.device_type)
             except Exception as e:  # never the run's problem
                 owners, note = [], f"the owner search failed ({type(e).__name__}: {e})"
-            answer = explained(live["site"], live["device"], live["bytes_per_step"], owners, note, step)
+            answer = explained(live, owners, note, step)
             self.live_owners = [e for e in self.live_owners if not same_site(e, answer)] + [answer]
             if self.live_warnings:
-                say(f"  held by {answer['owner_lines'][0] if owners else note}")
+                say(f"  held by {answer['owner_lines'][0]}" if owners else f"  {note}")
 
     def report(self, path: str, analyse: Callable[[], tuple[str, str]] | None, leaking: list[dict],
                print_it: bool, end_searches: float) -> None:
@@ -73,8 +73,8 @@ class LiveReporter:
             leaks = self.findings["leaks"]
         else:
             text = "".join(f"vramscope: {f['line']}\n" for f in leaking)
-            leaks = [{"site": f["site"], "device": f["device"], "bytes_per_step": f["bytes_per_step"],
-                      "live_blocks": [list(b) for b in reversed(f["blocks"])]} for f in leaking]
+            # The monitor's line is a leak as the findings spell one (its memory and library too).
+            leaks = [{**f, "live_blocks": [list(b) for b in reversed(f["blocks"])]} for f in leaking]
         if leaks and self.explain:
             self._write_owners(path, leaks, end_searches)
         if print_it:
@@ -105,12 +105,12 @@ class LiveReporter:
             blocks = [tuple(b) for b in leak.get("live_blocks", [])][::-1]  # newest first
             left = deadline - time.monotonic()
             if left > 0:
-                owners, note = owners_of_blocks(leak["device"], blocks, budget=min(self.explain_budget, left),
+                owners, note = owners_of_blocks(leak, blocks, budget=min(self.explain_budget, left),
                                                 device_type=self.device_type)
             else:
                 owners, note = [], (f"not searched at the end: the {end_searches * self.explain_budget:.1f} s "
                                     "budget went to larger leaks (VRAMSCOPE_EXPLAIN_BUDGET)")
-            now = explained(leak["site"], leak["device"], leak["bytes_per_step"], owners, note)
+            now = explained(leak, owners, note)
             then = next((e for e in self.live_owners if same_site(e, now) and e["owners"]), None)
             # A cycle found now may only be what the training function left when it returned: what
             # a root reached while the run went on says who kept the memory then.

@@ -131,18 +131,20 @@ def who_holds(target, *, max_paths: int = 3, timeout: float = 5.0) -> list[Owner
         return holders_of(targets, skip_frames, max_paths, deadline)
 
 
-def holders_of(targets: list, skip_frames: set, max_paths: int, deadline: float) -> list[OwnerPath]:
-    """One search for all targets: paths to whichever of them the roots reach first. A cycle is
-    named only when no root reaches them (no module, no frame of any thread, no global): a tensor
-    a root keeps may also sit in some dead cycle, and that cycle is not why it lives."""
+def holders_of(targets: list, skip_frames: set, max_paths: int, deadline: float,
+               describe=describe_tensor) -> list[OwnerPath]:
+    """One search for all targets (tensors, or any object: a CuPy or JAX array; `describe` names one
+    at a path's end): paths to whichever of them the roots reach first. A cycle is named only when no
+    root reaches them (no module, no frame of any thread, no global): a tensor a root keeps may also
+    sit in some dead cycle, and that cycle is not why it lives."""
     if not targets:
         return []
     # Cycles are read first, before a collection during the walk frees them, and named last.
-    cycles = _in_gc_cycle(targets, max_paths)
+    cycles = _in_gc_cycle(targets, max_paths, describe)
     target_ids = {id(t): t for t in targets}
-    found = _breadth_first(_roots(skip_frames, True), target_ids, max_paths, deadline)
+    found = _breadth_first(_roots(skip_frames, True), target_ids, max_paths, deadline, describe)
     if not found and time.monotonic() < deadline:
-        found = _breadth_first(_roots(skip_frames, False), target_ids, max_paths, deadline)
+        found = _breadth_first(_roots(skip_frames, False), target_ids, max_paths, deadline, describe)
     if not found:
         found = cycles
     if not found:
@@ -161,7 +163,8 @@ class _TargetEdges:
         self._tensor = torch.Tensor
         self._targets_by_view = {}
         for t in target_ids.values():
-            self._targets_by_view.setdefault(self._key(t), t)
+            if issubclass(type(t), torch.Tensor):  # only a tensor has copies that stand for it
+                self._targets_by_view.setdefault(self._key(t), t)
 
     def __call__(self, obj) -> list:
         return [(label, self._as_target(child)) for label, child in _safe_edges(obj)]
@@ -182,7 +185,8 @@ class _TargetEdges:
             return child
 
 
-def _breadth_first(roots, target_ids: dict, max_paths: int, deadline: float, by_view: bool = True) -> list[OwnerPath]:
+def _breadth_first(roots, target_ids: dict, max_paths: int, deadline: float, describe=describe_tensor,
+                   by_view: bool = True) -> list[OwnerPath]:
     """The walk itself runs in C++ (_core.reference_walk); only the hops of the paths it returns
     are named here. by_view: a target's saved copies count as the target (_TargetEdges)."""
     roots = list(roots)  # also closes the generator, which would otherwise hold our frames
@@ -194,7 +198,7 @@ def _breadth_first(roots, target_ids: dict, max_paths: int, deadline: float, by_
     edges_of = _TargetEdges(target_ids if by_view else {})
     chains = _core.reference_walk(roots, set(target_ids), _EXTRA_TYPES, edges_of.children, skip, max_paths,
                                   max(0.0, deadline - time.monotonic()))
-    return [OwnerPath(label, _name_hops(chain, edges_of), describe_tensor(chain[-1])) for label, chain in chains]
+    return [OwnerPath(label, _name_hops(chain, edges_of), describe(chain[-1])) for label, chain in chains]
 
 
 def _namespace(module):
@@ -224,7 +228,7 @@ def _name_hops(chain: list, edges_of) -> list[str]:
     return labels
 
 
-def _in_gc_cycle(targets, max_paths: int) -> list[OwnerPath]:
+def _in_gc_cycle(targets, max_paths: int, describe) -> list[OwnerPath]:
     """Collects with DEBUG_SAVEALL, so what only a cycle keeps stays visible; then frees it."""
     flags = gc.get_debug()
     gc.set_debug(flags | gc.DEBUG_SAVEALL)
@@ -244,7 +248,7 @@ def _in_gc_cycle(targets, max_paths: int) -> list[OwnerPath]:
             if id(child) in ids:
                 cycle = _cycle_through(holder, garbage_ids)
                 found.append(OwnerPath(f"<cycle of {len(cycle)} objects: {type(holder).__name__}>", [label],
-                                       describe_tensor(child), "cycle, freed only by gc"))
+                                       describe(child), "cycle, freed only by gc"))
                 break
     del garbage, garbage_ids
     gc.collect()  # now let the cycles go, as gc would have
@@ -273,7 +277,8 @@ def _autograd_cycle(targets, deadline: float) -> list[OwnerPath]:
     """A tensor reachable from itself through its autograd graph: gc cannot see those edges."""
     for t in targets:
         # Identity only: a node keeps its own output saved without the grad_fn, which is no cycle.
-        found = _breadth_first([("<tensor>", t.grad_fn)] if t.grad_fn is not None else [],
+        grad_fn = getattr(t, "grad_fn", None)  # a CuPy or JAX array has no autograd graph
+        found = _breadth_first([("<tensor>", grad_fn)] if grad_fn is not None else [],
                                {id(t): t}, 1, deadline, by_view=False)
         if found:
             p = found[0]

@@ -1,0 +1,21 @@
+"""Which objects' memory lies in a leak's blocks: the one address rule every kind of memory shares."""
+
+from __future__ import annotations
+
+import bisect
+
+
+def in_blocks(blocks, candidates, accept=lambda obj: True) -> list:
+    """One object per (address, size) block whose memory starts inside it, in the blocks' order.
+    `candidates` yields (object, address its memory starts at); `accept` is asked only of those that
+    fall in a block (a check that costs a driver call, such as is_pinned(), is asked of few)."""
+    spans = sorted((addr, addr + size) for addr, size in blocks)
+    if not spans:
+        return []
+    firsts = [s for s, _ in spans]
+    found = {}
+    for obj, ptr in candidates:
+        i = bisect.bisect_right(firsts, ptr) - 1
+        if i >= 0 and ptr < spans[i][1] and spans[i] not in found and accept(obj):
+            found[spans[i]] = obj
+    return [found[(addr, addr + size)] for addr, size in dict.fromkeys(blocks) if (addr, addr + size) in found]
