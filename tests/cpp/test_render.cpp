@@ -3,9 +3,11 @@
 
 #include "analysis/analyze.h"
 #include "analysis/ranks.h"
+#include "findings/json_reader.h"
 #include "importers/torch_snapshot.h"
 #include "render/export.h"
 #include "render/html.h"
+#include "render/terminal.h"
 #include "trace_builder.h"
 
 using namespace vramscope;
@@ -90,4 +92,222 @@ TEST(Report, NoStringCanChangeThePage) {
     EXPECT_NE(body.find("\\u003c/script\\u003e\\u003cscript\\u003ealert(1)\\u003c/script\\u003e\\u003c!--\\u003cscript\\u003ea\\u0026b\\u003e\\u2028\\u2029"),
               std::string::npos) << body;
     EXPECT_EQ(page.find("/*VRAMSCOPE_DATA*/"), std::string::npos);
+}
+
+namespace {
+
+constexpr uint64_t kMiB = 1ull << 20;
+
+SourceLine line_of(const char* file, uint32_t line, const char* function) { return SourceLine{file, line, function}; }
+
+// A run whose leaks are outside torch's caching allocator: an extension's cudaMalloc, and pinned
+// host memory from torch's host allocator. Each stack's innermost frame is the calling library's.
+Findings leaking_outside_torch() {
+    Findings f;
+    f.source = "/runs/train.vscope";
+    f.format = "vscope";
+    f.verdict = Verdict::leak;
+    f.step_count = 20;
+    f.leak_bytes_per_step = 3.0 * kMiB;
+    SiteFinding ext;
+    ext.site = line_of("/home/u/train.py", 42, "step");
+    ext.memory = Memory::external;
+    ext.library = "leaky_ext.so";
+    ext.stack = {line_of("/home/u/build/leaky_ext.so", 0, "cuMemAlloc_v2"), ext.site, line_of("/home/u/train.py", 60, "main")};
+    ext.bytes_per_step = 2.0 * kMiB;
+    ext.first_step = 3;
+    ext.confidence = 0.98;
+    SiteFinding pinned;
+    pinned.site = line_of("/home/u/train.py", 50, "stage");
+    pinned.memory = Memory::pinned;
+    pinned.library = "torch";
+    pinned.stack = {line_of("/site-packages/torch/lib/libtorch_cuda.so", 0, "cuMemHostAlloc"), pinned.site};
+    pinned.bytes_per_step = 1.0 * kMiB;
+    pinned.first_step = 4;
+    pinned.confidence = 0.9;
+    pinned.stream = 0x55;  // not shown: host memory has no stream
+    f.leaks = {ext, pinned};
+    return f;
+}
+
+UsageLedger usage_of_device(uint16_t device) {
+    UsageLedger u;
+    u.device = device;
+    u.step = 19;
+    u.torch_reserved = 2150 * kMiB;
+    u.libraries = {{"NCCL", 512 * kMiB, 0}, {"CuPy", 64 * kMiB, 0}};
+    u.context = 520 * kMiB;
+    u.unexplained = 0;
+    u.nvml_used = u.torch_reserved + 512 * kMiB + 64 * kMiB + *u.context;
+    return u;
+}
+
+std::string line_with(const std::string& text, const std::string& part) {
+    const size_t at = text.find(part);
+    if (at == std::string::npos) return "";
+    const size_t start = text.rfind('\n', at) + 1;  // npos + 1: the first line
+    return text.substr(start, text.find('\n', at) - start);
+}
+
+}  // namespace
+
+TEST(Terminal, ALeakOutsideTorchNamesItsMemoryAndLibrary) {
+    const std::string out = render_summary(leaking_outside_torch(), false);
+    // Under each row: whose memory, from which library, through which driver call.
+    EXPECT_NE(out.find("\n       device memory from leaky_ext.so (cuMemAlloc_v2, outside torch's allocator)\n"), std::string::npos)
+        << out;
+    EXPECT_NE(out.find("\n       pinned host memory (torch's host allocator)\n"), std::string::npos) << out;
+    // The library's frame has no line; the pinned site's stream column says where the memory is.
+    EXPECT_EQ(line_with(out, "at cuMemAlloc_v2"), "       at cuMemAlloc_v2  /home/u/build/leaky_ext.so") << out;
+    EXPECT_NE(line_with(out, "train.py:50 stage  ").find(" host  "), std::string::npos) << out;
+    EXPECT_EQ(out.find("side 0x55"), std::string::npos) << out;
+}
+
+TEST(Terminal, APinnedLeakFromALibraryNamesItsDriverCall) {
+    Findings f = leaking_outside_torch();
+    f.leaks.erase(f.leaks.begin());
+    f.leaks[0].library = "NCCL";
+    f.leaks[0].stack.front() = line_of("/usr/lib/libnccl.so.2", 0, "cuMemHostAlloc");
+    EXPECT_NE(render_summary(f, false).find("\n       pinned host memory from NCCL (cuMemHostAlloc)\n"), std::string::npos);
+}
+
+TEST(Terminal, TheUsageLedgerSumsNvmlsFigureByHolderUnderEveryVerdict) {
+    for (const Verdict verdict : {Verdict::leak, Verdict::no_leak, Verdict::cannot_judge}) {
+        Findings f = verdict == Verdict::leak ? leaking_outside_torch() : Findings{};
+        f.verdict = verdict;
+        UsageLedger host;
+        host.step = 19;
+        host.libraries = {{"torch", 1024 * kMiB, 0}, {"NCCL", 64 * kMiB, 0}};
+        f.usage = {usage_of_device(0), host};
+        const std::string out = render_summary(f, false);
+        EXPECT_NE(out.find("\nUsage (what the process holds at step 19's end, by holder)\n"
+                           "  cuda:0  NVML 3.2 GiB = torch reserved 2.1 GiB + NCCL 512.0 MiB + CuPy 64.0 MiB\n"
+                           "          + CUDA context 520.0 MiB + unexplained 0 B\n"
+                           "  host    pinned 1.1 GiB = torch 1.0 GiB + NCCL 64.0 MiB\n"),
+                  std::string::npos) << name(verdict) << "\n" << out;
+    }
+}
+
+TEST(Terminal, AUsageLedgerWithoutNvmlShowsTheLibrariesAndNothingElseShowsNothing) {
+    Findings f;
+    f.verdict = Verdict::no_leak;
+    UsageLedger seen = usage_of_device(0), nothing = usage_of_device(1);
+    seen.nvml_used = nothing.nvml_used = std::nullopt;
+    seen.context = nothing.context = std::nullopt;
+    seen.unexplained = nothing.unexplained = std::nullopt;
+    nothing.libraries.clear();
+    UsageLedger host;  // no pinned memory seen
+    f.usage = {seen, nothing, host};
+    const std::string out = render_summary(f, false);
+    EXPECT_NE(out.find("\n  cuda:0  torch reserved 2.1 GiB + NCCL 512.0 MiB + CuPy 64.0 MiB  (NVML not read)\n"), std::string::npos) << out;
+    EXPECT_EQ(out.find("cuda:1"), std::string::npos) << out;
+    EXPECT_EQ(out.find("host"), std::string::npos) << out;
+    f.usage = {nothing, host};
+    EXPECT_EQ(render_summary(f, false).find("Usage"), std::string::npos) << "a run with nothing outside torch is as before";
+}
+
+TEST(Terminal, AUsageLedgerOfManyLibrariesBreaksOnlyBetweenTermsWithin100Columns) {
+    Findings f;
+    f.verdict = Verdict::no_leak;
+    UsageLedger u = usage_of_device(0);
+    for (const char* lib : {"cuBLAS", "cuDNN", "cuFFT", "JAX/XLA", "Triton", "libsomething_long_name.so", "unknown library"})
+        u.libraries.push_back({lib, 3 * kMiB, 0});
+    f.usage = {u};
+    const std::string out = render_summary(f, false);
+    const std::string block = out.substr(out.find("\n  cuda:0  NVML") + 1);
+    size_t start = 0, lines = 0;
+    while (start < block.size()) {
+        const size_t end = block.find('\n', start);
+        const std::string line = block.substr(start, end - start);
+        EXPECT_LE(line.size(), 100u) << line;
+        if (lines++) EXPECT_TRUE(line.starts_with("          + ")) << line;
+        start = end + 1;
+    }
+    EXPECT_GE(lines, 2u);
+    EXPECT_NE(block.find("+ libsomething_long_name.so 3.0 MiB"), std::string::npos) << block;
+}
+
+namespace {
+
+// Four steps, 5 ms apart: each keeps 2 MiB of an extension's device memory, takes 1 MiB of pinned
+// host memory and gives it back, and ends with NVML's reading, as a capture writes them.
+TraceBuilder outside_torch_steps() {
+    TraceBuilder b;
+    const uint32_t ext = b.stack({{"/home/u/build/leaky_ext.so", 0, "cuMemAlloc_v2"}, {"train.py", 42, "step"}});
+    const uint32_t pinned = b.stack({{"/torch/lib/libtorch_cuda.so", 0, "cuMemHostAlloc"}, {"train.py", 50, "stage"}});
+    auto push = [&](EventKind kind, uint64_t addr, uint64_t size, uint32_t stack = 0) {
+        Event e;
+        e.kind = kind;
+        e.addr = addr;
+        e.size = size;
+        e.stack = stack;
+        e.time_us = (b.time += 3);
+        b.t.events.push_back(e);
+    };
+    for (uint64_t step = 0; step < 4; ++step) {
+        b.time += 5000;
+        b.alloc(0x7f0000000000ull, 4096, 0);
+        b.free(0x7f0000000000ull, 4096);
+        push(EventKind::external_alloc, 0x7e0000000000ull + step * 2 * kMiB, 2 * kMiB, ext);
+        push(EventKind::pinned_alloc, 0x600000000000ull, kMiB, pinned);
+        push(EventKind::pinned_free, 0x600000000000ull, kMiB);
+        push(EventKind::device_usage, 0, 1000 * kMiB + step * 2 * kMiB);
+        b.step();
+    }
+    return b;
+}
+
+// The `bytes` of each counter sample of one track, in order.
+std::vector<uint64_t> counter(const JsonValue& trace, const std::string& track) {
+    std::vector<uint64_t> out;
+    for (const JsonValue& e : trace.get("traceEvents")->items)
+        if (e.get("ph")->str == "C" && e.get("name")->str == track) out.push_back(std::stoull(std::string(e.get("args")->get("bytes")->text)));
+    return out;
+}
+
+}  // namespace
+
+TEST(Export, PerfettoHasATrackForLibrariesPinnedMemoryAndNvmlPerDevice) {
+    const TraceBuilder b = outside_torch_steps();
+    const std::string json = to_perfetto_json(b.t, Findings{});
+    const JsonValue trace = parse_json(json, "perfetto", kMaxJsonDepth);
+    EXPECT_EQ(counter(trace, "cuda:0 external"), (std::vector<uint64_t>{2 * kMiB, 4 * kMiB, 6 * kMiB, 8 * kMiB}));
+    // Taken and given back inside a millisecond: the taking is drawn, and the step's end shows it gone.
+    EXPECT_EQ(counter(trace, "cuda:0 pinned"), (std::vector<uint64_t>{kMiB, 0, kMiB, 0, kMiB, 0, kMiB, 0}));
+    EXPECT_EQ(counter(trace, "cuda:0 NVML used"),
+              (std::vector<uint64_t>{1000 * kMiB, 1002 * kMiB, 1004 * kMiB, 1006 * kMiB}));
+    // Torch's own counter is as it was: its blocks only.
+    for (const JsonValue& e : trace.get("traceEvents")->items)
+        if (e.get("name")->str == "cuda:0 memory") EXPECT_LE(std::stoull(std::string(e.get("args")->get("allocated")->text)), 4096u);
+}
+
+TEST(Export, PerfettoWithoutMemoryOutsideTorchHasNoTracksForIt) {
+    TraceBuilder b;
+    for (int step = 0; step < 3; ++step) {
+        b.alloc(0x7f0000000000ull, 4096, 0);
+        b.step();
+    }
+    const std::string json = to_perfetto_json(b.t, Findings{});
+    EXPECT_EQ(json.find("external"), std::string::npos);
+    EXPECT_EQ(json.find("NVML"), std::string::npos);
+}
+
+TEST(Export, APerfettoLeakInstantNamesMemoryOutsideTorch) {
+    const TraceBuilder b = outside_torch_steps();
+    Findings f = leaking_outside_torch();
+    f.leaks[0].first_step = 1;
+    const std::string json = to_perfetto_json(b.t, f);
+    EXPECT_NE(json.find("\"name\":\"leak starts: train.py:42 step (external: leaky_ext.so)\""), std::string::npos) << json;
+    EXPECT_NE(json.find("\"memory\":\"external\",\"library\":\"leaky_ext.so\""), std::string::npos) << json;
+}
+
+TEST(Export, MemoryVizPickleHoldsTorchsAllocatorOnly) {
+    const TraceBuilder b = outside_torch_steps();
+    const Trace back = import_torch_snapshot(to_memory_viz_pickle(b.t), "export.pickle");
+    size_t allocs = 0;
+    for (const Event& e : back.events) {
+        EXPECT_FALSE(is_external_event(e.kind) || e.kind == EventKind::device_usage) << event_kind_name(e.kind);
+        allocs += e.kind == EventKind::alloc;
+    }
+    EXPECT_EQ(allocs, 4u);
 }

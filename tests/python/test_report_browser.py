@@ -189,3 +189,96 @@ def test_report_of_a_step_range_draws_every_step_of_it(tmp_path, browser):
     assert page.input_value(".step-from") == "10" and page.input_value(".step-to") == "19"
     assert "20 steps, one per optimizer step (" in page.inner_text("body"), "the run is read up to step 19's end"
     page.close()
+
+
+PAGE = Path(__file__).resolve().parents[2] / "src" / "vramscope" / "render" / "report.html"
+MiB = 1 << 20
+
+
+def outside_torch_report() -> dict:
+    """Report data (the page's input, as to_report_json writes it) of a run whose leaks are outside
+    torch's allocator: an extension's device memory and torch's pinned host memory, with NVML read
+    at most steps and the usage ledger at the end."""
+    steps = list(range(20))
+    external = [(512 + 2 * s) * MiB for s in steps]
+    leak = {"site": {"file": "/home/u/train.py", "line": 42, "function": "step"}, "shape": "rising",
+            "evidence": "survivors", "device": 0, "stream": 0, "stream_kind": "default", "first_step": 3,
+            "confidence": 0.98, "fit_r2": 1.0, "recurrence": 1.0, "share_of_growth": 0.0, "live_bytes": 40 * MiB,
+            "peak_bytes": 40 * MiB, "surviving_allocations": 20, "recent_bytes_per_step": 2.0 * MiB,
+            "bytes_per_step": 2.0 * MiB, "stack_shown_from": 0, "memory": "external", "library": "leaky_ext.so",
+            "stack": [{"file": "/home/u/build/leaky_ext.so", "line": 0, "function": "cuMemAlloc_v2"},
+                      {"file": "/home/u/train.py", "line": 42, "function": "step"}],
+            "held": [2 * MiB * (s + 1) for s in steps]}
+    pinned = dict(leak, site={"file": "/home/u/train.py", "line": 50, "function": "stage"}, memory="pinned",
+                  library="torch", bytes_per_step=1.0 * MiB, held=[MiB * (s + 1) for s in steps],
+                  stack=[{"file": "/torch/lib/libtorch_cuda.so", "line": 0, "function": "cuMemHostAlloc"},
+                         {"file": "/home/u/train.py", "line": 50, "function": "stage"}])
+    columns = {"step": steps, "allocated": [900 * MiB] * 20, "reserved": [1024 * MiB] * 20, "peak": [950 * MiB] * 20,
+               "external": external, "pinned": [(64 + s) * MiB for s in steps],
+               "nvml_used": [None if s % 5 == 4 else 1024 * MiB + external[s] + 520 * MiB for s in steps]}
+    usage = [{"device": 0, "step": 19, "nvml_used": 2094 * MiB, "torch_reserved": 1024 * MiB,
+              "libraries": [{"library": "leaky_ext.so", "bytes": 40 * MiB, "growth": 32 * MiB},
+                            {"library": "NCCL", "bytes": 510 * MiB, "growth": 0}],
+              "context": 520 * MiB, "unexplained": 0},
+             {"device": None, "step": 19, "nvml_used": None, "torch_reserved": 0, "context": None, "unexplained": None,
+              "libraries": [{"library": "torch", "bytes": 83 * MiB, "growth": 16 * MiB}]}]
+    run = {"schema": "vramscope.findings", "schema_version": 1, "source": "/runs/train.vscope", "format": "vscope",
+           "verdict": "leak", "leak_bytes_per_step": 3.0 * MiB, "events": 1000,
+           "steps": {"count": 20, "source": "markers", "detail": "", "unit": "optimizer step", "warmup": 3,
+                     "before_trace": 0, "window": 1},
+           "projected_oom_step": 40000,
+           "devices": [{"device": 0, "total_memory": 80 << 30, "capacity_source": "trace", "projected_oom_step": 40000,
+                        "oom_step": None, "columns": columns, "streams": []}],
+           "leaks": [leak, pinned], "not_leaks": [], "ledger": [], "usage": usage, "notes": [], "warnings": [],
+           "input_faults": [], "meta": {"capture.driver": "cupti", "capture.nvml": "on"},
+           "import_seconds": 0, "analysis_seconds": 0}
+    return {"generator": "vramscope test", "runs": [run]}
+
+
+def test_report_shows_memory_outside_torch_its_libraries_and_nvml(tmp_path, browser):
+    import json
+
+    page_file = tmp_path / "outside.html"
+    page_file.write_text(PAGE.read_text().replace("/*VRAMSCOPE_DATA*/", json.dumps(outside_torch_report())))
+    page = browser.new_page(viewport={"width": 1280, "height": 1400})
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+    page.goto(page_file.as_uri())
+    page.wait_for_selector(".banner")
+
+    rows = page.locator("table.leaks tr.leakrow")
+    assert "device memory from leaky_ext.so (cuMemAlloc_v2, outside torch's allocator)" in rows.nth(0).inner_text()
+    assert "pinned host memory (torch's host allocator)" in rows.nth(1).inner_text()
+    assert "host" in rows.nth(1).locator(".tag").inner_text(), "host memory has no stream"
+    rows.first.click()
+    assert "cuMemAlloc_v2 /home/u/build/leaky_ext.so\n" in page.inner_text("table.leaks tr.stack.open"), "no line for a library"
+
+    assert page.locator(".chart .external-area").count() == 1, "libraries' device memory stacked on reserved"
+    assert len(page.get_attribute(".chart polyline.pinned", "points").split()) == 20
+    assert len(page.get_attribute(".chart polyline.nvml", "points").split()) == 16, "a point where NVML was read"
+    legend = page.inner_text(".legend")
+    assert "libraries' device memory" in legend and "pinned host memory" in legend and "NVML" in legend
+    width = page.locator(".chart svg").bounding_box()["width"]
+    at_step = lambda s: {"x": width * (70 + 896 * s / 19) / 1000, "y": 150}  # the chart's margins, in its 1000 units
+    page.hover(".chart svg", position=at_step(18))
+    tip = page.inner_text(".tip")
+    assert "outside torch's allocator 548.0 MiB" in tip and "NVML: the process uses 2.0 GiB" in tip, tip
+    page.hover(".chart svg", position=at_step(19))
+    assert "NVML" not in page.inner_text(".tip"), "NVML was not read in step 19"
+
+    usage = page.inner_text("table.usage")
+    for words in ["cuda:0\tNVML, step 19's end\t2.0 GiB", "torch reserved\t1.0 GiB", "leaky_ext.so\t40.0 MiB\t+32.0 MiB",
+                  "NCCL\t510.0 MiB", "CUDA context and modules\t520.0 MiB", "host\tpinned, step 19's end\t83.0 MiB",
+                  "torch\t83.0 MiB\t+16.0 MiB"]:
+        assert words in usage, (words, usage)
+
+    page.fill(".step-from", "5")
+    page.fill(".step-to", "14")
+    page.dispatch_event(".step-to", "change")
+    assert page.locator(".chart .external-area").count() == 1, "the range keeps the series outside torch"
+    assert len(page.get_attribute(".chart polyline.nvml", "points").split()) == 8
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "report-outside-torch.png"), full_page=True)
+    assert errors == [], errors
+    page.close()

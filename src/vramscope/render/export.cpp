@@ -1,7 +1,9 @@
 #include "render/export.h"
 
 #include <algorithm>
+#include <array>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -65,6 +67,25 @@ void check_export_size(const Trace& t, size_t bytes, std::string_view what) {
     if (bytes > t.limits.max_held_bytes)
         throw std::runtime_error(t.source + ": its " + std::string(what) + " would be more than " +
                                  std::to_string(t.limits.max_held_bytes >> 20) + " MiB (the limit; --max-memory raises it)");
+}
+
+// A torch snapshot's entries are its caching allocator's: memory_viz would draw a library's own
+// memory, pinned host memory or NVML's figure as torch's blocks.
+bool in_torch_snapshot(EventKind k) { return carries_address(k) && !is_external_event(k) && k != EventKind::device_usage; }
+
+// Memory outside torch's allocator, and NVML's figure: a counter track each, on the devices that have them.
+enum class Outside : uint8_t { external, pinned, nvml_used };
+constexpr std::array<const char*, 3> kOutsideTrack = {"external", "pinned", "NVML used"};
+
+std::optional<Outside> outside_track(EventKind k) {
+    switch (k) {
+    case EventKind::external_alloc:
+    case EventKind::external_free: return Outside::external;
+    case EventKind::pinned_alloc:
+    case EventKind::pinned_free: return Outside::pinned;
+    case EventKind::device_usage: return Outside::nvml_used;
+    default: return std::nullopt;
+    }
 }
 
 }  // namespace
@@ -136,7 +157,7 @@ std::string to_memory_viz_pickle(const Trace& t) {
         p.mark();
         size_t in_batch = 0;
         for (const Event& e : t.events) {
-            if (e.device != d || !carries_address(e.kind)) continue;
+            if (e.device != d || !in_torch_snapshot(e.kind)) continue;
             if (e.kind == EventKind::free) {  // torch >= 2.1 spells a whole free as two entries
                 entry(e, "free_requested");
                 entry(e, "free_completed");
@@ -190,6 +211,21 @@ std::string to_perfetto_json(const Trace& t, const Findings& f) {
         bool changed = true;  // each device is drawn once at least
     };
     std::map<uint8_t, Level> level;
+    struct Track {
+        int64_t bytes = 0, last_sample = INT64_MIN;
+        bool changed = false;
+    };
+    std::map<std::pair<uint8_t, Outside>, Track> outside;  // only those the trace has
+    auto sample_outside = [&](std::pair<uint8_t, Outside> at, Track& track, int64_t ts) {
+        track.last_sample = ts;
+        track.changed = false;
+        event("C", "cuda:" + std::to_string(at.first) + " " + kOutsideTrack[size_t(at.second)], ts, [&] {
+            j.key("args");
+            j.open('{');
+            j.field("bytes", uint64_t(std::max<int64_t>(0, track.bytes)));
+            j.close('}');
+        });
+    };
     for (const DeviceInfo& d : t.devices) level[uint8_t(d.device)] = {int64_t(d.baseline_allocated), int64_t(d.baseline_reserved)};
     auto sample = [&](uint8_t device, int64_t ts) {
         Level& l = level[device];
@@ -223,9 +259,21 @@ std::string to_perfetto_json(const Trace& t, const Findings& f) {
             l.changed = true;
             if (e.time_us >= l.last_sample + 1000) sample(e.device, e.time_us);  // not a - b: b starts at INT64_MIN
         }
+        if (const auto kind = outside_track(e.kind)) {
+            const std::pair<uint8_t, Outside> at{e.device, *kind};
+            Track& track = outside[at];
+            track.bytes = e.kind == EventKind::device_usage ? int64_t(e.size)
+                          : is_external_alloc(e.kind)      ? track.bytes + int64_t(e.size)
+                                                           : track.bytes - int64_t(e.size);
+            track.changed = true;
+            // NVML is read once a step at most, right before its end: every reading is drawn.
+            if (e.kind == EventKind::device_usage || e.time_us >= track.last_sample + 1000) sample_outside(at, track, e.time_us);
+        }
         if (next_end < steps.ends.size() && steps.ends[next_end] == i) {
             for (auto& [device, lv] : level)
                 if (lv.changed) sample(device, e.time_us);
+            for (auto& [at, track] : outside)
+                if (track.changed) sample_outside(at, track, e.time_us);
             step_starts.push_back(step_start);
             event("X", "step " + std::to_string(next_end), step_start, [&] {
                 j.field("dur", uint64_t(std::max<int64_t>(0, e.time_us - step_start)));
@@ -237,13 +285,17 @@ std::string to_perfetto_json(const Trace& t, const Findings& f) {
     }
     for (const SiteFinding& leak : f.leaks) {
         if (leak.first_step >= step_starts.size()) continue;
+        const std::string whose = leak.memory == Memory::torch ? "" : " (" + std::string(name(leak.memory)) +
+                                                                          (leak.library.empty() ? "" : ": " + leak.library) + ")";
         event("i", "leak starts: " + base_name(leak.site.file) + ":" +
-                       std::to_string(leak.site.line) + " " + leak.site.function,
+                       std::to_string(leak.site.line) + " " + leak.site.function + whose,
               step_starts[leak.first_step], [&] {
                   j.field("s", "g");
                   j.key("args");
                   j.open('{');
                   j.field("bytes_per_step", leak.bytes_per_step);
+                  j.field("memory", name(leak.memory));
+                  if (!leak.library.empty()) j.field("library", leak.library);
                   j.close('}');
               });
     }

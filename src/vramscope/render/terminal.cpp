@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <vector>
 
 #include "common/format.h"
 #include "findings/json.h"
@@ -110,6 +111,79 @@ std::string render_ledger(const Findings& f, const Style& st) {
     return o;
 }
 
+// Whose memory a leak is, when not torch's caching allocator's: "device memory from leaky_ext.so
+// (cuMemAlloc_v2, outside torch's allocator)", "pinned host memory (torch's host allocator)".
+// The innermost frame of such a stack is the library's, its function the driver call.
+std::string memory_words(const SiteFinding& l) {
+    const std::string library = terminal_safe(l.library);
+    const std::string call = l.stack.empty() ? "" : terminal_safe(l.stack.front().function);
+    switch (l.memory) {
+    case Memory::torch: return "";
+    case Memory::external:
+        return "device memory from " + (library.empty() ? "a library" : library) + " (" + (call.empty() ? "" : call + ", ") +
+               "outside torch's allocator)";
+    case Memory::pinned:
+        if (l.library == "torch") return "pinned host memory (torch's host allocator)";
+        return "pinned host memory" + (library.empty() ? "" : " from " + library) + (call.empty() ? "" : " (" + call + ")");
+    }
+    return "";
+}
+
+// A frame as the stack lines show it: a shared object's frame (line 0) has no line to name.
+std::string frame_place(const SourceLine& s) {
+    return short_path(s.file) + (s.line == 0 && !is_cpp_file(s.file) ? "" : ":" + std::to_string(s.line));
+}
+
+// "head a + b + c" in lines of at most `width` columns, broken only between terms, continuation
+// lines indented to `indent` (the first line starts there already): a sum stays readable.
+std::string sum_lines(const std::string& head, const std::vector<std::string>& terms, size_t indent, size_t width) {
+    std::string out = head;
+    size_t column = indent + head.size();
+    for (size_t i = 0; i < terms.size(); ++i) {
+        const std::string term = (i ? "+ " : "") + terms[i];
+        if (i && column + 1 + term.size() > width) {
+            out += "\n" + std::string(indent, ' ');
+            column = indent;
+        } else if (i) {
+            out += ' ';
+            ++column;
+        }
+        out += term;
+        column += term.size();
+    }
+    return out;
+}
+
+// Everything the process holds on each device, and pinned on the host, split by holder: NVML's
+// figure where it was read, and the libraries' own memory wherever the capture saw any.
+std::string render_usage(const Findings& f, const Style& st) {
+    std::string lines;
+    for (const UsageLedger& u : f.usage) {
+        std::vector<std::string> terms;
+        if (u.device) terms.push_back("torch reserved " + format_bytes(double(u.torch_reserved)));
+        uint64_t libraries = 0;
+        for (const LibraryBytes& b : u.libraries) {
+            terms.push_back(terminal_safe(b.library) + " " + format_bytes(double(b.bytes)));
+            libraries += b.bytes;
+        }
+        if (u.context) terms.push_back("CUDA context " + format_bytes(double(*u.context)));
+        if (u.unexplained) terms.push_back("unexplained " + format_bytes(double(*u.unexplained)));
+        if (!u.device) {
+            if (u.libraries.empty()) continue;
+            lines += "  " + fit("host", 8) + sum_lines("pinned " + format_bytes(double(libraries)) + " = ", terms, 10, 100) + "\n";
+        } else if (u.nvml_used) {
+            lines += "  " + fit("cuda:" + std::to_string(*u.device), 8) +
+                     sum_lines("NVML " + format_bytes(double(*u.nvml_used)) + " = ", terms, 10, 100) + "\n";
+        } else if (!u.libraries.empty()) {
+            lines += "  " + fit("cuda:" + std::to_string(*u.device), 8) + sum_lines("", terms, 10, 100) +
+                     st.dim("  (NVML not read)") + "\n";
+        }
+    }
+    if (lines.empty()) return "";
+    return "\n" + st.bold("Usage") +
+           st.dim(" (what the process holds at step " + format_count(f.usage.front().step) + "'s end, by holder)") + "\n" + lines;
+}
+
 }  // namespace
 
 std::string render_summary(const Findings& f, bool color, size_t max_leaks) {
@@ -150,7 +224,9 @@ std::string render_summary(const Findings& f, bool color, size_t max_leaks) {
             char conf[16];
             std::snprintf(conf, sizeof conf, "%.2f", l.confidence);
             o += "  " + fit(std::to_string(shown), 3) + fit(per_step(l.bytes_per_step), 16) + fit(where(l.site), 40) +
-                 fit(stream_label(l.stream), 18) + fit(std::to_string(l.first_step), 7) + conf + "\n";
+                 fit(l.memory == Memory::pinned ? "host" : stream_label(l.stream), 18) + fit(std::to_string(l.first_step), 7) +
+                 conf + "\n";
+            if (l.memory != Memory::torch) o += "       " + wrap(memory_words(l), 7, 100) + "\n";
             if (l.evidence == LeakEvidence::replaced_bigger)
                 o += "       " + wrap("each step frees its buffer and allocates a bigger one at " + where(l.site) +
                                         ": nothing here outlives its step, yet what it holds grows",
@@ -166,8 +242,7 @@ std::string render_summary(const Findings& f, bool color, size_t max_leaks) {
             for (size_t i = l.stack_shown_from; i < l.stack.size() && shown < 4; ++i) {
                 if (python && is_cpp_file(l.stack[i].file)) continue;
                 ++shown;
-                o += st.dim(terminal_safe(fit_left("       at " + l.stack[i].function + "  ", short_path(l.stack[i].file) + ":" +
-                                                                                 std::to_string(l.stack[i].line), 100))) + "\n";
+                o += st.dim(terminal_safe(fit_left("       at " + l.stack[i].function + "  ", frame_place(l.stack[i]), 100))) + "\n";
             }
         }
         for (const DeviceSummary& d : f.devices)
@@ -191,6 +266,7 @@ std::string render_summary(const Findings& f, bool color, size_t max_leaks) {
         o += st.green("NO LEAK") + "  no site leaks, and the ledger below accounts for the growth at step ends\n";
     }
     o += render_ledger(f, st);
+    o += render_usage(f, st);
     if (!f.not_leaks.empty()) {
         o += "\n" + st.bold("Not leaks") + st.dim(" (growth you may see, explained)") + "\n";
         for (const NotLeak& n : f.not_leaks) {
