@@ -12,6 +12,7 @@
 #include "analysis/analyze.h"
 #include "analysis/live_sink.h"
 #include "analysis/steps.h"
+#include "capture/driver_calls.h"
 #include "capture/python_frames.h"
 #include "explain/reference_walk.h"
 #include "capture/recorder.h"
@@ -320,6 +321,25 @@ void bind_capture(nb::module_& m) {
              nb::call_guard<nb::gil_scoped_release>(),
              "An event from a source other than the allocator hook (the live tensors of a CPU run), "
              "stacked from the calling thread's Python frames as the hook's are.")
+        .def("start_driver_capture",
+             [](LiveCapture& c, const std::vector<std::string>& cupti_dirs) {
+                 return capture::DriverCalls::instance().start(c.recorder, cupti_dirs);
+             },
+             nb::arg("cupti_dirs"), nb::call_guard<nb::gil_scoped_release>(),
+             "Records memory taken from the CUDA driver outside torch's allocator, and pinned host memory, "
+             "through CUPTI (capture/driver_calls.h), looked for in `cupti_dirs` first. '' when on, else why not.")
+        .def("stop_driver_capture", [](LiveCapture& c) { capture::DriverCalls::instance().stop(c.recorder); },
+             nb::call_guard<nb::gil_scoped_release>(),
+             "Lets go of CUPTI (a profiler may take it then); nothing if it feeds another capture.")
+        .def("watch_device",
+             [](LiveCapture& c, int device, const std::string& pci_bus_id) {
+                 return c.recorder.watch_device(uint8_t(device), pci_bus_id);
+             },
+             nb::arg("device"), nb::arg("pci_bus_id"), nb::call_guard<nb::gil_scoped_release>(),
+             "NVML's figure for this process on a CUDA device (found by PCI bus id, 'dddddddd:bb:dd.f'), written "
+             "now, before each step marker and at the end. '' when watched, else why not.")
+        .def_prop_ro("nvml_state", [](const LiveCapture& c) { return c.recorder.usage_state(); },
+                     "For the meta 'capture.nvml': 'on', 'on (device total: one process)' or 'off: why'.")
         .def_prop_ro("projected_oom_step", [](const LiveCapture& c) { return c.monitor.projected_oom_step(); },
                      "The step at which a device runs out at the recent rates of the leaks held now; None "
                      "without a leak or a capacity.")

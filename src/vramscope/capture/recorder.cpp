@@ -33,9 +33,11 @@ thread_local bool t_ended = false;
 
 }  // namespace
 
-Recorder::Recorder(const std::string& path) : path_(path), writer_(std::make_unique<TraceWriter>(path)) {
+Recorder::Recorder(const std::string& path)
+    : path_(path), writer_(std::make_unique<TraceWriter>(path)), driver_buffer_(std::make_shared<ThreadBuffer>()) {
     static std::atomic<uint64_t> recorders{0};
     id_ = ++recorders;
+    buffers_.push_back(driver_buffer_);
     worker_ = std::make_unique<std::thread>([this] { worker(); });
 }
 
@@ -152,6 +154,110 @@ uint32_t Recorder::stack_of(uint64_t h, const RawFrame* frames, size_t n, const 
     }
 }
 
+uint32_t Recorder::intern_driver_stack(const RawFrame* frames, size_t n, std::string_view library,
+                                       std::string_view call) {
+    std::string key(library);
+    key.push_back('\0');
+    key.append(call);
+    auto [lib, inserted] = library_frames_.try_emplace(std::move(key));
+    if (inserted) {
+        LibraryFrame& f = lib->second;
+        f.file = library, f.function = call;
+        f.frame = SinkFrame{writer_->intern_frame(f.file, 0, f.function), f.file, f.function, 0};
+    }
+    NewStack added{0, {lib->second.frame}};
+    for (size_t i = 0; i < n; ++i) added.frames.push_back(frame_of(frames[i]));
+    std::vector<uint32_t> ids;
+    for (const SinkFrame& f : added.frames) ids.push_back(f.id);
+    added.stack = writer_->intern_stack(ids.data(), ids.size());
+    const uint32_t stack = added.stack;
+    if (driver_stacks_.insert(stack).second) new_stacks_.push_back(std::move(added));
+    return stack;
+}
+
+void Recorder::driver_event(EventKind kind, uint8_t device, uint64_t addr, uint64_t size, std::string_view library,
+                            std::string_view call) noexcept {
+    if (stopped_.load(std::memory_order_relaxed)) return;
+    try {
+        Queued q{Event{}, 0};
+        Event& e = q.event;
+        e.kind = kind;
+        e.device = device;
+        e.addr = addr;
+        e.size = size;
+        e.time_us = clock_.now_us();
+        if (has_stack(kind)) {
+            std::vector<RawFrame> frames(python_stacks_.load(std::memory_order_relaxed) ? kMaxFrames : 0);
+            const size_t n = frames.empty() ? 0 : walk_python_frames(frames.data(), frames.size());
+            std::lock_guard lock(intern_mutex_);
+            if (!writer_) return;  // closed while this event was on its way
+            e.stack = intern_driver_stack(frames.data(), n, library, call);
+        }
+        std::lock_guard lock(driver_buffer_->lock);
+        if (is_external_alloc(kind))
+            driver_buffer_->allocations.store(driver_buffer_->allocations.load(std::memory_order_relaxed) + 1,
+                                              std::memory_order_relaxed);
+        driver_buffer_->events.push_back(q);
+        driver_buffer_->events.back().seq = device_seq_[device].next.fetch_add(1, std::memory_order_relaxed);
+    } catch (const std::exception& ex) {
+        fail(std::string("capture stopped: ") + ex.what());
+    } catch (...) {
+        fail("capture stopped: unknown internal error");
+    }
+}
+
+void Recorder::use_device_usage(std::unique_ptr<DeviceUsage> usage) {
+    std::lock_guard lock(usage_mutex_);
+    usage_ = std::move(usage);
+}
+
+std::string Recorder::watch_device(uint8_t device, std::string_view pci_bus_id) {
+    std::vector<DeviceUsage::Reading> first;
+    {
+        std::lock_guard lock(usage_mutex_);
+        if (!usage_ && !(usage_ = DeviceUsage::open(usage_off_))) return usage_off_;
+        if (std::string why = usage_->watch(device, pci_bus_id); !why.empty()) return why;
+        for (const auto& r : usage_->read(DeviceUsage::Clock::now(), true))
+            if (r.device == device) first.push_back(r);
+    }
+    if (stopped_.load(std::memory_order_relaxed)) return "";
+    try {
+        std::lock_guard lock(mutex_);
+        drain_locked();
+        const std::vector<Event> events = usage_events(first);
+        for (EventSink* sink : sinks_) sink->events(events);
+    } catch (const std::exception& ex) {
+        fail(std::string("capture stopped: ") + ex.what());
+    }
+    return "";
+}
+
+std::string Recorder::usage_state() const {
+    std::lock_guard lock(usage_mutex_);
+    return usage_ ? usage_->state() : "off: " + (usage_off_.empty() ? std::string("no device watched") : usage_off_);
+}
+
+std::vector<DeviceUsage::Reading> Recorder::read_usage(bool every) {
+    std::lock_guard lock(usage_mutex_);
+    return usage_ ? usage_->read(DeviceUsage::Clock::now(), every) : std::vector<DeviceUsage::Reading>{};
+}
+
+// NVML's figures as events, stamped now, into the file (under mutex_, after a drain); returned
+// for the sinks.
+std::vector<Event> Recorder::usage_events(const std::vector<DeviceUsage::Reading>& readings) {
+    std::vector<Event> events;
+    for (const DeviceUsage::Reading& r : readings) {
+        Event e;
+        e.kind = EventKind::device_usage;
+        e.device = r.device;
+        e.size = r.bytes;
+        e.time_us = clock_.now_us();
+        writer_->event(e);
+        events.push_back(e);
+    }
+    return events;
+}
+
 Recorder::HookThread* Recorder::join_thread() noexcept {
     struct Owner {
         std::unique_ptr<HookThread> t;
@@ -214,7 +320,8 @@ bool Recorder::folded_into_request(std::vector<Queued>& events, const Event& e) 
 uint64_t Recorder::allocations() const {
     std::lock_guard lock(buffers_mutex_);
     uint64_t n = 0;
-    for (const auto& b : buffers_) n += b->allocations.load(std::memory_order_relaxed);
+    for (const auto& b : buffers_)
+        if (b != driver_buffer_) n += b->allocations.load(std::memory_order_relaxed);
     return n;
 }
 
@@ -363,17 +470,19 @@ void Recorder::hand_to_sinks() {
     batch_.clear();
 }
 
-void Recorder::write_marker(EventKind kind, std::string_view name) {
+void Recorder::write_marker(EventKind kind, std::string_view name, const std::vector<DeviceUsage::Reading>& usage) {
     if (stopped_.load(std::memory_order_relaxed)) return;
     try {
         std::lock_guard lock(mutex_);
         drain_locked();
+        std::vector<Event> events = usage_events(usage);
         Event e;
         e.kind = kind;
         e.time_us = clock_.now_us();
         e.name = writer_->intern_string(name);
         writer_->event(e);
-        for (EventSink* sink : sinks_) sink->events(std::span<const Event>(&e, 1));
+        events.push_back(e);
+        for (EventSink* sink : sinks_) sink->events(events);
     } catch (const std::exception& ex) {
         fail(std::string("capture stopped: ") + ex.what());
     }
@@ -381,7 +490,9 @@ void Recorder::write_marker(EventKind kind, std::string_view name) {
 
 void Recorder::marker(EventKind kind, std::string_view name) { write_marker(kind, name); }
 
-void Recorder::end_step(std::string_view unit) { write_marker(EventKind::step, unit); }
+void Recorder::end_step(std::string_view unit) {
+    if (!stopped_.load(std::memory_order_relaxed)) write_marker(EventKind::step, unit, read_usage(false));
+}
 
 void Recorder::drain() {
     if (stopped_.load(std::memory_order_relaxed)) return;
@@ -405,6 +516,8 @@ void Recorder::flush() {
 }
 
 void Recorder::close() {
+    // NVML's figure as the run ends, read before the drain's lock is taken.
+    const auto last = stopped_.load(std::memory_order_relaxed) ? std::vector<DeviceUsage::Reading>{} : read_usage(true);
     {
         std::lock_guard lock(worker_mutex_);
         closing_ = true;
@@ -414,14 +527,18 @@ void Recorder::close() {
     std::lock_guard lock(mutex_);
     if (!writer_) return;
     const bool healthy = !stopped_.exchange(true);
-    if (healthy) drain_locked(true);
+    if (healthy) {
+        drain_locked(true);
+        const std::vector<Event> events = usage_events(last);
+        for (EventSink* sink : sinks_) sink->events(events);
+    }
     std::unique_ptr<TraceWriter> w;
     {
         std::lock_guard intern(intern_mutex_);  // no hook call is inside with the writer now
         w = std::move(writer_);
     }
     w->close();  // may throw (disk full): the caller reports it
-    if (allocations() == 0) ::unlink(path_.c_str());
+    if (allocations() == 0 && driver_buffer_->allocations.load(std::memory_order_relaxed) == 0) ::unlink(path_.c_str());
 }
 
 void Recorder::abandon() noexcept {

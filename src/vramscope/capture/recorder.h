@@ -14,6 +14,11 @@
 // before the events that name it), and hands the
 // file its chunk every half second, so SIGKILL loses at most that. Any internal fault stops the
 // capture (the run goes on) and is reported once through fault().
+//
+// Memory outside torch's allocator comes from the driver's memory calls (driver_calls.h) through
+// driver_event(), rare, off the hook's path: one buffer of its own, numbered in the same device
+// order. NVML's figure for the process (device_usage.h) is written before each step marker, at
+// most once per 20 ms a device, when a device is first watched, and at close.
 #pragma once
 #include <array>
 #include <atomic>
@@ -26,9 +31,11 @@
 #include <string_view>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "capture/clock.h"
+#include "capture/device_usage.h"
 #include "capture/python_frames.h"
 #include "capture/spin_lock.h"
 #include "events/event.h"
@@ -58,21 +65,36 @@ public:
     // From the allocator hook. autograd_node: the backward node the engine is running, or null.
     void allocator_event(EventKind kind, uint8_t device, uint64_t addr, uint64_t size, uint64_t stream,
                          const char* autograd_node) noexcept;
+    // From the driver's memory calls (driver_calls.h): an allocation is stacked with the calling
+    // thread's Python frames under one frame for the library that called the driver (file: its
+    // path, line 0, function: the driver call); a free carries no stack. Takes the stacks' lock.
+    void driver_event(EventKind kind, uint8_t device, uint64_t addr, uint64_t size, std::string_view library,
+                      std::string_view call) noexcept;
+
+    // NVML's figure for this process on `device` (a CUDA ordinal, found by its PCI bus id) from now
+    // on; one is written at once. "" when watched, else why not.
+    std::string watch_device(uint8_t device, std::string_view pci_bus_id);
+    // Where the figures come from: NVML, unless this gives another (a test's) before any watch.
+    void use_device_usage(std::unique_ptr<DeviceUsage> usage);
+    // The trace's meta "capture.nvml" (device_usage.h).
+    std::string usage_state() const;
+
     void marker(EventKind kind, std::string_view name);
     // Writes the step marker, named by the step's unit ("optimizer step", "eval batch", ...: what
-    // Steps::unit reads back), after every event before it.
+    // Steps::unit reads back), after every event before it and NVML's figures.
     void end_step(std::string_view unit);
     // Every event recorded so far into the sinks.
     void drain();
 
     void flush();
-    // Closes the file; a process that never allocated leaves none (compile workers, helpers).
+    // Closes the file; a process that never allocated (through torch or the driver) leaves none
+    // (compile workers, helpers).
     void close();
     // After fork(), in the child: let go of the file without writing to it (it is the parent's).
     void abandon() noexcept;
 
     std::string fault() const;
-    uint64_t allocations() const;
+    uint64_t allocations() const;  // through torch's allocator
     const std::string& path() const { return path_; }
 
 private:
@@ -133,10 +155,15 @@ private:
     bool folded_into_request(std::vector<Queued>& events, const Event& completed) const;
     uint32_t stack_of(uint64_t hash, const RawFrame* frames, size_t n, const char* node);
     uint32_t intern(const RawFrame* frames, size_t n, const char* node);
+    // A driver allocation's stack: the library's frame, then the Python frames.
+    uint32_t intern_driver_stack(const RawFrame* frames, size_t n, std::string_view library, std::string_view call);
     SinkFrame frame_of(const RawFrame& f);
     uint16_t stream_index(uint64_t handle);
-    // The marker or step event, after everything before it, into the file and the sinks.
-    void write_marker(EventKind kind, std::string_view name);
+    // The marker or step event, after everything before it and `usage`, into the file and the sinks.
+    void write_marker(EventKind kind, std::string_view name, const std::vector<DeviceUsage::Reading>& usage = {});
+    // NVML's figures now (asked outside the drain's lock: a read may take a millisecond).
+    std::vector<DeviceUsage::Reading> read_usage(bool every);
+    std::vector<Event> usage_events(const std::vector<DeviceUsage::Reading>& readings);
     // Everything when `all` (no hook is inside any more), else up to the first gap per device.
     void drain_locked(bool all = false);
     bool numbered_in_order(const std::vector<Queued>& events);
@@ -157,6 +184,8 @@ private:
 
     mutable std::mutex buffers_mutex_;  // taken once per thread, to register its buffer
     std::vector<std::shared_ptr<ThreadBuffer>> buffers_;
+    std::shared_ptr<ThreadBuffer> driver_buffer_;  // driver_event()'s, from any thread; its
+                                                   // allocations are external ones
     struct alignas(64) DeviceCounter {
         std::atomic<uint64_t> next{0};
     };
@@ -176,9 +205,19 @@ private:
     std::unordered_map<const void*, CodeText> code_text_;
     std::unordered_map<const char*, SinkFrame> node_frames_;
     std::vector<NewStack> new_stacks_;                    // interned since the last drain
+    struct LibraryFrame {
+        std::string file, function;  // the views of `frame`
+        SinkFrame frame;
+    };
+    std::unordered_map<std::string, LibraryFrame> library_frames_;  // by library, '\0', call
+    std::unordered_set<uint32_t> driver_stacks_;                     // handed to the sinks already
     std::vector<std::pair<uint64_t, uint16_t>> streams_;
     mutable std::mutex fault_mutex_;
     std::string fault_;
+
+    mutable std::mutex usage_mutex_;
+    std::unique_ptr<DeviceUsage> usage_;
+    std::string usage_off_;  // why NVML could not be opened
 
     std::mutex worker_mutex_;
     std::condition_variable worker_wake_;

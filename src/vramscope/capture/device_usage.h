@@ -1,0 +1,77 @@
+// NVML's figure for this process on each watched device: what the driver says the process holds,
+// torch's reserved memory, every library's, the CUDA context and modules together (the analysis
+// splits it in its usage ledger). NVML is opened with dlopen (capture/cuda_abi.h).
+//
+// A device is found by its PCI bus id, because CUDA's ordinals and NVML's indices differ under
+// CUDA_VISIBLE_DEVICES. Within a container NVML may list processes by the host's pids: when this
+// process's pid is absent and the device runs exactly one compute process, that one is taken as
+// this process ("on (device total: one process)"); otherwise the device is not read.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "capture/cuda_abi.h"
+
+namespace vramscope::capture {
+
+struct NvmlApi {
+    abi::NvmlHandleByPciFn handle_by_pci = nullptr;
+    abi::NvmlRunningProcessesFn running_processes = nullptr;
+    abi::NvmlErrorStringFn error_string = nullptr;  // may be null
+};
+
+class DeviceUsage {
+public:
+    using Clock = std::chrono::steady_clock;
+    // NVML is asked at most this often per device: a read costs tens of microseconds to a
+    // millisecond, and a step end may come every few.
+    static constexpr auto kMinInterval = std::chrono::milliseconds(20);
+
+    // NVML from libnvidia-ml.so.1, initialised; null with `why` when it cannot be.
+    static std::unique_ptr<DeviceUsage> open(std::string& why);
+    // Over these calls (a test's fakes); `pid` is this process's as NVML should list it.
+    DeviceUsage(const NvmlApi& api, unsigned pid);
+
+    // Reads `device` (a CUDA ordinal) from now on: "" when it can, else why not.
+    std::string watch(uint8_t device, std::string_view pci_bus_id);
+
+    struct Reading {
+        uint8_t device;
+        uint64_t bytes;
+    };
+    // Each watched device's figure now; one read less than kMinInterval ago is skipped unless
+    // `every`. A device NVML does not answer for gives nothing this time.
+    std::vector<Reading> read(Clock::time_point now, bool every);
+
+    // The trace's meta "capture.nvml": "on", "on (device total: one process)" or "off: why".
+    std::string state() const;
+
+private:
+    enum class Whose { this_process, only_process };
+    struct Watched {
+        uint8_t device;
+        abi::NvmlDevice handle;
+        Whose whose;
+        Clock::time_point last{};
+        bool read_once = false;
+    };
+    std::string error(abi::NvmlReturn r) const;
+    // The device's compute processes; false when NVML fails.
+    bool processes(abi::NvmlDevice handle, std::vector<abi::NvmlProcessInfo>& out, std::string& why) const;
+    // What `whose` holds among `listed`: false when it cannot be told.
+    bool bytes_of(Whose whose, const std::vector<abi::NvmlProcessInfo>& listed, uint64_t& bytes) const;
+
+    NvmlApi api_;
+    unsigned pid_;
+    mutable std::mutex mutex_;
+    std::vector<Watched> watched_;
+    std::vector<abi::NvmlProcessInfo> listed_;  // reused between reads
+    std::string off_;  // why the devices not watched are not
+};
+
+}  // namespace vramscope::capture
