@@ -412,7 +412,8 @@ def main() -> int:
     g = ap.add_mutually_exclusive_group(required=True)
     g.add_argument("--all", action="store_true", help="every scenario, each in a fresh process")
     g.add_argument("--scenario", choices=SCENARIOS, help="one scenario, in this process")
-    ap.add_argument("--out", default=os.path.join(HERE, "device"), help="where the files go (default: tests/data/device)")
+    ap.add_argument("--out", default=os.path.join(HERE, "device"),
+                    help="where the files go (default: tests/data/device)")
     ap.add_argument("--only", metavar="NAMES", help="with --all: these scenarios only (comma-separated)")
     a = ap.parse_args()
     if a.all:

@@ -67,7 +67,8 @@ def test_the_trace_is_small_and_saw_the_driver_and_nvml(fixture):
 def test_the_verdict_is_the_truths(fixture):
     assert fixture.findings["verdict"] == fixture.expected["verdict"], fixture.findings["notes"]
     if fixture.expected["leak"] is None:
-        assert fixture.findings["leaks"] == [], [(f["memory"], f["library"], f["site"]) for f in fixture.findings["leaks"]]
+        leaks = fixture.findings["leaks"]
+        assert leaks == [], [(f["memory"], f["library"], f["site"]) for f in leaks]
 
 
 def test_the_leak_is_the_librarys_at_the_scenarios_line_at_its_rate(fixture):

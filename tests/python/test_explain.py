@@ -473,7 +473,8 @@ def test_the_live_line_says_a_librarys_allocations_plainly(capsys):
             "memory": "external", "library": "leaky_ext.so", "blocks": [(1 << 40, 2 << 20)]}
     said.explain_live([live], 9, contextlib.nullcontext)
     assert said.live_owners[0]["library"] == "leaky_ext.so"
-    assert "vramscope:   held by leaky_ext.so's own allocations: no Python object maps to them" in capsys.readouterr().err
+    said_line = "vramscope:   held by leaky_ext.so's own allocations: no Python object maps to them"
+    assert said_line in capsys.readouterr().err
 
 
 @pytest.mark.gpu

@@ -31,18 +31,19 @@ def owners_of_blocks(leak: dict, blocks, *, max_paths: int = 3, budget: float = 
     device, memory and library say what to look for): one walk for all of it. Returns the paths and a
     note ("" when the search ran its course)."""
     deadline = time.monotonic() + budget
+    objects = []
     with warnings.catch_warnings():  # a scan of every object touches deprecated ones
         warnings.simplefilter("ignore")
-        targets = targets_of(leak, list(blocks)[:BLOCKS_TRIED], device_type)
-        if targets.known or not targets.objects:
-            return targets.known[:max_paths], targets.missing
-        objects = _bulk(targets.objects, targets.nbytes)
-        describe = targets.describe
-        del targets
-        skip = {id(sys._getframe())} | (skip_frames or set())
         try:
+            targets = targets_of(leak, list(blocks)[:BLOCKS_TRIED], device_type)
+            if targets.known or not targets.objects:
+                return targets.known[:max_paths], targets.missing
+            objects = _bulk(targets.objects, targets.nbytes)
+            describe = targets.describe
+            del targets
+            skip = {id(sys._getframe())} | (skip_frames or set())
             found = holders_of(objects, skip, max_paths, deadline, describe)
-        except Exception as e:  # objects that die or misbehave mid-walk: no owner, never a crash
+        except Exception as e:  # objects (or a library's registry) that misbehave: no owner, never a crash
             return [], f"the owner search failed ({type(e).__name__}: {e})"
         finally:
             del objects
@@ -52,8 +53,7 @@ def owners_of_blocks(leak: dict, blocks, *, max_paths: int = 3, budget: float = 
 
 
 def owners_of_leaks(findings: dict, *, max_leaks: int = 3, max_paths: int = 3, timeout: float = 5.0) -> list[dict]:
-    """For the largest leaks of a findings dict (one run): [{"site", "bytes_per_step", "device", "owners",
-    "owner_lines", "note"}]."""
+    """For the largest leaks of a findings dict (one run): their answers, as explained() gives them."""
     out = []
     for leak in findings.get("leaks", [])[:max_leaks]:
         blocks = [tuple(b) for b in leak.get("live_blocks", [])][-BLOCKS_TRIED:][::-1]  # newest first

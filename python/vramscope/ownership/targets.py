@@ -92,7 +92,13 @@ def pinned_tensors(blocks: list) -> Targets:
             except Exception:
                 continue
 
-    return Targets(in_blocks(blocks, candidates(), accept=lambda t: t.is_pinned()),
+    def pinned(t) -> bool:
+        try:
+            return t.is_pinned()
+        except Exception:  # a tensor subclass that cannot say
+            return False
+
+    return Targets(in_blocks(blocks, candidates(), accept=pinned),
                    "no live pinned tensor of this leak was found from Python (freed since, or held by C++ state)",
                    describe=lambda t: describe_tensor(t) + " pinned")
 
