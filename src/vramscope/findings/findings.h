@@ -182,6 +182,8 @@ struct Findings {
 // slowing) or withdrawn (any other shape: it levelled off).
 struct LiveFinding {
     SourceLine site;
+    Memory memory = Memory::torch;
+    std::string library;  // external and pinned: who called the driver
     uint16_t device = 0;
     Shape shape = Shape::rising;
     LeakEvidence evidence = LeakEvidence::survivors;
