@@ -311,3 +311,20 @@ TEST(Export, MemoryVizPickleHoldsTorchsAllocatorOnly) {
     }
     EXPECT_EQ(allocs, 4u);
 }
+
+TEST(Terminal, ALiveLineNamesMemoryOutsideTorch) {
+    LiveFinding live;
+    live.site = line_of("/home/u/train.py", 42, "step");
+    live.bytes_per_step = 2.0 * kMiB;
+    live.since_step = 3;
+    EXPECT_EQ(render_live(live), "leak: +2.0 MiB/step at train.py:42 step (cuda:0, growing since step 3)");
+    live.memory = Memory::external;
+    live.library = "NCCL";
+    EXPECT_EQ(render_live(live), "leak: +2.0 MiB/step of device memory from NCCL (outside torch's allocator) at train.py:42 step "
+                                 "(cuda:0, growing since step 3)");
+    live.memory = Memory::pinned;
+    live.library = "torch";
+    live.shape = Shape::bounded;
+    EXPECT_EQ(render_live(live), "withdrawn: pinned host memory (torch's host allocator) at train.py:42 step (cuda:0) made no new "
+                                 "high since step 3; it was a cache that filled, not a leak (bounded)");
+}

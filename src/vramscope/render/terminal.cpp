@@ -112,21 +112,25 @@ std::string render_ledger(const Findings& f, const Style& st) {
 }
 
 // Whose memory a leak is, when not torch's caching allocator's: "device memory from leaky_ext.so
-// (cuMemAlloc_v2, outside torch's allocator)", "pinned host memory (torch's host allocator)".
-// The innermost frame of such a stack is the library's, its function the driver call.
-std::string memory_words(const SiteFinding& l) {
-    const std::string library = terminal_safe(l.library);
-    const std::string call = l.stack.empty() ? "" : terminal_safe(l.stack.front().function);
-    switch (l.memory) {
+// (cuMemAlloc_v2, outside torch's allocator)", "pinned host memory (torch's host allocator)";
+// `call`, the driver call, where it is known (empty: not named).
+std::string memory_words(Memory memory, const std::string& library_name, const std::string& call_name) {
+    const std::string library = terminal_safe(library_name), call = terminal_safe(call_name);
+    switch (memory) {
     case Memory::torch: return "";
     case Memory::external:
         return "device memory from " + (library.empty() ? "a library" : library) + " (" + (call.empty() ? "" : call + ", ") +
                "outside torch's allocator)";
     case Memory::pinned:
-        if (l.library == "torch") return "pinned host memory (torch's host allocator)";
+        if (library_name == "torch") return "pinned host memory (torch's host allocator)";
         return "pinned host memory" + (library.empty() ? "" : " from " + library) + (call.empty() ? "" : " (" + call + ")");
     }
     return "";
+}
+
+// A leak's: the innermost frame of a stack outside torch's allocator is the library's, its function the driver call.
+std::string memory_words(const SiteFinding& l) {
+    return memory_words(l.memory, l.library, l.stack.empty() ? "" : l.stack.front().function);
 }
 
 // A frame as the stack lines show it: a shared object's frame (line 0) has no line to name.
@@ -282,11 +286,12 @@ std::string render_summary(const Findings& f, bool color, size_t max_leaks) {
 }
 
 std::string render_live(const LiveFinding& live) {
-    const std::string at = where(live.site) + " (cuda:" + std::to_string(live.device);
+    const std::string whose = memory_words(live.memory, live.library, "");
+    const std::string at = (whose.empty() ? "" : whose + " at ") + where(live.site) + " (cuda:" + std::to_string(live.device);
     if (!is_leak(live.shape))
         return "withdrawn: " + at + ") made no new high since step " + format_count(live.since_step) +
                "; it was a cache that filled, not a leak (" + std::string(name(live.shape)) + ")";
-    std::string line = "leak: " + per_step(live.bytes_per_step) + " at " + at + ", growing since step " +
+    std::string line = "leak: " + per_step(live.bytes_per_step) + (whose.empty() ? " at " : " of ") + at + ", growing since step " +
                        format_count(live.since_step) + (live.shape == Shape::slowing ? ", slowing" : "") + ")";
     if (live.evidence == LeakEvidence::replaced_bigger)
         line += ": each step frees its buffer and allocates a bigger one there";
