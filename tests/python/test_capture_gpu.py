@@ -291,3 +291,107 @@ def test_run_captures_a_script_with_no_code_change(tmp_path):
     assert "vramscope: leak: +1.0 MiB/step at train.py:10 <module>" in proc.stderr
     assert "LEAK" in proc.stdout and "train.py:10" in proc.stdout
     assert out.exists()
+
+
+# --- Memory outside torch's allocator (driver-level capture through CUPTI) and NVML's figure -----
+
+LEAKY_EXT = r'''
+#include <cuda_runtime.h>
+#include <cstdint>
+int64_t grab(int64_t bytes) { void* p = nullptr; cudaMalloc(&p, bytes); return int64_t(p); }
+'''
+
+
+def train_script(tmp_path, body: str, *, prelude: str = "") -> tuple[Path, Path, subprocess.CompletedProcess]:
+    """Runs `body` (its steps under track(), `# LEAK` marking the leaking line) from a file, as a user's
+    script; returns the trace, the script and the finished process."""
+    out, script = tmp_path / "driver.vscope", tmp_path / "train.py"
+    script.write_text("\n".join([
+        "import sys, time, torch, vramscope",
+        textwrap.dedent(prelude).strip(),
+        'torch.cuda.init(); torch.ones(1, device="cuda")',
+        "kept = []",
+        f"with vramscope.track({str(out)!r}, summary=False):",
+        "    for step in range(12):",
+        textwrap.indent(textwrap.dedent(body).strip(), " " * 8),
+        "        vramscope.step()",
+    ]) + "\n")
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return out, script, proc
+
+
+def leak_line(script: Path) -> int:
+    return next(i for i, line in enumerate(script.read_text().splitlines(), 1) if "# LEAK" in line)
+
+
+def leak_of(f: dict, memory: str) -> dict:
+    found = [l for l in f["leaks"] if l["memory"] == memory]
+    assert found, f["leaks"]
+    return found[0]
+
+
+def test_driver_capture_records_an_extensions_cudamalloc_under_its_library_and_line(tmp_path):
+    out, script, proc = train_script(tmp_path, "kept.append(ext.grab(1 << 20))  # LEAK", prelude=f"""
+        from torch.utils.cpp_extension import load_inline
+        ext = load_inline("vramscope_leaky_ext", cpp_sources={LEAKY_EXT!r}, functions=["grab"], with_cuda=True)
+    """)
+    assert "capturing torch's allocator, memory outside it (CUPTI" in proc.stderr, proc.stderr
+    leak = leak_of(findings(out), "external")
+    assert (leak["site"]["line"], Path(leak["site"]["file"]).name) == (leak_line(script), "train.py")
+    assert "vramscope_leaky_ext" in leak["library"]
+    assert leak["bytes_per_step"] == pytest.approx(1 << 20, rel=0.05)
+
+
+def test_driver_capture_records_cupys_pool_growing(tmp_path):
+    pytest.importorskip("cupy")
+    out, script, _ = train_script(tmp_path, "kept.append(cupy.zeros(1 << 18, dtype=cupy.float32))  # LEAK",
+                                  prelude="import cupy")
+    leak = leak_of(findings(out), "external")
+    assert leak["site"]["line"] == leak_line(script)
+    assert leak["library"] == "CuPy"
+
+
+def test_pinned_tensors_kept_each_step_are_a_pinned_leak(tmp_path):
+    out, script, _ = train_script(tmp_path, "kept.append(torch.empty(1 << 20, dtype=torch.uint8, pin_memory=True))  # LEAK")
+    leak = leak_of(findings(out), "pinned")
+    assert leak["site"]["line"] == leak_line(script)
+
+
+def test_torchs_own_segments_are_not_external(tmp_path):
+    out, _, _ = train_script(tmp_path, "kept.append(torch.empty(16 << 20, dtype=torch.uint8, device='cuda'))  # LEAK")
+    f = findings(out)
+    assert f["verdict"] == "leak"
+    assert {l["memory"] for l in f["leaks"]} == {"torch"}
+
+
+def test_nvmls_figure_at_the_last_step_end_matches_pynvml(tmp_path):
+    pynvml = pytest.importorskip("pynvml")
+    out, _, proc = train_script(tmp_path, """
+        kept.append(torch.empty(32 << 20, dtype=torch.uint8, device="cuda"))
+        time.sleep(0.03)  # past NVML's 20 ms between reads: every step end reads
+        if step == 11:
+            torch.cuda.synchronize()
+            pynvml.nvmlInit()
+            handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+            mine = [p.usedGpuMemory for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle)]
+            print("pynvml", max(mine))
+    """, prelude="import pynvml")
+    expected = int(proc.stdout.split("pynvml")[1].split()[0])
+    usage = next(u for u in findings(out)["usage"] if u.get("device") == 0)
+    assert abs(usage["nvml_used"] - expected) <= max(0.01 * expected, 64 << 20), (usage, expected)
+
+
+def test_torch_profiler_gets_cupti_and_driver_capture_steps_aside(tmp_path):
+    out, _, proc = train_script(tmp_path, """
+        if step == 6:
+            from torch.profiler import profile, ProfilerActivity
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                (torch.randn(256, 256, device="cuda") @ torch.randn(256, 256, device="cuda")).sum().item()
+            kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+            print("kernels", len(kernels))
+        kept.append(torch.empty(1 << 20, device="cuda"))
+    """)
+    assert int(proc.stdout.split("kernels")[1].split()[0]) > 0, proc.stderr
+    assert "torch.profiler records CUDA activity" in proc.stderr
+    assert findings(out)["verdict"] == "leak"  # the capture of torch's allocator went on

@@ -1,5 +1,6 @@
-"""What a trace says about the process that recorded it: the run (command, versions, host, rank)
-and each device (name, capacity, memory in use before capture)."""
+"""What a trace says about the process that recorded it: the run (command, versions, host, rank),
+each device (name, capacity, memory in use before capture) and what was captured besides torch's
+allocator (the meta capture.driver and capture.nvml, and the start line)."""
 
 from __future__ import annotations
 
@@ -60,3 +61,47 @@ def _capacity(torch, device: int, total: int) -> int:
         return int(total * fraction(device)) if fraction is not None else total
     except Exception:
         return total
+
+
+DRIVER_OFF_BY_USER = "off: turned off (track(driver=False) or VRAMSCOPE_DRIVER=0)"
+
+
+def driver_wanted(driver: bool | None) -> bool:
+    """Driver-level capture is on unless the caller or VRAMSCOPE_DRIVER=0 turns it off."""
+    return driver if driver is not None else os.environ.get("VRAMSCOPE_DRIVER", "1") != "0"
+
+
+def cupti_dirs(torch) -> list[str]:
+    """The folders of torch's wheel that ship libcupti (nvidia/cu13/lib, nvidia/cuda_cupti/lib): the
+    copy that matches the torch that profiles, searched before the loader's path."""
+    from pathlib import Path
+
+    nvidia = Path(torch.__file__).resolve().parent.parent / "nvidia"
+    return sorted({str(p.parent) for p in nvidia.glob("*/lib/libcupti.so*")})
+
+
+def pci_bus_id(props) -> str:
+    """A device's PCI bus id as NVML spells it (domain:bus:device.function, hex)."""
+    return f"{props.pci_domain_id:08x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
+
+
+def used_devices(torch) -> list[int]:
+    """The devices this process holds memory on, or its current one: NVML lists a process only
+    where it has a context (another rank's device would be read as this one's in a container)."""
+    used = [d for d in range(torch.cuda.device_count()) if torch.cuda.memory_reserved(d) > 0]
+    return used or [torch.cuda.current_device()]
+
+
+def sources_line(driver: str, nvml: str) -> str:
+    """The start line: what this capture records besides torch's allocator, and why not where not."""
+    seen, unseen = ["torch's allocator"], []
+    if driver == "cupti":
+        seen.append("memory outside it (CUPTI: libraries' device memory, pinned host memory)")
+    else:
+        unseen.append(f"memory outside torch's allocator ({driver})")
+    if nvml.startswith("on"):
+        seen.append(f"NVML's figure for this process{nvml[2:]}")
+    else:
+        unseen.append(f"NVML's figure ({nvml})")
+    line = "capturing " + ", ".join(seen[:-1]) + (" and " if len(seen) > 1 else "") + seen[-1]
+    return line + ("; not " + "; not ".join(unseen) if unseen else "")

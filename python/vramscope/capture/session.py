@@ -16,7 +16,7 @@ import os
 import weakref
 
 from .. import _core
-from . import naming, torch_hooks
+from . import describe as described, naming, torch_hooks
 from .describe import describe
 from .reporter import LiveReporter
 from .say import say, warn
@@ -80,7 +80,7 @@ class Capture:
     def __init__(self, path="vramscope.vscope", *, fail_on_leak=False, summary=True, live_warnings=True,
                  device_memory: int = 0, shared_name=True, explain=True, explain_budget: float | None = None,
                  analyse_at_end=True, source: Source = Source.allocator, warmup: int = -1, optimizer_steps=True,
-                 max_steps: int = 0):
+                 max_steps: int = 0, driver: bool | None = None):
         self.requested_path = os.fspath(path)
         self.path: str | None = None  # the file actually written (rank in its name)
         self.fail_on_leak = fail_on_leak
@@ -93,6 +93,8 @@ class Capture:
         self.settings = _core.JudgeSettings()
         self.settings.warmup = warmup  # steps not judged at the start; -1: the judge's default
         self.max_steps = max_steps  # > 0: the process ends after this many steps (StepLimitReached)
+        # Memory outside torch's allocator through CUPTI (on unless driver=False or VRAMSCOPE_DRIVER=0).
+        self.driver = described.driver_wanted(driver)
         self.allocations = 0  # allocation events captured
         # Who holds each leak: searched on the training thread at the step a leak is confirmed, while
         # the loop's frames and locals live, and again at the end if its tensors are still there.
@@ -174,8 +176,37 @@ class Capture:
             if recorder is not None:
                 recorder.activate()
                 self._hook.install(_core.allocator_sink())
+                self._watch_outside_torch(recorder)
         except Exception as e:
             self._step_aside(f"capture could not attach ({type(e).__name__}: {e})")
+
+    def _watch_outside_torch(self, recorder) -> None:
+        """Memory taken from the driver outside torch's allocator (CUPTI) and NVML's figure for this
+        process, each on where it can be; the start line says what is captured and why not."""
+        import torch
+
+        driver = described.DRIVER_OFF_BY_USER
+        if self.driver:
+            driver = f"off: {why}" if (why := recorder.start_driver_capture(described.cupti_dirs(torch))) else "cupti"
+        if driver == "cupti":
+            self._undo.append(recorder.stop_driver_capture)
+            self._undo += _cupti_to_profiler(lambda: self._profiler_takes_cupti(recorder))
+        for d in described.used_devices(torch):
+            recorder.watch_device(d, described.pci_bus_id(torch.cuda.get_device_properties(d)))
+        recorder.meta("capture.driver", driver)
+        recorder.meta("capture.nvml", recorder.nvml_state)
+        say(described.sources_line(driver, recorder.nvml_state))
+
+    def _profiler_takes_cupti(self, recorder) -> None:
+        """torch.profiler is about to record CUDA activity: CUPTI takes one client, and a profiler
+        that cannot have it records no kernel, so driver capture steps aside for good (the
+        profiler keeps CUPTI) and the trace says from when."""
+        if recorder is not self._recorder:
+            return
+        recorder.stop_driver_capture()
+        recorder.meta("capture.driver", f"off: torch.profiler took CUPTI at step {recorder.steps}")
+        warn(f"torch.profiler records CUDA activity and CUPTI serves one client: memory outside torch's "
+             f"allocator is not captured from step {recorder.steps:,} on (NVML's figure goes on)", "profiler")
 
     def _attach_live_tensors(self) -> None:
         from .live_tensors import LiveTensors
@@ -218,8 +249,8 @@ class Capture:
             recorder.close()
         except Exception as e:
             fault = fault or f"could not finish the trace: {e}"
-        if self.allocations == 0 and not fault:
-            self.path = None  # never allocated (a compile or data worker): no trace, nothing to say
+        if not fault and not os.path.exists(self.path):
+            self.path = None  # never allocated (a compile or data worker): the recorder left no trace
             return
         if fault:
             warn(f"{fault}; the trace {self.path} holds what came before")
@@ -363,15 +394,39 @@ class Capture:
             recorder.marker(_core.EventKind.annotation_start, name)
 
 
+def _cupti_to_profiler(release) -> list:
+    """Calls release() before torch's profiler prepares or starts a trace with CUDA activities (its
+    Kineto initialises CUPTI there, once for the process); returns the undos."""
+    import torch.autograd.profiler as profiler
+
+    def make(original):
+        def wrapper(*args, **kwargs):
+            activities = args[1] if len(args) > 1 else kwargs.get("activities", ())
+            try:
+                if profiler.ProfilerActivity.CUDA in (activities or ()):
+                    release()
+            except Exception:
+                pass  # never the user's profiler's fault
+            return original(*args, **kwargs)
+
+        return wrapper
+
+    return [torch_hooks._wrap(profiler, name, make) for name in ("_prepare_profiler", "_enable_profiler")
+            if name in vars(profiler)]
+
+
 def track(path="vramscope.vscope", *, fail_on_leak=False, summary=True, live_warnings=True,
-          device_memory: int = 0, explain=True, explain_budget: float | None = None) -> Capture:
+          device_memory: int = 0, explain=True, explain_budget: float | None = None,
+          driver: bool | None = None) -> Capture:
     """Capture GPU memory events of the code in the `with` block to `path` (rank in the name under
     torchrun). Steps come from torch.optim; warns as soon as a leak is confirmed and, with explain,
     finds who holds it right then (one search per new leak, at most explain_budget seconds, default
-    VRAMSCOPE_EXPLAIN_BUDGET or 5); prints the analysis at the end. Never breaks the run: without
-    CUDA, or on any fault, it warns once and steps aside."""
+    VRAMSCOPE_EXPLAIN_BUDGET or 5); prints the analysis at the end. Memory outside torch's allocator
+    (libraries' device memory, pinned host memory) is captured through CUPTI unless driver=False or
+    VRAMSCOPE_DRIVER=0, and NVML's figure for the process is read at step ends. Never breaks the run:
+    without CUDA, or on any fault, it warns once and steps aside."""
     return Capture(path, fail_on_leak=fail_on_leak, summary=summary, live_warnings=live_warnings,
-                   device_memory=device_memory, explain=explain, explain_budget=explain_budget)
+                   device_memory=device_memory, explain=explain, explain_budget=explain_budget, driver=driver)
 
 
 def step() -> None:
