@@ -62,6 +62,8 @@ static nb::list live_findings(const std::vector<LiveFinding>& found) {
         site["line"] = f.site.line;
         site["function"] = f.site.function;
         d["site"] = site;
+        d["memory"] = std::string(name(f.memory));
+        d["library"] = f.library;
         d["device"] = f.device;
         d["shape"] = f.shape;
         d["evidence"] = f.evidence;
@@ -114,6 +116,9 @@ void bind_vocabulary(nb::module_& m) {
         .value("optimizer_frames", StepsSource::optimizer_frames).value("inferred_period", StepsSource::inferred_period)
         .value("none", StepsSource::none)
         .def_prop_ro("spelling", [](StepsSource s) { return std::string(name(s)); });
+    nb::enum_<Memory>(m, "Memory")
+        .value("torch", Memory::torch).value("external", Memory::external).value("pinned", Memory::pinned)
+        .def_prop_ro("spelling", [](Memory k) { return std::string(name(k)); });
 
 }
 
