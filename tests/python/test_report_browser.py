@@ -191,55 +191,56 @@ def test_report_of_a_step_range_draws_every_step_of_it(tmp_path, browser):
     page.close()
 
 
-PAGE = Path(__file__).resolve().parents[2] / "src" / "vramscope" / "render" / "report.html"
 MiB = 1 << 20
 
 
-def outside_torch_report() -> dict:
-    """Report data (the page's input, as to_report_json writes it) of a run whose leaks are outside
-    torch's allocator: an extension's device memory and torch's pinned host memory, with NVML read
-    at most steps and the usage ledger at the end."""
-    steps = list(range(20))
+def findings_outside_torch() -> dict:
+    """A findings JSON (as `analyze --json` writes it) of a run whose leaks are outside torch's
+    allocator: an extension's device memory and torch's pinned host memory, NVML read at most step
+    ends, and the usage ledger at the last."""
+    steps = range(20)
     external = [(512 + 2 * s) * MiB for s in steps]
-    leak = {"site": {"file": "/home/u/train.py", "line": 42, "function": "step"}, "shape": "rising",
-            "evidence": "survivors", "device": 0, "stream": 0, "stream_kind": "default", "first_step": 3,
-            "confidence": 0.98, "fit_r2": 1.0, "recurrence": 1.0, "share_of_growth": 0.0, "live_bytes": 40 * MiB,
-            "peak_bytes": 40 * MiB, "surviving_allocations": 20, "recent_bytes_per_step": 2.0 * MiB,
-            "bytes_per_step": 2.0 * MiB, "stack_shown_from": 0, "memory": "external", "library": "leaky_ext.so",
+    timeline = [{"step": s, "device": 0, "allocated": 900 * MiB, "reserved": 1024 * MiB, "peak_allocated": 950 * MiB,
+                 "pending_free": 0, "by_stream": [], "external": external[s], "pinned": (64 + s) * MiB,
+                 "nvml_used": None if s % 5 == 4 else 1024 * MiB + external[s] + 520 * MiB, "complete": 1} for s in steps]
+    leak = {"bytes_per_step": 2.0 * MiB, "site": {"file": "/home/u/train.py", "line": 42, "function": "step"},
+            "memory": "external", "library": "leaky_ext.so",
             "stack": [{"file": "/home/u/build/leaky_ext.so", "line": 0, "function": "cuMemAlloc_v2"},
                       {"file": "/home/u/train.py", "line": 42, "function": "step"}],
-            "held": [2 * MiB * (s + 1) for s in steps]}
+            "stack_shown_from": 0, "shape": "rising", "evidence": "survivors", "recent_bytes_per_step": 2.0 * MiB,
+            "device": 0, "stream": 0, "stream_kind": "default", "first_step": 3, "confidence": 0.98, "fit_r2": 1.0,
+            "recurrence": 1.0, "share_of_growth": 0.0, "live_bytes": 40 * MiB, "peak_bytes": 40 * MiB,
+            "surviving_allocations": 20, "live_blocks": []}
     pinned = dict(leak, site={"file": "/home/u/train.py", "line": 50, "function": "stage"}, memory="pinned",
-                  library="torch", bytes_per_step=1.0 * MiB, held=[MiB * (s + 1) for s in steps],
+                  library="torch", bytes_per_step=1.0 * MiB,
                   stack=[{"file": "/torch/lib/libtorch_cuda.so", "line": 0, "function": "cuMemHostAlloc"},
                          {"file": "/home/u/train.py", "line": 50, "function": "stage"}])
-    columns = {"step": steps, "allocated": [900 * MiB] * 20, "reserved": [1024 * MiB] * 20, "peak": [950 * MiB] * 20,
-               "external": external, "pinned": [(64 + s) * MiB for s in steps],
-               "nvml_used": [None if s % 5 == 4 else 1024 * MiB + external[s] + 520 * MiB for s in steps]}
     usage = [{"device": 0, "step": 19, "nvml_used": 2094 * MiB, "torch_reserved": 1024 * MiB,
               "libraries": [{"library": "leaky_ext.so", "bytes": 40 * MiB, "growth": 32 * MiB},
                             {"library": "NCCL", "bytes": 510 * MiB, "growth": 0}],
               "context": 520 * MiB, "unexplained": 0},
-             {"device": None, "step": 19, "nvml_used": None, "torch_reserved": 0, "context": None, "unexplained": None,
-              "libraries": [{"library": "torch", "bytes": 83 * MiB, "growth": 16 * MiB}]}]
-    run = {"schema": "vramscope.findings", "schema_version": 1, "source": "/runs/train.vscope", "format": "vscope",
-           "verdict": "leak", "leak_bytes_per_step": 3.0 * MiB, "events": 1000,
-           "steps": {"count": 20, "source": "markers", "detail": "", "unit": "optimizer step", "warmup": 3,
-                     "before_trace": 0, "window": 1},
-           "projected_oom_step": 40000,
-           "devices": [{"device": 0, "total_memory": 80 << 30, "capacity_source": "trace", "projected_oom_step": 40000,
-                        "oom_step": None, "columns": columns, "streams": []}],
-           "leaks": [leak, pinned], "not_leaks": [], "ledger": [], "usage": usage, "notes": [], "warnings": [],
-           "input_faults": [], "meta": {"capture.driver": "cupti", "capture.nvml": "on"},
-           "import_seconds": 0, "analysis_seconds": 0}
-    return {"generator": "vramscope test", "runs": [run]}
+             {"device": None, "step": 19, "nvml_used": None, "torch_reserved": 0,
+              "libraries": [{"library": "torch", "bytes": 83 * MiB, "growth": 16 * MiB}], "context": None,
+              "unexplained": None}]
+    return {"schema": "vramscope.findings", "schema_version": 1, "source": "/runs/train.vscope", "format": "vscope",
+            "verdict": "leak", "leak_bytes_per_step": 3.0 * MiB, "events": 1000,
+            "steps": {"count": 20, "source": "markers", "detail": "vramscope step markers", "unit": "optimizer step",
+                      "warmup": 3, "before_trace": 0, "window": 1},
+            "projected_oom_step": 40000, "timeline": timeline,
+            "devices": [{"device": 0, "total_memory": 80 << 30, "capacity_source": "trace", "projected_oom_step": 40000,
+                         "oom_step": None, "streams": []}],
+            "leaks": [leak, pinned], "not_leaks": [], "ledger": [], "usage": usage, "notes": [], "warnings": [],
+            "input_faults": [], "meta": {"capture.driver": "cupti", "capture.nvml": "on"},
+            "import_seconds": 0, "analysis_seconds": 0}
 
 
 def test_report_shows_memory_outside_torch_its_libraries_and_nvml(tmp_path, browser):
     import json
 
+    findings = tmp_path / "outside.json"
+    findings.write_text(json.dumps(findings_outside_torch()))
     page_file = tmp_path / "outside.html"
-    page_file.write_text(PAGE.read_text().replace("/*VRAMSCOPE_DATA*/", json.dumps(outside_torch_report())))
+    vramscope("report", str(findings), "-o", str(page_file))
     page = browser.new_page(viewport={"width": 1280, "height": 1400})
     errors = []
     page.on("pageerror", lambda e: errors.append(str(e)))
