@@ -199,7 +199,8 @@ TEST(Terminal, AUsageLedgerWithoutNvmlShowsTheLibrariesAndNothingElseShowsNothin
     UsageLedger host;  // no pinned memory seen
     f.usage = {seen, nothing, host};
     const std::string out = render_summary(f, false);
-    EXPECT_NE(out.find("\n  cuda:0  torch reserved 2.1 GiB + NCCL 512.0 MiB + CuPy 64.0 MiB  (NVML not read)\n"), std::string::npos) << out;
+    EXPECT_NE(out.find("\n  cuda:0  torch reserved 2.1 GiB + NCCL 512.0 MiB + CuPy 64.0 MiB  (NVML not read)\n"), std::string::npos)
+        << out;
     EXPECT_EQ(out.find("cuda:1"), std::string::npos) << out;
     EXPECT_EQ(out.find("host"), std::string::npos) << out;
     f.usage = {nothing, host};
@@ -261,7 +262,8 @@ TraceBuilder outside_torch_steps() {
 std::vector<uint64_t> counter(const JsonValue& trace, const std::string& track) {
     std::vector<uint64_t> out;
     for (const JsonValue& e : trace.get("traceEvents")->items)
-        if (e.get("ph")->str == "C" && e.get("name")->str == track) out.push_back(std::stoull(std::string(e.get("args")->get("bytes")->text)));
+        if (e.get("ph")->str == "C" && e.get("name")->str == track)
+            out.push_back(std::stoull(std::string(e.get("args")->get("bytes")->text)));
     return out;
 }
 
@@ -278,7 +280,8 @@ TEST(Export, PerfettoHasATrackForLibrariesPinnedMemoryAndNvmlPerDevice) {
               (std::vector<uint64_t>{1000 * kMiB, 1002 * kMiB, 1004 * kMiB, 1006 * kMiB}));
     // Torch's own counter is as it was: its blocks only.
     for (const JsonValue& e : trace.get("traceEvents")->items)
-        if (e.get("name")->str == "cuda:0 memory") EXPECT_LE(std::stoull(std::string(e.get("args")->get("allocated")->text)), 4096u);
+        if (e.get("name")->str == "cuda:0 memory")
+            EXPECT_LE(std::stoull(std::string(e.get("args")->get("allocated")->text)), 4096u);
 }
 
 TEST(Export, PerfettoWithoutMemoryOutsideTorchHasNoTracksForIt) {

@@ -39,7 +39,8 @@ def test_perfetto_trace_has_counters_steps_and_leak_starts(fixture, tmp_path):
     out = tmp_path / "trace.json"
     vramscope("export", str(fixture), "--perfetto", str(out))
     events = json.loads(out.read_text())["traceEvents"]
-    counters = [e for e in events if e["ph"] == "C" and e["name"].endswith(" memory")]  # torch's: memory outside it has tracks of its own
+    # Torch's counters: memory outside its allocator has tracks of its own.
+    counters = [e for e in events if e["ph"] == "C" and e["name"].endswith(" memory")]
     steps = [e for e in events if e["ph"] == "X"]
     leaks = [e for e in events if e["ph"] == "i"]
     # 30 steps recorded; a period (a loop with no optimizer) leaves its last repeat as the unfinished tail.

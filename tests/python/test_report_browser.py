@@ -200,9 +200,10 @@ def findings_outside_torch() -> dict:
     ends, and the usage ledger at the last."""
     steps = range(20)
     external = [(512 + 2 * s) * MiB for s in steps]
+    nvml = [None if s % 5 == 4 else 1024 * MiB + external[s] + 520 * MiB for s in steps]
     timeline = [{"step": s, "device": 0, "allocated": 900 * MiB, "reserved": 1024 * MiB, "peak_allocated": 950 * MiB,
                  "pending_free": 0, "by_stream": [], "external": external[s], "pinned": (64 + s) * MiB,
-                 "nvml_used": None if s % 5 == 4 else 1024 * MiB + external[s] + 520 * MiB, "complete": 1} for s in steps]
+                 "nvml_used": nvml[s], "complete": 1} for s in steps]
     leak = {"bytes_per_step": 2.0 * MiB, "site": {"file": "/home/u/train.py", "line": 42, "function": "step"},
             "memory": "external", "library": "leaky_ext.so",
             "stack": [{"file": "/home/u/build/leaky_ext.so", "line": 0, "function": "cuMemAlloc_v2"},
@@ -227,8 +228,8 @@ def findings_outside_torch() -> dict:
             "steps": {"count": 20, "source": "markers", "detail": "vramscope step markers", "unit": "optimizer step",
                       "warmup": 3, "before_trace": 0, "window": 1},
             "projected_oom_step": 40000, "timeline": timeline,
-            "devices": [{"device": 0, "total_memory": 80 << 30, "capacity_source": "trace", "projected_oom_step": 40000,
-                         "oom_step": None, "streams": []}],
+            "devices": [{"device": 0, "total_memory": 80 << 30, "capacity_source": "trace",
+                         "projected_oom_step": 40000, "oom_step": None, "streams": []}],
             "leaks": [leak, pinned], "not_leaks": [], "ledger": [], "usage": usage, "notes": [], "warnings": [],
             "input_faults": [], "meta": {"capture.driver": "cupti", "capture.nvml": "on"},
             "import_seconds": 0, "analysis_seconds": 0}
@@ -253,7 +254,8 @@ def test_report_shows_memory_outside_torch_its_libraries_and_nvml(tmp_path, brow
     assert "pinned host memory (torch's host allocator)" in rows.nth(1).inner_text()
     assert "host" in rows.nth(1).locator(".tag").inner_text(), "host memory has no stream"
     rows.first.click()
-    assert "cuMemAlloc_v2 /home/u/build/leaky_ext.so\n" in page.inner_text("table.leaks tr.stack.open"), "no line for a library"
+    stack = page.inner_text("table.leaks tr.stack.open")
+    assert "cuMemAlloc_v2 /home/u/build/leaky_ext.so\n" in stack, "a library's frame has no line"
 
     assert page.locator(".chart .external-area").count() == 1, "libraries' device memory stacked on reserved"
     assert len(page.get_attribute(".chart polyline.pinned", "points").split()) == 20
@@ -269,9 +271,9 @@ def test_report_shows_memory_outside_torch_its_libraries_and_nvml(tmp_path, brow
     assert "NVML" not in page.inner_text(".tip"), "NVML was not read in step 19"
 
     usage = page.inner_text("table.usage")
-    for words in ["cuda:0\tNVML, step 19's end\t2.0 GiB", "torch reserved\t1.0 GiB", "leaky_ext.so\t40.0 MiB\t+32.0 MiB",
-                  "NCCL\t510.0 MiB", "CUDA context and modules\t520.0 MiB", "host\tpinned, step 19's end\t83.0 MiB",
-                  "torch\t83.0 MiB\t+16.0 MiB"]:
+    for words in ["cuda:0\tNVML, step 19's end\t2.0 GiB", "torch reserved\t1.0 GiB",
+                  "leaky_ext.so\t40.0 MiB\t+32.0 MiB", "NCCL\t510.0 MiB", "CUDA context and modules\t520.0 MiB",
+                  "host\tpinned, step 19's end\t83.0 MiB", "torch\t83.0 MiB\t+16.0 MiB"]:
         assert words in usage, (words, usage)
 
     page.fill(".step-from", "5")

@@ -174,7 +174,8 @@ std::string render_usage(const Findings& f, const Style& st) {
         if (u.unexplained) terms.push_back("unexplained " + format_bytes(double(*u.unexplained)));
         if (!u.device) {
             if (u.libraries.empty()) continue;
-            lines += "  " + fit("host", 8) + sum_lines("pinned " + format_bytes(double(libraries)) + " = ", terms, 10, 100) + "\n";
+            lines += "  " + fit("host", 8) + sum_lines("pinned " + format_bytes(double(libraries)) + " = ", terms, 10, 100) +
+                     "\n";
         } else if (u.nvml_used) {
             lines += "  " + fit("cuda:" + std::to_string(*u.device), 8) +
                      sum_lines("NVML " + format_bytes(double(*u.nvml_used)) + " = ", terms, 10, 100) + "\n";
