@@ -11,10 +11,12 @@
 #include "analysis/fit.h"
 #include "analysis/judge.h"
 #include "analysis/ledger.h"
+#include "analysis/libraries.h"
 #include "analysis/replay.h"
 #include "analysis/sites.h"
 #include "analysis/step_cuts.h"
 #include "analysis/steps.h"
+#include "analysis/usage.h"
 #include "common/chunk_source.h"
 #include "common/format.h"
 #include "common/read_ahead.h"
@@ -139,16 +141,9 @@ struct Span {
     size_t judged() const { return judgeable ? last_judged - s0 + 1 : 0; }
 };
 
-// The bytes a site held at the end of step k (its run-length series written down to the end).
-double held_at(const SiteSeries& s, size_t k) {
-    const auto after = std::upper_bound(s.held.begin(), s.held.end(), k,
-                                        [](size_t step, const std::pair<uint32_t, double>& e) { return step < e.first; });
-    return after == s.held.begin() ? 0 : std::prev(after)->second;
-}
-
 // Whether a site held more at some judged step end than at the one before.
 bool rises_after(const SiteSeries& s, size_t s0, size_t S) {
-    double before = held_at(s, s0);
+    double before = s.at_end(s0);
     for (const auto& [k, bytes] : s.held) {
         if (k <= s0 || k >= S) continue;
         if (bytes > before) return true;
@@ -204,8 +199,8 @@ std::vector<JudgedSite> sites_to_judge(Replay& r, const Span& span, const std::v
               [](const SiteSeries* a, const SiteSeries* b) { return a->first_survivor < b->first_survivor; });
     for (SiteSeries& s : r.sites)
         if (!s.surviving_allocations && rises_after(s, span.s0, S)) judged.push_back(&s);
-        else if (!s.surviving_allocations)
-            totals.ledgers[ledger_of[s.device]].add(LedgerPart::warm_up, int64_t(held_at(s, S - 1) - held_at(s, 0)),
+        else if (!s.surviving_allocations && s.memory == Memory::torch)  // the ledger is torch's allocated bytes
+            totals.ledgers[ledger_of[s.device]].add(LedgerPart::warm_up, int64_t(s.at_end(S - 1) - s.at_end(0)),
                                                     source_line(t.stacks, s.site_frame));
     std::vector<JudgedSite> series;
     std::vector<size_t> series_of(r.sites.size(), SIZE_MAX);
@@ -230,12 +225,15 @@ SiteFinding describe_site(const Trace& t, JudgedSite& js, const std::vector<doub
     SiteFinding sf;
     sf.device = s.device;
     sf.site = source_line(t.stacks, s.site_frame);
+    sf.memory = s.memory;
     uint32_t best_stack = 0;
     uint64_t best_bytes = 0;
     for (const auto& [stack, bytes] : s.bytes_by_stack)
         if (bytes > best_bytes) best_bytes = bytes, best_stack = stack;
     sf.stack = stack_lines(t.stacks, best_stack ? best_stack : s.last_stack);
     sf.stack_shown_from = machinery_frames(sf.stack);
+    // Outside torch's allocator, the innermost frame is the library that called the driver.
+    if (s.memory != Memory::torch) sf.library = library_name(sf.stack.empty() ? kUnknownLibrary : std::string_view(sf.stack[0].file));
     uint64_t stream_best = 0;
     for (const auto& [stream, bytes] : js.stream_bytes)
         if (bytes > stream_best) stream_best = bytes, sf.stream = stream;
@@ -247,13 +245,20 @@ SiteFinding describe_site(const Trace& t, JudgedSite& js, const std::vector<doub
     return sf;
 }
 
+// Whose memory a note speaks of, before the rest of its words: nothing for torch's allocator's.
+std::string memory_words(const SiteFinding& sf) {
+    if (sf.memory == Memory::torch) return "";
+    return (sf.memory == Memory::pinned ? "pinned host memory of " : "device memory of ") + sf.library +
+           " outside torch's allocator: ";
+}
+
 NotLeak bounded_cache(const SiteFinding& sf, const Judgement& aged, const Span& span, size_t recurring) {
     NotLeak n;
     n.kind = NotLeakKind::bounded_cache;
     n.bytes = sf.peak_bytes;
     n.site = sf.site;
     n.device = sf.device;
-    n.why = "allocations here outlive their step in " + std::to_string(recurring) + " of " +
+    n.why = memory_words(sf) + "allocations here outlive their step in " + std::to_string(recurring) + " of " +
             std::to_string(span.judged()) + " steps; what it holds rose to a high at step " +
             std::to_string(span.s0 + aged.last_high) + ", then made no new high in the last " +
             std::to_string(span.S - 1 - span.s0 - aged.last_high) + " steps (at most " + mib(double(sf.peak_bytes)) +
@@ -261,19 +266,33 @@ NotLeak bounded_cache(const SiteFinding& sf, const Judgement& aged, const Span& 
     return n;
 }
 
-// Sites that took their memory in the warm-up steps and kept it, largest first.
-NotLeak warm_up(std::vector<std::pair<uint64_t, SourceLine>> sites, uint64_t bytes, size_t s0) {
+// Sites of one memory that took it in the warm-up steps and kept it.
+struct WarmUp {
+    uint64_t bytes = 0;
+    std::vector<std::pair<uint64_t, const SiteFinding*>> sites;
+};
+
+// One explanation per memory, largest sites first: torch's, a library's own (a cuBLAS workspace,
+// a communicator's buffers), pinned host memory.
+NotLeak warm_up(WarmUp& w, Memory memory, size_t s0) {
+    auto& sites = w.sites;
     std::sort(sites.begin(), sites.end(), [](auto& a, auto& b) { return a.first > b.first; });
     NotLeak n;
     n.kind = NotLeakKind::warm_up;
-    n.bytes = bytes;
-    n.site = sites.front().second;
-    n.why = mib(double(bytes)) + " allocated in the first " + std::to_string(s0) +
-            " steps and kept since (parameters, optimizer state, workspaces), from " + std::to_string(sites.size()) +
-            " sites; it does not grow afterwards. Largest:";
+    n.bytes = w.bytes;
+    n.site = sites.front().second->site;
+    n.device = sites.front().second->device;
+    const std::string what = memory == Memory::torch      ? " allocated"
+                             : memory == Memory::external ? " of device memory outside torch's allocator taken"
+                                                          : " of pinned host memory taken";
+    const std::string kept = memory == Memory::torch ? "parameters, optimizer state, workspaces"
+                                                     : "library workspaces, communicators' buffers, staging buffers";
+    n.why = mib(double(w.bytes)) + what + " in the first " + std::to_string(s0) + " steps and kept since (" + kept + "), from " +
+            std::to_string(sites.size()) + " sites; it does not grow afterwards. Largest:";
     for (size_t k = 0; k < sites.size() && k < 3; ++k) {
-        const SourceLine& at = sites[k].second;
-        n.why += (k ? ", " : " ") + mib(double(sites[k].first)) + " at " +
+        const SiteFinding& sf = *sites[k].second;
+        const SourceLine& at = sf.site;
+        n.why += (k ? ", " : " ") + mib(double(sites[k].first)) + (sf.library.empty() ? "" : " by " + sf.library) + " at " +
                  (at.line ? base_name(at.file) + ":" + std::to_string(at.line) : at.file);
     }
     return n;
@@ -290,18 +309,25 @@ SiteTotals judge_sites(Replay& r, Findings& f, const Span& span, const std::vect
         if (a.step <= span.last_judged) r.sites[a.site].add_survivor(a, uint32_t(span.w), uint32_t(S));
     for (SiteSeries& s : r.sites) s.record_held(uint32_t(S));
     std::vector<size_t> ledger_of(256, 0);
-    std::map<uint16_t, LineFit> device_alloc_fit;  // for each leak's share of the growth
+    // For each leak's share of the growth: of torch's allocated bytes, or of its own memory's.
+    std::map<std::pair<uint16_t, Memory>, LineFit> device_fit;
     for (size_t i = 0; i < r.devices.size(); ++i) {
         const DeviceSummary& d = r.devices[i];
         ledger_of[d.device] = i;
         totals.ledgers.emplace_back(d.device, 0, S - 1, d.timeline[0].allocated, d.timeline[S - 1].allocated);
-        std::vector<double> alloc;
-        for (size_t k = 0; k < S; ++k) alloc.push_back(double(d.timeline[k].allocated));
-        device_alloc_fit[d.device] = fit_line(alloc, s0, S - 1);
+        for (const Memory memory : {Memory::torch, Memory::external, Memory::pinned}) {
+            std::vector<double> bytes;
+            for (size_t k = 0; k < S; ++k) {
+                const StepPoint& p = d.timeline[k];
+                bytes.push_back(double(memory == Memory::torch ? p.allocated : memory == Memory::external ? p.external : p.pinned));
+            }
+            device_fit[{d.device, memory}] = fit_line(bytes, s0, S - 1);
+        }
     }
     std::vector<JudgedSite> series = sites_to_judge(r, span, live, totals, ledger_of);
-    uint64_t warmup_bytes = 0;
-    std::vector<std::pair<uint64_t, SourceLine>> warmup_sites;
+    std::array<WarmUp, 3> warmups;  // by Memory
+    std::vector<SiteFinding> kept;  // the warm-up sites, for their words
+    kept.reserve(series.size());
     for (JudgedSite& js : series) {
         const SiteSeries& s = *js.s;
         // Made dense one site at a time: sites × steps never exist at once.
@@ -344,31 +370,36 @@ SiteTotals judge_sites(Replay& r, Findings& f, const Span& span, const std::vect
             sf.confidence = std::clamp(j.r2, 0.0, 1.0) * std::min(1.0, double(recurring) / 5.0) *
                             std::min(1.0, double(judged) / 8.0);
             confirmed = sf.confidence >= 0.5;
-            const LineFit& dfit = device_alloc_fit[s.device];
+            const LineFit& dfit = device_fit[{s.device, s.memory}];
             sf.share_of_growth = dfit.slope > 0 ? std::min(1.0, j.bytes_per_step / dfit.slope) : 0;
-            totals.leak_rate[s.device] += j.recent_bytes_per_step;
-            for (const auto& [stream, bytes] : js.stream_bytes) totals.leaked_by_stream[s.device][stream] += bytes;
+            // Pinned memory is the host's: it brings no device nearer its OOM.
+            if (s.memory != Memory::pinned) totals.leak_rate[s.device] += j.recent_bytes_per_step;
+            if (s.memory == Memory::torch)  // streams are torch's allocator's
+                for (const auto& [stream, bytes] : js.stream_bytes) totals.leaked_by_stream[s.device][stream] += bytes;
             f.leaks.push_back(std::move(sf));
         } else if (s.surviving_allocations && (recurring == 0 || site.aged.shape == Shape::warm_up) &&
                    ledger_part(site, S - s0, false) == LedgerPart::warm_up) {
-            warmup_bytes += sf.live_bytes;
-            warmup_sites.emplace_back(sf.live_bytes, sf.site);
+            WarmUp& w = warmups[size_t(s.memory)];
+            w.bytes += sf.live_bytes;
+            w.sites.emplace_back(sf.live_bytes, &kept.emplace_back(std::move(sf)));
         } else if (site.aged.shape == Shape::bounded && sf.peak_bytes > 0) {
             f.not_leaks.push_back(bounded_cache(sf, site.aged, span, recurring));
         }
-        totals.ledgers[ledger_of[s.device]].add(ledger_part(site, S - s0, confirmed), int64_t(held[S - 1] - held[0]),
-                                                site_line);
+        if (s.memory == Memory::torch)  // the ledger is torch's allocated bytes; the usage ledger has the rest
+            totals.ledgers[ledger_of[s.device]].add(ledger_part(site, S - s0, confirmed), int64_t(held[S - 1] - held[0]),
+                                                    site_line);
     }
     std::sort(f.leaks.begin(), f.leaks.end(),
               [](const SiteFinding& a, const SiteFinding& b) { return a.bytes_per_step > b.bytes_per_step; });
-    if (warmup_bytes > 0) f.not_leaks.push_back(warm_up(std::move(warmup_sites), warmup_bytes, s0));
+    for (const Memory memory : {Memory::torch, Memory::external, Memory::pinned})
+        if (warmups[size_t(memory)].bytes > 0) f.not_leaks.push_back(warm_up(warmups[size_t(memory)], memory, s0));
     return totals;
 }
 
 // Per device: its streams, the projected OOM step, and growth that is not a leak (fragmentation,
 // activation peaks, free memory kept in torch's cache).
 void explain_devices(Replay& r, Findings& f, const Span& span, const std::vector<LiveAlloc>& live, SiteTotals& totals,
-                     const AnalysisOptions& opt) {
+                     const Usage& usage, const AnalysisOptions& opt) {
     const Trace& t = r.context;
     const size_t S = span.S, s0 = span.s0;
     for (DeviceSummary& d : r.devices) {
@@ -384,12 +415,15 @@ void explain_devices(Replay& r, Findings& f, const Span& span, const std::vector
         }
         std::map<uint64_t, uint64_t> live_by_stream;
         for (const LiveAlloc& a : live)
-            if (a.device == d.device) live_by_stream[t.streams[a.stream]] += a.size;
+            if (a.device == d.device && r.sites[a.site].memory == Memory::torch) live_by_stream[t.streams[a.stream]] += a.size;
         for (const auto& [stream, bytes] : live_by_stream)
             d.streams.push_back(StreamUsage{stream, bytes, totals.leaked_by_stream[d.device][stream]});
         if (!span.judgeable) continue;
         const StepPoint& last = d.timeline[S - 1];
-        d.projected_oom_step = projected_oom_step(S - 1, d.total_memory, last.peak_allocated, totals.leak_rate[d.device]);
+        // All the device holds counts: torch's peak, the libraries' own memory and the CUDA context.
+        // (Torch's cached-free bytes do not: its allocator gives them back before it runs out.)
+        d.projected_oom_step = projected_oom_step(S - 1, d.total_memory, last.peak_allocated + last.external + usage.context(d.device),
+                                                  totals.leak_rate[d.device]);
         if (d.projected_oom_step && (!f.projected_oom_step || *d.projected_oom_step < *f.projected_oom_step))
             f.projected_oom_step = d.projected_oom_step;
         const StepPoint& first = d.timeline[s0];
@@ -444,7 +478,8 @@ void explain_before_trace(Replay& r, Findings& f, const std::vector<LiveAlloc>& 
     if (!r.has_memory_events || !starts_mid_run) return;
     // Blocks the snapshot still lists but the trace never saw allocated: they predate it.
     std::unordered_set<uint64_t> seen_live;
-    for (const LiveAlloc& a : live) seen_live.insert(block_key(a.device, a.addr));
+    for (const LiveAlloc& a : live)
+        if (r.sites[a.site].memory == Memory::torch) seen_live.insert(block_key(a.device, a.addr));
     std::vector<LiveBlock> before;
     for (const LiveBlock& b : t.final_blocks)
         if (!seen_live.count(block_key(b.device, b.addr))) before.push_back(b);
@@ -469,7 +504,7 @@ void explain_before_trace(Replay& r, Findings& f, const std::vector<LiveAlloc>& 
 
 // The verdict: a leak where confirmed sites leak; "no leak" only when every device's ledger
 // balances within its allowance; else "cannot judge", with the growth nobody explained named.
-void give_verdict(Findings& f, const Span& span, const std::string& unit) {
+void give_verdict(Findings& f, const Span& span, const std::string& unit, const Usage& usage) {
     double total_rate = 0;
     for (const SiteFinding& l : f.leaks)
         if (l.confidence >= 0.5) total_rate += l.bytes_per_step;
@@ -489,6 +524,11 @@ void give_verdict(Findings& f, const Span& span, const std::string& unit) {
         }
         why += total_rate > 0 ? "." : ". Record more " + unit + "s to tell whether it keeps growing.";
         f.notes.insert(f.notes.begin(), std::move(why));
+    }
+    // Every byte NVML counts is accounted for too, where it was read.
+    for (const std::string& why : usage.unexplained) {
+        balanced = false;
+        f.notes.insert(f.notes.begin(), why);
     }
     f.verdict = total_rate > 0                      ? Verdict::leak
                 : span.judgeable && balanced        ? Verdict::no_leak
@@ -529,10 +569,17 @@ Findings conclude(Replay& r, const Steps& steps, const AnalysisOptions& opt,
 
     const std::vector<LiveAlloc> live = r.live_allocs();
     SiteTotals totals = judge_sites(r, f, span, live);
-    explain_devices(r, f, span, live, totals, opt);
+    Usage usage;
+    if (span.S > 0) {
+        for (HolderSeries& h : r.holders) h.record_held(uint32_t(span.S));
+        usage = usage_ledgers(r.devices, r.holders, span.s0, span.S - 1, span.judgeable);
+    }
+    explain_devices(r, f, span, live, totals, usage, opt);
     explain_before_trace(r, f, live, starts_mid_run);
     for (LedgerBuilder& l : totals.ledgers) f.ledger.push_back(l.finish());
-    give_verdict(f, span, steps.unit.empty() ? "step" : steps.unit);
+    give_verdict(f, span, steps.unit.empty() ? "step" : steps.unit, usage);
+    for (std::string& note : unseen_memory_notes(t)) f.notes.push_back(std::move(note));
+    f.usage = std::move(usage.ledgers);
     // Nothing to judge is no "no leak" either: the notes above say what is missing.
     if (!r.has_memory_events) f.input_faults.push_back(t.source + ": no memory events: nothing to judge");
     f.devices = std::move(r.devices);

@@ -2,15 +2,17 @@
 
 #include <algorithm>
 
+#include "importers/validate.h"
+
 namespace vramscope {
 
 LiveMonitor::LiveMonitor(const JudgeSettings& settings)
     : young_((settings.check(), settings.window)), window_(settings.window),
       warmup_(settings.warmup >= 0 ? size_t(settings.warmup) : kWarmupSteps), min_steps_(settings.min_steps) {}
 
-void LiveMonitor::alloc(uint8_t device, uint64_t addr, uint64_t size, uint32_t site) {
-    release(device, addr);  // a block never freed before its address came back: its free was missed
-    const Block block{addr, size, serial_++, step_, site, device};
+void LiveMonitor::alloc(uint8_t device, uint64_t addr, uint64_t size, uint32_t site, Memory memory) {
+    release(device, addr, memory);  // a block never freed before its address came back: its free was missed
+    const Block block{addr, size, serial_++, step_, site, device, memory};
     uint32_t slot;
     if (free_slots_.empty()) {
         slot = uint32_t(blocks_.size());
@@ -20,21 +22,30 @@ void LiveMonitor::alloc(uint8_t device, uint64_t addr, uint64_t size, uint32_t s
         free_slots_.pop_back();
         blocks_[slot] = block;
     }
-    live_.put(key(device, addr), slot);
-    held_[key(device, site)] += int64_t(size);
-    young_[step_ % window_][key(device, site)] += int64_t(size);
+    const uint64_t k = site_key(device, memory, site);
+    held_[k] += int64_t(size);
+    young_[step_ % window_][k] += int64_t(size);
     Device& d = devices_[device];
-    d.allocated += int64_t(size);
-    d.peak = std::max(d.peak, d.allocated);
+    if (memory == Memory::torch) {
+        live_.put(key(device, addr), slot);
+        d.allocated += int64_t(size);
+        d.peak = std::max(d.peak, d.allocated);
+    } else {
+        external_live_.put(external_key(memory == Memory::pinned, addr), slot);
+        if (memory == Memory::external) d.external += int64_t(size);
+    }
 }
 
-void LiveMonitor::release(uint8_t device, uint64_t addr) {
-    const uint32_t slot = live_.take(key(device, addr));
+void LiveMonitor::release(uint8_t device, uint64_t addr, Memory memory) {
+    const uint32_t slot = memory == Memory::torch ? live_.take(key(device, addr))
+                                                  : external_live_.take(external_key(memory == Memory::pinned, addr));
     if (slot == AddressMap::kMissing) return;  // allocated before capture began
     const Block& b = blocks_[slot];
-    held_[key(device, b.site)] -= int64_t(b.size);
-    if (b.step + window_ > step_) young_[b.step % window_][key(device, b.site)] -= int64_t(b.size);
-    devices_[device].allocated -= int64_t(b.size);
+    const uint64_t k = site_key(b.device, b.memory, b.site);
+    held_[k] -= int64_t(b.size);
+    if (b.step + window_ > step_) young_[b.step % window_][k] -= int64_t(b.size);
+    if (b.memory == Memory::torch) devices_[b.device].allocated -= int64_t(b.size);
+    else if (b.memory == Memory::external) devices_[b.device].external -= int64_t(b.size);
     free_slots_.push_back(slot);
 }
 
@@ -48,7 +59,7 @@ void LiveMonitor::set_capacity(uint8_t device, uint64_t capacity, uint64_t alloc
 std::optional<uint64_t> LiveMonitor::projected_oom_step() const {
     std::optional<uint64_t> first;
     for (const Device& d : devices_) {
-        const auto at = vramscope::projected_oom_step(step_, d.capacity, uint64_t(std::max<int64_t>(0, d.last_peak)), d.leak_rate);
+        const auto at = vramscope::projected_oom_step(step_, d.capacity, uint64_t(std::max<int64_t>(0, d.last_peak + d.external)), d.leak_rate);
         if (at && (!first || *at < *first)) first = at;
     }
     return first;
@@ -64,7 +75,7 @@ SiteJudgement LiveMonitor::judge_recent(const Series& s) const {
     return judge_site(std::span<const double>(aged.data(), n), std::span<const double>(held.data(), n), min_steps_);
 }
 
-std::vector<std::pair<uint64_t, uint64_t>> LiveMonitor::newest_blocks(uint8_t device, uint32_t site) const {
+std::vector<std::pair<uint64_t, uint64_t>> LiveMonitor::newest_blocks(uint8_t device, Memory memory, uint32_t site) const {
     std::vector<std::pair<uint64_t, size_t>> mine;  // (serial, slot)
     std::vector<bool> free(blocks_.size());
     for (uint32_t slot : free_slots_) free[slot] = true;
@@ -73,7 +84,7 @@ std::vector<std::pair<uint64_t, uint64_t>> LiveMonitor::newest_blocks(uint8_t de
     // buffer replaced every step has none: its newest block is what grows.
     for (const bool old_only : {true, false}) {
         for (size_t slot = 0; slot < blocks_.size(); ++slot)
-            if (!free[slot] && blocks_[slot].site == site && blocks_[slot].device == device &&
+            if (!free[slot] && blocks_[slot].site == site && blocks_[slot].device == device && blocks_[slot].memory == memory &&
                 (!old_only || blocks_[slot].step + window_ < step_))
                 mine.emplace_back(blocks_[slot].serial, slot);
         if (!mine.empty()) break;
@@ -90,7 +101,7 @@ std::vector<LiveLeak> LiveMonitor::leaking() const {
     for (const auto& [k, s] : series_)
         if (s.reported) {
             out.push_back(s.last);
-            out.back().newest_blocks = newest_blocks(s.last.device, s.last.site);
+            out.back().newest_blocks = newest_blocks(s.last.device, s.last.memory, s.last.site);
         }
     return out;
 }
@@ -118,11 +129,12 @@ std::vector<LiveLeak> LiveMonitor::end_step() {
             const SiteJudgement site = judge_recent(s);
             const Judgement& j = site.leak();
             const uint8_t device = uint8_t(k >> 56);
+            const auto memory = Memory(uint8_t(k >> 48));
             const size_t n = std::min(s.count, kRecentSteps);
             if (site.leaks()) s.recent_rate = j.recent_bytes_per_step;
             if (site.leaks() && !s.reported) {
                 s.reported = true;
-                s.last = LiveLeak{device, uint32_t(k), j.shape, site.evidence(), j.bytes_per_step, step_ - n + j.first_rise, std::nullopt, {}};
+                s.last = LiveLeak{device, uint32_t(k), memory, j.shape, site.evidence(), j.bytes_per_step, step_ - n + j.first_rise, std::nullopt, {}};
                 found.push_back(s.last);
             } else if (site.leaks()) {  // still leaking: its rate and shape as they are now
                 s.last.shape = j.shape;
@@ -130,19 +142,20 @@ std::vector<LiveLeak> LiveMonitor::end_step() {
                 s.last.bytes_per_step = j.bytes_per_step;
             } else if (s.reported) {
                 s.reported = false;
-                found.push_back(LiveLeak{device, uint32_t(k), j.shape, site.evidence(), j.bytes_per_step, step_ - n + j.last_high, std::nullopt, {}});
+                found.push_back(LiveLeak{device, uint32_t(k), memory, j.shape, site.evidence(), j.bytes_per_step, step_ - n + j.last_high, std::nullopt, {}});
             }
         }
     }
     for (Device& d : devices_) d.leak_rate = 0;
-    for (const auto& [k, s] : series_)
-        if (s.reported) devices_[s.last.device].leak_rate += s.recent_rate;
+    for (const auto& [k, s] : series_)  // pinned memory is the host's: no device's OOM comes nearer
+        if (s.reported && s.last.memory != Memory::pinned) devices_[s.last.device].leak_rate += s.recent_rate;
     for (LiveLeak& leak : found) {
         if (!is_leak(leak.shape)) continue;
         const Device& d = devices_[leak.device];
-        leak.projected_oom_step = vramscope::projected_oom_step(step_, d.capacity, uint64_t(std::max<int64_t>(0, d.peak)), d.leak_rate);
-        leak.newest_blocks = newest_blocks(leak.device, leak.site);
-        series_[key(leak.device, leak.site)].last = leak;
+        leak.projected_oom_step =
+            vramscope::projected_oom_step(step_, d.capacity, uint64_t(std::max<int64_t>(0, d.peak + d.external)), d.leak_rate);
+        leak.newest_blocks = newest_blocks(leak.device, leak.memory, leak.site);
+        series_[site_key(leak.device, leak.memory, leak.site)].last = leak;
     }
     for (Device& d : devices_) {
         d.last_peak = d.peak;

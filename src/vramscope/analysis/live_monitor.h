@@ -6,7 +6,9 @@
 // Memory follows live blocks and sites, never the length of the run. The rule is
 // analysis/judge.h's judge_site, the one the offline analysis applies: on the same step ends both
 // reach the same shape. A site confirmed while it climbs and judged bounded later (a cache that
-// filled) is withdrawn: the monitor's last word is the final table's.
+// filled) is withdrawn: the monitor's last word is the final table's. Memory outside torch's
+// allocator (a library's own device memory, pinned host memory) has sites of its own, judged alike;
+// its blocks are matched by address alone, as the replay matches them (importers/validate.h).
 #pragma once
 #include <array>
 #include <cstdint>
@@ -18,6 +20,7 @@
 #include "common/address_map.h"
 #include "analysis/judge.h"
 #include "analysis/settings.h"
+#include "findings/vocabulary.h"
 
 namespace vramscope {
 
@@ -25,6 +28,7 @@ namespace vramscope {
 struct LiveLeak {
     uint8_t device = 0;
     uint32_t site = 0;  // frame id, as the caller gave it
+    Memory memory = Memory::torch;
     Shape shape = Shape::rising;
     LeakEvidence evidence = LeakEvidence::survivors;
     double bytes_per_step = 0;
@@ -41,8 +45,8 @@ public:
     // while it goes, and warmup_steps() gives that for every run long enough to judge).
     explicit LiveMonitor(const JudgeSettings& settings = {});
 
-    void alloc(uint8_t device, uint64_t addr, uint64_t size, uint32_t site);
-    void release(uint8_t device, uint64_t addr);
+    void alloc(uint8_t device, uint64_t addr, uint64_t size, uint32_t site, Memory memory = Memory::torch);
+    void release(uint8_t device, uint64_t addr, Memory memory = Memory::torch);
     // A device's capacity and the bytes allocated on it before capture began: they count toward
     // its peak, as the offline replay counts the trace's baseline, or a model loaded before the
     // capture would put the projected OOM far too late.
@@ -53,7 +57,8 @@ public:
     std::vector<LiveLeak> leaking() const;
     uint64_t steps() const { return step_; }
     // The earliest step at which a device runs out, at the recent rates of the leaks held now and
-    // from the peak of the last step; none without a leak or a capacity. Unlike a confirmed leak's
+    // from the peak of the last step with the libraries' own memory (never pinned host memory);
+    // none without a leak or a capacity. Unlike a confirmed leak's
     // projection, which is said once, this one follows the run.
     std::optional<uint64_t> projected_oom_step() const;
 
@@ -62,6 +67,7 @@ private:
         uint64_t addr, size, serial, step;
         uint32_t site;
         uint8_t device;
+        Memory memory;
     };
     struct Series {
         std::array<double, kRecentSteps> aged{};  // ring: bytes at step ends of blocks a step old or more
@@ -72,24 +78,28 @@ private:
         double recent_rate = 0;  // its recent slope while it leaks: the OOM projection's, as offline
     };
     struct Device {
-        int64_t allocated = 0, peak = 0;
+        int64_t allocated = 0, peak = 0;  // torch's
+        int64_t external = 0;             // a library's own device memory
         int64_t last_peak = 0;  // the peak of the last step that ended
         uint64_t capacity = 0;
         double leak_rate = 0;  // recent rates of the leaks held now: what the OOM projection uses
     };
     static uint64_t key(uint8_t device, uint64_t value) { return value ^ uint64_t(device) << 56; }
+    // A site's key: torch's and a library's memory at one line are two series.
+    static uint64_t site_key(uint8_t device, Memory memory, uint32_t site) { return key(device, site) ^ uint64_t(memory) << 48; }
     SiteJudgement judge_recent(const Series& s) const;
-    std::vector<std::pair<uint64_t, uint64_t>> newest_blocks(uint8_t device, uint32_t site) const;
+    std::vector<std::pair<uint64_t, uint64_t>> newest_blocks(uint8_t device, Memory memory, uint32_t site) const;
 
     AddressMap live_{4096};                        // by device and address -> index in blocks_
+    AddressMap external_live_{64};                 // outside torch's allocator: by external_key()
     std::vector<Block> blocks_;
     std::vector<uint32_t> free_slots_;             // of blocks_, for reuse: no allocation per event
-    std::unordered_map<uint64_t, int64_t> held_;   // by device and site: live bytes now
+    std::unordered_map<uint64_t, int64_t> held_;   // by site_key(): live bytes now
     // Of those, allocated in the last `window` steps, by step % window: not yet survivors.
     std::vector<std::unordered_map<uint64_t, int64_t>> young_;
     const uint32_t window_;
     const size_t warmup_, min_steps_;
-    std::unordered_map<uint64_t, Series> series_;  // by device and site, once a step end saw bytes
+    std::unordered_map<uint64_t, Series> series_;  // by site_key(), once a step end saw bytes
     std::array<Device, 256> devices_{};
     uint64_t step_ = 0;
     uint64_t serial_ = 0;

@@ -3,9 +3,15 @@
 #include <string>
 #include <utility>
 
+#include "analysis/libraries.h"
 #include "analysis/sites.h"
 
 namespace vramscope {
+namespace {
+uint64_t library_key(uint8_t device, Memory memory, uint32_t site) {
+    return uint64_t(device) << 56 | uint64_t(memory) << 48 | site;
+}
+}  // namespace
 
 void LiveSink::device(uint8_t device, uint64_t capacity, uint64_t allocated_before) {
     std::lock_guard lock(mutex_);
@@ -25,6 +31,7 @@ void LiveSink::stack(uint32_t stack, std::span<const SinkFrame> frames) {
         if (pick.site != before) chosen = &f;
         if (done) break;
     }
+    if (!frames.empty() && is_shared_object(frames[0].file)) library_of_stack_.try_emplace(stack, library_name(frames[0].file));
     if (stack >= site_of_stack_.size()) site_of_stack_.resize(stack + 1, 0);
     site_of_stack_[stack] = pick.site;
     if (chosen) site_lines_.try_emplace(chosen->id, SourceLine{std::string(chosen->file), chosen->line, std::string(chosen->function)});
@@ -33,11 +40,16 @@ void LiveSink::stack(uint32_t stack, std::span<const SinkFrame> frames) {
 void LiveSink::events(std::span<const Event> events) {
     std::lock_guard lock(mutex_);
     for (const Event& e : events) {
-        if (e.kind == EventKind::alloc) {
+        if (e.kind == EventKind::alloc || is_external_alloc(e.kind)) {
             const uint32_t site = e.stack < site_of_stack_.size() ? site_of_stack_[e.stack] : 0;
-            monitor_.alloc(e.device, e.addr, e.size, site);
-        } else if (is_release(e.kind)) {
-            monitor_.release(e.device, e.addr);
+            monitor_.alloc(e.device, e.addr, e.size, site, memory_of(e.kind));
+            if (is_external_alloc(e.kind)) {
+                const auto library = library_of_stack_.find(e.stack);
+                library_of_site_[library_key(e.device, memory_of(e.kind), site)] =
+                    library != library_of_stack_.end() ? library->second : library_name(kUnknownLibrary);
+            }
+        } else if (is_release(e.kind) || is_external_event(e.kind)) {  // external: its allocs are taken above
+            monitor_.release(e.device, e.addr, memory_of(e.kind));
         } else if (e.kind == EventKind::step) {
             for (LiveFinding& f : described(monitor_.end_step())) said_.push_back(std::move(f));
         }
@@ -69,8 +81,9 @@ std::vector<LiveFinding> LiveSink::described(std::vector<LiveLeak> leaks) const 
     std::vector<LiveFinding> out;
     for (LiveLeak& leak : leaks) {
         auto site = site_lines_.find(leak.site);
-        out.push_back(LiveFinding{site != site_lines_.end() ? site->second : SourceLine{kNoPythonFrame, 0, ""},
-                                  leak.device, leak.shape, leak.evidence, leak.bytes_per_step, leak.first_step,
+        auto library = library_of_site_.find(library_key(leak.device, leak.memory, leak.site));
+        out.push_back(LiveFinding{site != site_lines_.end() ? site->second : SourceLine{kNoPythonFrame, 0, ""}, leak.memory,
+                                  library != library_of_site_.end() ? library->second : "", leak.device, leak.shape, leak.evidence, leak.bytes_per_step, leak.first_step,
                                   leak.projected_oom_step, std::move(leak.newest_blocks)});
     }
     return out;

@@ -1,10 +1,11 @@
 // The live monitor as a capture's sink: the recorder hands it stacks and events on its drain, and
 // it judges them (analysis/live_monitor.h) with the sites the offline analysis gives the same
-// stacks (analysis/sites.h). What it said at the last step end, and its last word, are read from
+// stacks (analysis/sites.h), memory outside torch's allocator included. What it said at the last step end, and its last word, are read from
 // the training thread, hence its own lock.
 #pragma once
 #include <mutex>
 #include <optional>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -35,6 +36,10 @@ private:
     LiveMonitor monitor_;
     std::vector<uint32_t> site_of_stack_;                  // by stack id: its site's frame id
     std::unordered_map<uint32_t, SourceLine> site_lines_;  // frame id -> where, for the sites met
+    // Outside torch's allocator: the library that called the driver (its stack's innermost frame),
+    // by stack id, and by site as its latest allocation named it (device << 56 | memory << 48 | frame).
+    std::unordered_map<uint32_t, std::string> library_of_stack_;
+    std::unordered_map<uint64_t, std::string> library_of_site_;
     std::unordered_map<uint32_t, int8_t> rank_of_frame_;   // a FrameRank, by frame id
     std::vector<LiveFinding> said_;
 };

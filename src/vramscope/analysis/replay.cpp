@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <utility>
+
+#include "analysis/libraries.h"
 
 namespace vramscope {
 
@@ -34,26 +37,61 @@ size_t Replay::add_device(uint8_t device) {
     return i;
 }
 
-uint32_t Replay::site_of(uint8_t device, uint32_t stack) {
-    if (device == stack_device_ && stack < site_of_stack_.size() && site_of_stack_[stack] != UINT32_MAX)
+uint32_t Replay::site_of(uint8_t device, uint32_t stack, Memory memory) {
+    const bool cached = device == stack_device_ && memory == Memory::torch;
+    if (cached && stack < site_of_stack_.size() && site_of_stack_[stack] != UINT32_MAX)
         return site_of_stack_[stack];
     const uint32_t frame = resolver.site(stack);
-    auto [it, added] = site_index_.try_emplace(uint64_t(device) << 32 | frame, uint32_t(sites.size()));
+    auto [it, added] = site_index_.try_emplace(uint64_t(memory) << 40 | uint64_t(device) << 32 | frame, uint32_t(sites.size()));
     if (added) {
         sites.emplace_back();
         sites.back().device = device;
+        sites.back().memory = memory;
         sites.back().site_frame = frame;
     }
-    if (device == stack_device_) {
+    if (cached) {
         if (stack >= site_of_stack_.size()) site_of_stack_.resize(std::max<size_t>(stack + 1, site_of_stack_.size() * 2), UINT32_MAX);
         site_of_stack_[stack] = it->second;
     }
     return it->second;
 }
 
+// The holder of a block outside torch's allocator: the library its stack's innermost frame names.
+uint32_t Replay::holder_of(uint8_t device, Memory memory, uint32_t stack) {
+    auto [it, added] = holder_of_stack_.try_emplace(uint64_t(memory) << 40 | uint64_t(device) << 32 | stack, 0);
+    if (!added) return it->second;
+    const std::string library =
+        library_name(stack ? context.stacks.string(context.stacks.frame(context.stacks.node(stack).frame).file) : kUnknownLibrary);
+    size_t i = 0;
+    while (i < holders.size() && !(holders[i].device == device && holders[i].memory == memory && holders[i].library == library)) ++i;
+    if (i == holders.size()) {
+        holders.emplace_back();
+        holders.back().device = device;
+        holders.back().memory = memory;
+        holders.back().library = library;
+    }
+    return it->second = uint32_t(i);
+}
+
+// A new live block at `key` of `map`: its slot in pool_, or kMissing when the address is live
+// already and the replay checks (a fault: the first block stays, the one its free will name).
+uint32_t Replay::place(AddressMap& map, uint64_t key) {
+    const uint32_t slot = free_slots_.empty() ? uint32_t(pool_.size()) : free_slots_.back();
+    const uint32_t old = map.put(key, slot);
+    if (old != AddressMap::kMissing && checks_) {
+        map.put(key, old);
+        return AddressMap::kMissing;
+    }
+    if (slot == pool_.size()) pool_.emplace_back();
+    else free_slots_.pop_back();
+    // An address allocated again without a free (unchecked): the older block is forgotten, as a map would.
+    if (old != AddressMap::kMissing) free_slots_.push_back(old);
+    return slot;
+}
+
 // What a site holds at step ends changes only when it allocates or frees: the value it had
 // since its last change is written down once, when it changes again in a later step.
-void Replay::change(SiteSeries& s, int64_t bytes) {
+void Replay::change(HeldSeries& s, int64_t bytes) {
     s.record_held(step_);
     s.live += bytes;
     s.touched = step_;
@@ -72,6 +110,9 @@ void Replay::cut() {
         DeviceState& s = state_[i];
         StepPoint p{uint64_t(std::max<int64_t>(0, s.allocated)), uint64_t(std::max<int64_t>(0, s.reserved)),
                     uint64_t(std::max<int64_t>(0, s.peak)), uint64_t(std::max<int64_t>(0, s.pending)), {}};
+        p.external = uint64_t(std::max<int64_t>(0, s.external));
+        p.pinned = uint64_t(std::max<int64_t>(0, s.pinned));
+        p.nvml_used = std::exchange(s.nvml, std::nullopt);
         for (size_t k = 0; k < s.by_stream.size(); ++k)
             if (s.by_stream[k] > 0) p.by_stream.emplace_back(context.streams[k], uint64_t(s.by_stream[k]));
         hold_timeline_bytes(sizeof(StepPoint) + p.by_stream.size() * sizeof(p.by_stream[0]));
@@ -150,31 +191,29 @@ void Replay::take(const Event& e) {
 void Replay::stop() {
     stopped_ = true;
     if (checks_)
-        for (const LiveAlloc& a : live_allocs()) checks_->adopt(block_key(a.device, a.addr), a.size);
+        for (const LiveAlloc& a : live_allocs()) {
+            const Memory memory = sites[a.site].memory;
+            if (memory == Memory::torch) checks_->adopt(block_key(a.device, a.addr), a.size);
+            else checks_->adopt_external(external_key(memory == Memory::pinned, a.addr), a.size);
+        }
 }
 
 void Replay::process(const Event& e) {
     const uint64_t key = block_key(e.device, e.addr);
     entries += 1 + (e.kind == EventKind::free);
-    if (!has_memory_events && (is_block_event(e.kind) || is_segment_event(e.kind))) {
+    if (!has_memory_events && (is_block_event(e.kind) || is_segment_event(e.kind) || is_external_event(e.kind))) {
         has_memory_events = true;
         if (cuts_before_memory_) forget_steps_before_memory();
     }
     has_block_events |= is_block_event(e.kind);
     switch (e.kind) {
     case EventKind::alloc: {
-        const uint32_t slot = free_slots_.empty() ? uint32_t(pool_.size()) : free_slots_.back();
-        const uint32_t old = live_.put(key, slot);
-        if (old != AddressMap::kMissing && checks_) {  // a fault: the first block stays, the one its free will name
-            live_.put(key, old);
+        const uint32_t slot = place(live_, key);
+        if (slot == AddressMap::kMissing) {
             checks_->allocated_again();
             stop();
             break;
         }
-        if (slot == pool_.size()) pool_.emplace_back();
-        else free_slots_.pop_back();
-        // An address allocated again without a free (unchecked): the older block is forgotten, as a map would.
-        if (old != AddressMap::kMissing) free_slots_.push_back(old);
         DeviceState& s = state_[device_slot(e.device)];
         const uint32_t site = site_of(e.device, e.stack);
         pool_[slot] = LiveAlloc{e.addr, e.size, seq_++, e.stack, site, step_, e.stream, e.device, false};
@@ -229,8 +268,49 @@ void Replay::process(const Event& e) {
         }
         break;
     }
+    case EventKind::external_alloc:
+    case EventKind::pinned_alloc: external_alloc(e); break;
+    case EventKind::external_free:
+    case EventKind::pinned_free: external_free(e); break;
+    case EventKind::device_usage: state_[device_slot(e.device)].nvml = e.size; break;
     default: break;
     }
+}
+
+// Memory outside torch's allocator: its own sites, holders and device totals, never `allocated`.
+void Replay::external_alloc(const Event& e) {
+    const Memory memory = memory_of(e.kind);
+    const uint32_t slot = place(external_live_, external_key(is_pinned_event(e.kind), e.addr));
+    if (slot == AddressMap::kMissing) {
+        checks_->external_allocated_again();
+        stop();
+        return;
+    }
+    DeviceState& s = state_[device_slot(e.device)];
+    const uint32_t site = site_of(e.device, e.stack, memory);
+    pool_[slot] = LiveAlloc{e.addr, e.size, seq_++, e.stack, site, step_, e.stream, e.device, false};
+    change(sites[site], int64_t(e.size));
+    sites[site].last_stack = e.stack;
+    change(holders[holder_of(e.device, memory, e.stack)], int64_t(e.size));
+    (memory == Memory::pinned ? s.pinned : s.external) += int64_t(e.size);
+}
+
+// Given back, as the block was allocated: its device, its size (a capture records only the frees
+// of what it saw allocated, so one of an unknown address is a fault).
+void Replay::external_free(const Event& e) {
+    const uint32_t a = external_live_.take(external_key(is_pinned_event(e.kind), e.addr));
+    if (a == AddressMap::kMissing) {
+        if (checks_) checks_->external_freed_unknown(), stop();
+        return;
+    }
+    const LiveAlloc& block = pool_[a];
+    const Memory memory = sites[block.site].memory;
+    DeviceState& s = state_[device_slot(block.device)];
+    (memory == Memory::pinned ? s.pinned : s.external) -= int64_t(block.size);
+    change(holders[holder_of(block.device, memory, block.stack)], -int64_t(block.size));
+    released(block);
+    free_slots_.push_back(a);
+    if (checks_ && block.size != e.size) checks_->external_freed_other_size(), stop();  // after this event
 }
 
 void Replay::finish() {

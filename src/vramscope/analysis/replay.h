@@ -1,10 +1,15 @@
 // One pass over a trace's events in time order: the devices' step timelines and, per allocation
 // site, the series the judge reads. It keeps the live blocks and what each site's series changes
 // by, never the events: memory follows live blocks, sites and their changes, not the event count.
+// Memory outside torch's allocator (a library's own device memory, pinned host memory) has sites
+// and totals of its own: it is never in `allocated` or `reserved`.
 #pragma once
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <map>
+#include <optional>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -28,16 +33,34 @@ struct LiveAlloc {
     bool requested;     // free_requested seen
 };
 
-// One allocation site on one device: how its series change, step by step.
-struct SiteSeries {
-    uint16_t device = 0;
-    uint32_t site_frame = 0;
-    uint32_t last_stack = 0;           // of its latest allocation: the stack shown when none survived
+// Bytes held at step ends, written down only when they change.
+struct HeldSeries {
     int64_t live = 0;                  // bytes live now
     uint32_t touched = 0;              // step of the last change to `live`
     bool ever_touched = false;
     // Bytes held at step ends, run-length: from step .first on, .second (0 before the first).
     std::vector<std::pair<uint32_t, double>> held;
+
+    // Writes down the value held since the last change, before `step` changes it (or ends).
+    void record_held(uint32_t step) {
+        if (ever_touched && touched < step && (held.empty() ? live != 0 : held.back().second != double(live)))
+            held.emplace_back(touched, double(live));
+    }
+    // The bytes held at the end of step k, once written down up to there.
+    double at_end(size_t k) const {
+        const auto after = std::upper_bound(held.begin(), held.end(), k,
+                                            [](size_t step, const std::pair<uint32_t, double>& e) { return step < e.first; });
+        return after == held.begin() ? 0 : std::prev(after)->second;
+    }
+};
+
+// One allocation site on one device, of one memory (torch's and a library's own at one line stay
+// apart): how its series change, step by step.
+struct SiteSeries : HeldSeries {
+    uint16_t device = 0;
+    Memory memory = Memory::torch;
+    uint32_t site_frame = 0;
+    uint32_t last_stack = 0;           // of its latest allocation: the stack shown when none survived
     // Survivors (allocated in step k, still live at the end of k + window):
     std::vector<std::pair<uint32_t, double>> aged_deltas;  // + at k + window, - where freed
     std::vector<std::pair<uint32_t, uint64_t>> survived;   // (k, bytes)
@@ -45,13 +68,16 @@ struct SiteSeries {
     uint64_t surviving_allocations = 0;
     uint64_t first_survivor = UINT64_MAX;  // seq of the earliest-allocated survivor
 
-    // Writes down the value held since the last change, before `step` changes it (or ends).
-    void record_held(uint32_t step) {
-        if (ever_touched && touched < step && (held.empty() ? live != 0 : held.back().second != double(live)))
-            held.emplace_back(touched, double(live));
-    }
     // A block allocated in a judged step and still live `window` steps later, until `until`.
     void add_survivor(const LiveAlloc& a, uint32_t window, uint32_t until);
+};
+
+// What one holder (analysis/libraries.h) keeps outside torch's allocator on one device: the usage
+// ledger's parts.
+struct HolderSeries : HeldSeries {
+    uint16_t device = 0;
+    Memory memory = Memory::external;
+    std::string library;
 };
 
 class Replay {
@@ -75,6 +101,7 @@ public:
     const Trace& context;
     std::vector<DeviceSummary> devices;
     std::vector<SiteSeries> sites;
+    std::vector<HolderSeries> holders;          // outside torch's allocator, by device, memory and holder
     std::vector<LiveAlloc> live_allocs() const;  // blocks never freed, in allocation order
     size_t full_steps() const { return step_; }
     uint64_t entries = 0;                        // as torch counts them (Trace::entry_count)
@@ -87,13 +114,19 @@ private:
     struct DeviceState {
         int64_t allocated, reserved, pending, peak;
         std::vector<int64_t> by_stream;  // by stream index
+        int64_t external = 0, pinned = 0;  // outside torch's allocator
+        std::optional<uint64_t> nvml;      // NVML's figure, last read in the step in hand
     };
     size_t device_slot(uint8_t device) {
         return slot_of_device_[device] >= 0 ? size_t(slot_of_device_[device]) : add_device(device);
     }
     size_t add_device(uint8_t device);
-    uint32_t site_of(uint8_t device, uint32_t stack);
-    void change(SiteSeries& s, int64_t bytes);
+    uint32_t site_of(uint8_t device, uint32_t stack, Memory memory = Memory::torch);
+    uint32_t holder_of(uint8_t device, Memory memory, uint32_t stack);
+    uint32_t place(AddressMap& map, uint64_t key);
+    void external_alloc(const Event& e);
+    void external_free(const Event& e);
+    void change(HeldSeries& s, int64_t bytes);
     void start();
     void cut();
     void hold_timeline_bytes(uint64_t n);
@@ -108,10 +141,12 @@ private:
     bool stopped_ = false;  // and checks_, if any, keeps its own live blocks
     std::vector<DeviceState> state_;
     std::array<int16_t, 256> slot_of_device_;
-    std::unordered_map<uint64_t, uint32_t> site_index_;  // device << 32 | site frame
+    std::unordered_map<uint64_t, uint32_t> site_index_;  // memory << 40 | device << 32 | site frame
+    std::unordered_map<uint64_t, uint32_t> holder_of_stack_;  // memory << 40 | device << 32 | stack -> holders
     std::vector<uint32_t> site_of_stack_;                // by stack id, for device stack_device_: the hot path
     uint8_t stack_device_ = 0;
     AddressMap live_;                                    // block_key() -> index into pool_
+    AddressMap external_live_{64};                       // external_key() -> index into pool_
     std::vector<LiveAlloc> pool_;
     std::vector<uint32_t> free_slots_;
     uint64_t seq_ = 0;

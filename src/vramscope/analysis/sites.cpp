@@ -1,5 +1,7 @@
 #include "analysis/sites.h"
 
+#include "analysis/libraries.h"
+
 #include <algorithm>
 
 #include <array>
@@ -15,7 +17,8 @@ bool is_generated_frame(std::string_view file) {
 }
 
 bool is_internal_frame(std::string_view file) {
-    if (is_cpp_file(file) || file.starts_with("<frozen ") || file.starts_with("<built-in") || is_generated_frame(file))
+    if (is_cpp_file(file) || is_shared_object(file) || file.starts_with("<frozen ") || file.starts_with("<built-in") ||
+        is_generated_frame(file))
         return true;
     constexpr std::array<std::string_view, 6> kLibraryDirs = {"/torch/", "/site-packages/", "/dist-packages/",
                                                               "/lib/python3", "/triton/", "/functorch/"};
@@ -26,7 +29,8 @@ bool is_internal_frame(std::string_view file) {
 
 FrameRank rank_frame(std::string_view file, std::string_view function) {
     if (!is_internal_frame(file)) return FrameRank::user;
-    if (!is_cpp_file(file)) return FrameRank::library;
+    // The library that called the CUDA driver itself ranks as C++: its Python caller is the site.
+    if (!is_cpp_file(file) && !is_shared_object(file)) return FrameRank::library;
     constexpr std::array<std::string_view, 12> kPassThrough = {
         "unwind", "CapturedTraceback", "gather_with_cpp", "CachingAllocator", "c10::cuda::", "c10::Allocator",
         "at::detail::empty", "empty_strided", "wrap_kernel_functor", "at::_ops::", "c10::Dispatcher", "c10::impl::"};

@@ -10,7 +10,8 @@
 
 namespace vramscope {
 
-// True for frames of torch, installed packages, the standard library, generated code and C++.
+// True for frames of torch, installed packages, the standard library, generated code, C++ and
+// shared objects (the library that called the CUDA driver, analysis/libraries.h).
 bool is_internal_frame(std::string_view file);
 // Generated code (inductor's output, Triton kernels, FX graphs): never a site; the nearest user
 // frame that called it stands in.

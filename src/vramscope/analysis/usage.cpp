@@ -1,1 +1,116 @@
-// (helper ANA writes this file: issue 23)
+#include "analysis/usage.h"
+
+#include <algorithm>
+#include <optional>
+
+#include "analysis/ledger.h"
+#include "common/format.h"
+
+namespace vramscope {
+namespace {
+
+// The step whose end last read NVML at or before step end k.
+std::optional<size_t> reading_at(const std::vector<StepPoint>& timeline, size_t k) {
+    for (size_t i = std::min(k + 1, timeline.size()); i-- > 0;)
+        if (timeline[i].nvml_used) return i;
+    return std::nullopt;
+}
+
+// NVML's figure less what the trace saw: what no recorded allocation holds (may be negative when
+// NVML lags a free).
+int64_t residual(const StepPoint& p) { return int64_t(*p.nvml_used) - int64_t(p.reserved) - int64_t(p.external); }
+
+// Each holder's bytes at the step end `last` and its growth from `first`, largest first; holders
+// that held nothing at either are left out.
+std::vector<LibraryBytes> holders_of(const std::vector<HolderSeries>& holders, std::optional<uint16_t> device, Memory memory,
+                                     size_t first, size_t last) {
+    std::vector<LibraryBytes> out;
+    for (const HolderSeries& h : holders) {
+        if (h.memory != memory || (device && h.device != *device)) continue;
+        const auto bytes = uint64_t(h.at_end(last));
+        const int64_t growth = int64_t(bytes) - int64_t(h.at_end(first));
+        if (bytes == 0 && growth == 0) continue;
+        auto same = std::find_if(out.begin(), out.end(), [&](const LibraryBytes& l) { return l.library == h.library; });
+        if (same == out.end()) out.push_back(LibraryBytes{h.library, bytes, growth});
+        else same->bytes += bytes, same->growth += growth;
+    }
+    std::sort(out.begin(), out.end(), [](const LibraryBytes& a, const LibraryBytes& b) {
+        return a.bytes != b.bytes ? a.bytes > b.bytes : a.library < b.library;
+    });
+    return out;
+}
+
+}  // namespace
+
+uint64_t Usage::context(uint16_t device) const {
+    for (const UsageLedger& l : ledgers)
+        if (l.device == device && l.context) return *l.context;
+    return 0;
+}
+
+Usage usage_ledgers(const std::vector<DeviceSummary>& devices, const std::vector<HolderSeries>& holders, size_t first,
+                    size_t last, bool judged) {
+    Usage u;
+    first = std::min(first, last);
+    for (const DeviceSummary& d : devices) {
+        if (last >= d.timeline.size()) continue;
+        const StepPoint& end = d.timeline[last];
+        UsageLedger l;
+        l.device = d.device;
+        l.step = last;
+        l.torch_reserved = end.reserved;
+        l.libraries = holders_of(holders, d.device, Memory::external, first, last);
+        const std::optional<size_t> now = reading_at(d.timeline, last);
+        if (now) {
+            // The context as NVML saw it once warm-up was over: at the first judged step end, or
+            // the first reading after it when that step end had none.
+            std::optional<size_t> base = reading_at(d.timeline, first);
+            if (!base) base = std::find_if(d.timeline.begin() + ptrdiff_t(first), d.timeline.begin() + ptrdiff_t(last) + 1,
+                                           [](const StepPoint& p) { return bool(p.nvml_used); }) - d.timeline.begin();
+            const StepPoint& read = d.timeline[*now];
+            l.nvml_used = read.nvml_used;
+            l.context = uint64_t(std::max<int64_t>(0, residual(d.timeline[*base])));
+            l.unexplained = int64_t(*read.nvml_used) - int64_t(end.reserved) - int64_t(end.external) - int64_t(*l.context);
+            const int64_t growth = int64_t(*read.nvml_used) - int64_t(*d.timeline[*base].nvml_used);
+            const int64_t allowed = unexplained_allowance(growth);
+            if (judged && *l.unexplained > allowed)
+                u.unexplained.push_back("NVML says the process grew by " + format_bytes(double(*l.unexplained)) + " on cuda:" +
+                                        std::to_string(d.device) + " from step " + std::to_string(*base) + " to " +
+                                        std::to_string(last) + " that no recorded allocation explains (more than the " +
+                                        format_bytes(double(allowed)) +
+                                        " a verdict may leave open): memory taken past the driver calls vramscope "
+                                        "records, or the CUDA context growing (modules loaded late).");
+        }
+        u.ledgers.push_back(std::move(l));
+    }
+    std::vector<LibraryBytes> pinned = holders_of(holders, std::nullopt, Memory::pinned, first, last);
+    if (!pinned.empty()) {
+        UsageLedger host;
+        host.step = last;
+        host.libraries = std::move(pinned);
+        u.ledgers.push_back(std::move(host));
+    }
+    return u;
+}
+
+std::vector<std::string> unseen_memory_notes(const Trace& t) {
+    std::vector<std::string> notes;
+    const auto meta = [&](const char* key) {
+        const auto it = t.meta.find(key);
+        return it == t.meta.end() ? std::string() : it->second;
+    };
+    if (t.format == "torch-snapshot" || meta("format") == "torch-snapshot")
+        notes.push_back("A torch snapshot holds only torch's caching allocator: memory that NCCL, CuPy, JAX or an "
+                        "extension take from the CUDA driver themselves, pinned host memory and the CUDA context are not "
+                        "in it. `vramscope run` records them.");
+    if (const std::string driver = meta("capture.driver"); driver.starts_with("off"))
+        notes.push_back("Memory outside torch's caching allocator was not recorded (" + driver +
+                        "): device memory that NCCL, CuPy, JAX or an extension take themselves, and pinned host memory, "
+                        "are not in this trace.");
+    if (const std::string nvml = meta("capture.nvml"); nvml.starts_with("off"))
+        notes.push_back("NVML was not read (" + nvml +
+                        "): the usage ledger cannot tell the CUDA context from memory no recorded allocation explains.");
+    return notes;
+}
+
+}  // namespace vramscope

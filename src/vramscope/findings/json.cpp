@@ -32,7 +32,7 @@ void pairs(Json& j, const char* key, const std::vector<std::pair<uint64_t, uint6
     j.close(']');
 }
 
-void optional_step(Json& j, const char* k, const std::optional<uint64_t>& v) {
+template <class Int> void optional_step(Json& j, const char* k, const std::optional<Int>& v) {
     j.key(k);
     if (v) j.value(*v);
     else j.null();
@@ -78,6 +78,22 @@ void columns(Json& j, const DeviceSummary& d, const std::vector<size_t>& at, siz
         from = k + 1;
     }
     j.close(']');
+    // Memory outside torch's allocator, and NVML's figure (null where a step read none).
+    j.key("external");
+    j.open('[');
+    for (size_t k : at) j.value(d.timeline[k].external);
+    j.close(']');
+    j.key("pinned");
+    j.open('[');
+    for (size_t k : at) j.value(d.timeline[k].pinned);
+    j.close(']');
+    j.key("nvml_used");
+    j.open('[');
+    for (size_t k : at) {
+        if (d.timeline[k].nvml_used) j.value(*d.timeline[k].nvml_used);
+        else j.null();
+    }
+    j.close(']');
     j.close('}');
 }
 
@@ -108,6 +124,34 @@ void ledger_array(Json& j, const std::vector<DeviceLedger>& ledger) {
             j.close('}');
         }
         j.close(']');
+        j.close('}');
+    }
+    j.close(']');
+}
+
+// Everything the process holds at the last step end, by device and then the host: NVML's figure
+// and its parts (torch_reserved + libraries' bytes + context + unexplained = nvml_used).
+void usage_array(Json& j, const std::vector<UsageLedger>& usage) {
+    j.key("usage");
+    j.open('[');
+    for (const UsageLedger& u : usage) {
+        j.open('{');
+        optional_step(j, "device", u.device ? std::optional<uint64_t>(*u.device) : std::nullopt);
+        j.field("step", u.step);
+        optional_step(j, "nvml_used", u.nvml_used);
+        j.field("torch_reserved", u.torch_reserved);
+        j.key("libraries");
+        j.open('[');
+        for (const LibraryBytes& l : u.libraries) {
+            j.open('{');
+            j.field("library", l.library);
+            j.field("bytes", l.bytes);
+            j.field("growth", l.growth);
+            j.close('}');
+        }
+        j.close(']');
+        optional_step(j, "context", u.context);
+        optional_step(j, "unexplained", u.unexplained);
         j.close('}');
     }
     j.close(']');
@@ -151,6 +195,9 @@ void timeline(Json& j, const Findings& f) {
             j.field("peak_allocated", p.peak_allocated);
             j.field("pending_free", p.pending_free);
             pairs(j, "by_stream", p.by_stream);
+            j.field("external", p.external);
+            j.field("pinned", p.pinned);
+            optional_step(j, "nvml_used", p.nvml_used);
             j.field("complete", uint64_t(k < f.step_count));
             j.close('}');
         }
@@ -167,6 +214,8 @@ void leaks_array(Json& j, const std::vector<SiteFinding>& leaks, const std::map<
         j.field("bytes_per_step", l.bytes_per_step);
         j.key("site");
         source_line(j, l.site);
+        j.field("memory", name(l.memory));
+        j.field("library", l.library);
         j.key("stack");
         j.open('[');
         for (const SourceLine& s : l.stack) source_line(j, s);
@@ -271,6 +320,7 @@ void findings_object(Json& j, const Findings& f, bool report = false) {
     }
     j.close(']');
     ledger_array(j, f.ledger);
+    usage_array(j, f.usage);
     j.key("notes");
     j.open('[');
     for (const auto& n : f.notes) j.value(n);

@@ -296,6 +296,7 @@ public:
     void leak(const JsonValue& o, SiteFinding& l) const;
     void devices(const JsonValue& o, Findings& f) const;
     void ledger(const JsonValue& o, DeviceLedger& l) const;
+    void usage(const JsonValue& o, UsageLedger& u) const;
     void ranks(const JsonValue& o, RankComparison& r) const;
 
 private:
@@ -305,6 +306,8 @@ private:
 void FindingsReader::leak(const JsonValue& o, SiteFinding& l) const {
     real(o, "bytes_per_step", l.bytes_per_step);
     if (const JsonValue* s = member(o, "site", T::object, "leaks.site")) source_line(*s, l.site);
+    word(o, "memory", l.memory, Memory::pinned);
+    text(o, "library", l.library);
     objects(o, "stack", [&](const JsonValue& s) { source_line(s, l.stack.emplace_back()); });
     whole(o, "stack_shown_from", l.stack_shown_from);
     word(o, "shape", l.shape, Shape::too_short);
@@ -361,7 +364,25 @@ void FindingsReader::devices(const JsonValue& o, Findings& f) const {
         whole(p, "peak_allocated", point.peak_allocated);
         whole(p, "pending_free", point.pending_free);
         pairs(p, "by_stream", point.by_stream);
+        whole(p, "external", point.external);
+        whole(p, "pinned", point.pinned);
+        optional_whole(p, "nvml_used", point.nvml_used);
     });
+}
+
+void FindingsReader::usage(const JsonValue& o, UsageLedger& u) const {
+    if (member(o, "device", T::number, "usage.device")) whole(o, "device", u.device.emplace());
+    whole(o, "step", u.step);
+    optional_whole(o, "nvml_used", u.nvml_used);
+    whole(o, "torch_reserved", u.torch_reserved);
+    objects(o, "libraries", [&](const JsonValue& l) {
+        LibraryBytes& library = u.libraries.emplace_back();
+        text(l, "library", library.library);
+        whole(l, "bytes", library.bytes);
+        whole(l, "growth", library.growth);
+    });
+    optional_whole(o, "context", u.context);
+    if (member(o, "unexplained", T::number, "usage.unexplained")) whole(o, "unexplained", u.unexplained.emplace());
 }
 
 void FindingsReader::ledger(const JsonValue& o, DeviceLedger& l) const {
@@ -408,6 +429,7 @@ void FindingsReader::run(const JsonValue& o, Findings& f) const {
         if (const JsonValue* site = member(n, "site", T::object, "not_leaks.site")) source_line(*site, not_leak.site.emplace());
     });
     objects(o, "ledger", [&](const JsonValue& l) { ledger(l, f.ledger.emplace_back()); });
+    objects(o, "usage", [&](const JsonValue& u) { usage(u, f.usage.emplace_back()); });
     texts(o, "notes", f.notes);
     texts(o, "warnings", f.warnings);
     texts(o, "input_faults", f.input_faults);
@@ -465,12 +487,14 @@ void attach_owners(Findings& f, std::string_view owners_json, const std::string&
     if (doc.type != T::array) throw std::runtime_error(name + ": not an owners file (a list of explained leaks)");
     for (const JsonValue& answer : doc.items) {
         if (answer.type != T::object) read.bad("owners", answer, "an object");
-        SiteFinding found;  // read as a leak: the same site, device and owners fields
+        SiteFinding found;  // read as a leak: the same site, device, memory and owners fields
         read.leak(answer, found);
         std::optional<uint64_t> at_step;
         read.optional_whole(answer, "found_at_step", at_step);
+        // An answer that names no memory is for any leak at its site (owners files before memory had one).
+        const bool any_memory = !answer.get("memory");
         for (SiteFinding& l : f.leaks)
-            if (l.device == found.device && same_site(l.site, found.site)) {
+            if (l.device == found.device && same_site(l.site, found.site) && (any_memory || l.memory == found.memory)) {
                 l.owners = found.owners;
                 l.owners_found_at_step = at_step;
             }

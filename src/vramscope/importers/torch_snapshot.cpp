@@ -217,9 +217,10 @@ private:
             }
         const std::string_view name = text(v);
         Action a{v, EventKind::alloc, name == "annotate", false};
+        // Torch's actions only: markers and the kinds of memory outside its allocator are vramscope's own.
         a.known = !a.annotate && parse_event_kind(name, a.kind) && a.kind != EventKind::step &&
                   a.kind != EventKind::microbatch && a.kind != EventKind::annotation_start &&
-                  a.kind != EventKind::annotation_end;
+                  a.kind != EventKind::annotation_end && a.kind < EventKind::external_alloc;
         if (actions_.size() < 64) actions_.push_back(a);
         kind = a.kind;
         annotate = a.annotate;

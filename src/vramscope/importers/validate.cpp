@@ -21,6 +21,20 @@ void EventValidator::see_devices(const Trace& t) {
 void EventValidator::check_addresses(const Event& e) {
     const uint64_t key = block_key(e.device, e.addr);
     switch (e.kind) {
+    case EventKind::external_alloc:
+    case EventKind::pinned_alloc:
+        if (const uint64_t before = external_.put(external_key(is_pinned_event(e.kind), e.addr), e.size); before != external_.kMissing) {
+            external_.put(external_key(is_pinned_event(e.kind), e.addr), before);  // the first stays, as for torch's
+            external_allocated_again();
+        }
+        break;
+    case EventKind::external_free:
+    case EventKind::pinned_free: {
+        const uint64_t size = external_.take(external_key(is_pinned_event(e.kind), e.addr));
+        if (size == external_.kMissing) external_freed_unknown();
+        else if (size != e.size) external_freed_other_size();
+        break;
+    }
     case EventKind::alloc:
         // A live size is under kImpossibleSize, never the map's kMissing.
         if (const uint64_t before = live_.put(key, e.size); before != live_.kMissing) {

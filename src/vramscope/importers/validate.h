@@ -32,8 +32,16 @@ private:
 inline constexpr uint64_t kImpossibleSize = uint64_t(1) << 50;  // 1 PiB
 inline constexpr int64_t kLatestTime = int64_t(1) << 56;        // the year 4253
 
+// A block outside torch's allocator (is_external_event): matched by its address alone, as a
+// buffer may be given back from another device's context, and pinned host memory apart from
+// device memory (a VMM handle is no address at all). Replay and validation key them alike.
+inline bool is_pinned_event(EventKind k) { return k == EventKind::pinned_alloc || k == EventKind::pinned_free; }
+inline uint64_t external_key(bool pinned, uint64_t addr) { return addr ^ (pinned ? uint64_t(1) << 63 : 0); }
+
 // A device capacity or baseline of 1 PiB or more, a capacity below what the trace itself has live on it, an alloc at an address already live on its device, impossible sizes,
-// more than kImpossibleSize live at once, times out of range. Memory: the live blocks, what
+// more than kImpossibleSize live at once, times out of range; outside torch's allocator, an
+// allocation at an address already live, and a free of an address never allocated (a capture
+// records only the frees of what it saw allocated) or of another size. Memory: the live blocks, what
 // analysis keeps anyway. Fed the events as they stream by; analysis stops at the first fault.
 class EventValidator {
 public:
@@ -55,8 +63,10 @@ public:
             fault("events with a size of 1 PiB or more (negative or corrupt)");
             return false;
         }
-        // Any sum analysis makes is over a part of these: under 2^62, none can overflow.
-        if ((size_total_ += e.size) >= uint64_t(1) << 62) fault("events whose sizes sum past 2^62 bytes");
+        // Any sum analysis makes is over a part of these: under 2^62, none can overflow. NVML's
+        // figure is never summed, only compared: a long run reads it every step.
+        if (e.kind != EventKind::device_usage && (size_total_ += e.size) >= uint64_t(1) << 62)
+            fault("events whose sizes sum past 2^62 bytes");
         return true;
     }
     void check_addresses(const Event& e);  // the rest, against its own live blocks
@@ -71,12 +81,19 @@ public:
     // The caller's live blocks, from which the validator goes on alone (check_addresses()).
     void adopt(uint64_t key, uint64_t size) { live_.put(key, size); }
 
+    // Memory outside torch's allocator, as the caller's lookup found it (external_key()).
+    void external_allocated_again() { fault("allocations outside torch's allocator at an address already allocated and not freed"); }
+    void external_freed_unknown() { fault("frees outside torch's allocator of an address the trace never saw allocated"); }
+    void external_freed_other_size() { fault("frees outside torch's allocator whose size is not their allocation's"); }
+    void adopt_external(uint64_t key, uint64_t size) { external_.put(key, size); }
+
 private:
     void see_devices(const Trace& t);
     // Out of line: the message's string would make every inline check save all registers.
     [[gnu::noinline]] void fault(std::string_view what) { tally_.add(what); }
     FaultTally tally_;
     AddressMapOf<uint64_t> live_{4096};  // block_key() -> size, of each live block
+    AddressMapOf<uint64_t> external_{64};  // external_key() -> size, outside torch's allocator
     std::array<uint64_t, 256> live_bytes_{};  // by device
     std::array<uint64_t, 256> peak_live_bytes_{};  // by device: no capacity may be below it
     uint64_t size_total_ = 0;

@@ -42,8 +42,8 @@ struct OverLimit {
 // vectors, so a hostile file with duplicate definitions cannot point outside the tables.
 class ChunkDecoder {
 public:
-    ChunkDecoder(Trace& t, const ReadLimits& limits)
-        : t_(t), limits_(limits), strings_(1, 0), frames_(1, 0), stacks_(1, 0), depth_(1, 0) {}
+    ChunkDecoder(Trace& t, const ReadLimits& limits, uint16_t version)
+        : t_(t), limits_(limits), later_kinds_(version >= 3), strings_(1, 0), frames_(1, 0), stacks_(1, 0), depth_(1, 0) {}
 
     // The event count of the end record, once one was read.
     std::optional<uint64_t> end_events;
@@ -156,13 +156,14 @@ private:
             tag = *p++;
             shift = 0;
         }
-        uint8_t type = tag & kTypeMask;
+        const uint8_t type = tag & kTypeMask;
         const bool pair = type == tag_free_pair_later;
         const bool reused = type == tag_alloc_reused;
-        if (reused) type = uint8_t(EventKind::alloc);
-        if (!pair && type >= kEventKindCount) throw ChunkError{size_t(at - base_), "unknown record tag"};
+        const int kind = pair ? int(EventKind::free_requested) : reused ? int(EventKind::alloc) : kind_of_tag(type);
+        // The kinds of memory outside torch's allocator came with version 3: in an older file their tags are damage.
+        if (kind < 0 || (kind >= kFirstLaterKind && !later_kinds_)) throw ChunkError{size_t(at - base_), "unknown record tag"};
         Event& e = t_.events.emplace_back();
-        e.kind = pair ? EventKind::free_requested : EventKind(type);
+        e.kind = EventKind(kind);
         e.device = device;
         e.stream = stream;
         if (!(tag & kSameTime)) time = wrapping_add(time, unzigzag(num(p, end, at)));
@@ -234,6 +235,7 @@ private:
 
     Trace& t_;
     const ReadLimits& limits_;
+    const bool later_kinds_;  // event tags 26..30 (version 3)
     uint64_t string_bytes_ = 0;  // held for the string records decoded so far
     const uint8_t* base_ = nullptr;
     std::vector<uint32_t> strings_, frames_, stacks_;
@@ -304,7 +306,7 @@ void stream_trace(std::string_view first, ChunkSource& rest, uint64_t total_byte
     if (!numbered)
         trace.warnings.push_back(name + ": trace format version 1: its chunks carry no numbers and it has no end "
                                         "record, so a chunk repeated, dropped or cut off at a chunk boundary cannot be told");
-    ChunkDecoder decoder(trace, limits);
+    ChunkDecoder decoder(trace, limits, version);
     size_t chunks = 0;
     uint64_t decoded = 0;  // events, whether the sink kept them or not
     auto stop = [&](uint64_t at, const std::string& why, std::vector<std::string>& into) {

@@ -33,7 +33,7 @@ void TraceWriter::emit_block_locked(const Event& e, const Event* completed) {
     const int64_t done_after = pair ? completed->time_us - e.time_us : 0;
     const bool same_time = e.time_us == last_time_;
     const bool is_alloc = e.kind == EventKind::alloc;
-    uint8_t type = pair ? uint8_t(tag_free_pair_later) : uint8_t(e.kind);
+    uint8_t type = pair ? uint8_t(tag_free_pair_later) : tag_of_kind(uint8_t(e.kind));
     uint8_t flags = same_time ? kSameTime : 0;
     const bool stack_guessed = has_stack(e.kind) && e.stack != 0 && guess_.next_stack() == e.stack;
     if (stack_guessed) flags |= kGuessed;
@@ -231,7 +231,7 @@ void TraceWriter::emit_locked(const Event& e, const Event* completed) {
         emit_block_locked(e, completed);
     } else {
         const bool same_time = e.time_us == last_time_;
-        buf_.push_back(char(uint8_t(e.kind) | (same_time ? kSameTime : 0)));
+        buf_.push_back(char(tag_of_kind(uint8_t(e.kind)) | (same_time ? kSameTime : 0)));
         if (!same_time) put_varint(buf_, zigzag(e.time_us - last_time_));
         last_time_ = e.time_us;
         put_varint(buf_, e.name);

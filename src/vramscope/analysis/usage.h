@@ -1,0 +1,35 @@
+// Everything the process holds, reconciled with what the driver says it uses. Per device, at the
+// last full step end:
+//   NVML's figure = torch's reserved bytes + each holder's own device memory (analysis/libraries.h)
+//                 + the CUDA context and module images + unexplained, exactly.
+// The context is NVML's residual (its figure less torch's reserved and the libraries' bytes) at the
+// first judged step end, the end of warm-up; what the residual gained since is unexplained. Past
+// unexplained_allowance() (analysis/ledger.h) of NVML's own growth, no verdict may be "no leak".
+// Pinned host memory is the host's, by holder, with no NVML figure. docs/findings.md says the same.
+#pragma once
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "analysis/replay.h"
+#include "findings/findings.h"
+
+namespace vramscope {
+
+struct Usage {
+    std::vector<UsageLedger> ledgers;         // by device, then the host when it holds pinned memory
+    std::vector<std::string> unexplained;     // a sentence per device whose residual grew past its allowance
+    uint64_t context(uint16_t device) const;  // the device's context, 0 where NVML was not read
+};
+
+// `devices`' timelines and the replay's holders, written down to the end (HeldSeries::record_held);
+// `first`: the first judged step end, `last`: the last full step's; `judged`: whether the steps
+// between are judged (else no growth is held against the verdict).
+Usage usage_ledgers(const std::vector<DeviceSummary>& devices, const std::vector<HolderSeries>& holders, size_t first,
+                    size_t last, bool judged);
+
+// What the input could not show of the process's memory, said plainly: a torch snapshot's, or a
+// capture's that says (trace meta "capture.driver", "capture.nvml") what it did not record.
+std::vector<std::string> unseen_memory_notes(const Trace& t);
+
+}  // namespace vramscope
