@@ -85,6 +85,79 @@ TEST(TraceFormat, SmallChunksRoundTrip) {
     std::remove(path.c_str());
 }
 
+// Memory outside torch's allocator and NVML's figure (version 3): every kind, at unaligned
+// addresses and sizes, among torch's events and on two devices, with each stack's library frame.
+TEST(TraceFormat, EveryKindOfMemoryOutsideTorchRoundTrips) {
+    TraceBuilder builder;
+    builder.t = sample_trace(40);
+    const uint32_t library = builder.stack({{"/usr/lib/libnccl.so.2", 0, "cuMemAlloc_v2"}, {"train.py", 7, "main"}});
+    const uint32_t host = builder.stack({{"<unknown library>", 0, "cuMemHostAlloc"}, {"train.py", 8, "main"}});
+    Trace& t = builder.t;
+    std::vector<Event> events;
+    int64_t time = 1 << 20;
+    auto add = [&](EventKind kind, uint64_t addr, uint64_t size, uint32_t stack, uint8_t device) {
+        Event e;
+        e.kind = kind, e.addr = addr, e.size = size, e.stack = stack, e.device = device, e.time_us = time += 5;
+        events.push_back(e);
+    };
+    for (uint64_t s = 0; s < 40; ++s) {
+        const auto device = uint8_t(s % 2);
+        add(EventKind::external_alloc, 0x7f10'0000'0003 + s * 0x10'0000, 1000 + s, library, device);
+        add(EventKind::pinned_alloc, 0x5555'0000'0000 + s * 8192, 4096 * s + 7, host, device);
+        add(EventKind::device_usage, 0, (uint64_t(40) << 30) + s * 12345, 0, device);
+        if (s > 0) add(EventKind::external_free, 0x7f10'0000'0003 + (s - 1) * 0x10'0000, 999 + s, 0, uint8_t((s - 1) % 2));
+        if (s > 0) add(EventKind::pinned_free, 0x5555'0000'0000 + (s - 1) * 8192, 4096 * (s - 1) + 7, 0, uint8_t((s - 1) % 2));
+    }
+    // Interleaved with torch's: each new event after every second of the sample's.
+    std::vector<Event> mixed;
+    for (size_t i = 0, j = 0; i < t.events.size() || j < events.size();) {
+        if (i < t.events.size()) mixed.push_back(t.events[i++]);
+        if (j < events.size() && i % 2 == 0) mixed.push_back(events[j++]);
+        else if (i >= t.events.size()) mixed.push_back(events[j++]);
+    }
+    t.events = std::move(mixed);
+    for (const size_t chunk : {size_t(64), size_t(64 * 1024)}) {
+        const std::string path = temp_path("external");
+        write_trace(t, path, chunk);
+        const Trace back = read_trace(path);
+        std::remove(path.c_str());
+        EXPECT_TRUE(back.warnings.empty() && back.faults.empty());
+        expect_same_events(t, back);
+        for (size_t i = 0; i < t.events.size(); ++i) {
+            if (!is_external_alloc(t.events[i].kind)) continue;
+            const std::vector<uint32_t> a = t.stacks.frames_of(t.events[i].stack), b = back.stacks.frames_of(back.events[i].stack);
+            ASSERT_EQ(a.size(), b.size()) << i;
+            for (size_t k = 0; k < a.size(); ++k) {
+                const Frame &x = t.stacks.frame(a[k]), &y = back.stacks.frame(b[k]);
+                EXPECT_EQ(t.stacks.string(x.file), back.stacks.string(y.file));
+                EXPECT_EQ(t.stacks.string(x.function), back.stacks.string(y.function));
+                EXPECT_EQ(x.line, y.line);
+            }
+        }
+    }
+}
+
+// Their tags came with version 3: in a file that says version 2 they are damage, not events.
+TEST(TraceFormat, TheTagsOfVersion3AreDamageInAnOlderFile) {
+    TraceBuilder b;
+    b.step();
+    Event e;
+    e.kind = EventKind::device_usage;
+    e.size = 1 << 30;
+    e.time_us = 2000;
+    b.t.events.push_back(e);
+    const std::string path = temp_path("v2_later_tag");
+    write_trace(b.t, path);
+    const Bytes file = read_file(path);
+    std::remove(path.c_str());
+    std::string bytes(file.begin(), file.end());
+    EXPECT_EQ(parse_trace(bytes, "v3.vscope").events.size(), 2u);
+    bytes[8] = 2;  // the header is not in any chunk's checksum
+    const Trace back = parse_trace(bytes, "v2.vscope");
+    ASSERT_EQ(back.faults.size(), 1u);
+    EXPECT_NE(back.faults[0].find("unknown record tag"), std::string::npos) << back.faults[0];
+}
+
 TEST(TraceFormat, AFreeRequestedAndCompletedAtOnceReadsBackAsOneFree) {
     TraceBuilder b;
     const uint32_t st = b.stack({{"train.py", 1, "f"}});

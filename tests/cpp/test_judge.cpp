@@ -5,15 +5,18 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <tuple>
 #include <vector>
 
 #include "analysis/analyze.h"
 #include "analysis/judge.h"
 #include "analysis/live_monitor.h"
+#include "analysis/live_sink.h"
 #include "analysis/sites.h"
 #include "analysis/steps.h"
 #include "importers/torch_snapshot.h"
 #include "recorded_fixtures.h"
+#include "trace_builder.h"
 
 using namespace vramscope;
 namespace fs = std::filesystem;
@@ -138,6 +141,62 @@ TEST(Judge, LiveMonitorAndOfflineAnalysisAgreeOnEveryFixture) {
         }
     }
     EXPECT_GE(fixtures, 5u);
+}
+
+// Memory outside torch's allocator too: a synthetic capture's events (a library's device memory
+// kept each step at the line where torch's activations come and go, pinned host memory kept each
+// step, a cuBLAS workspace taken once) through the live sink, as the recorder hands them over: its
+// last word is the offline table's, by device, line and memory, with the library and the rate.
+TEST(Judge, LiveSinkAndOfflineAnalysisAgreeOnMemoryOutsideTorch) {
+    vramscope::testing::TraceBuilder b;
+    const uint32_t params = b.stack({{"/home/u/train.py", 5, "build"}});
+    const uint32_t acts = b.stack({{"/home/u/train.py", 30, "train"}});
+    const uint32_t kept = b.stack({{"/home/u/train.py", 27, "train"}});
+    const uint32_t leaky = b.stack({{"/home/u/build/libleaky.so", 0, "cuMemAlloc_v2"}, {"/home/u/train.py", 30, "train"}});
+    const uint32_t pinned = b.stack({{"/v/torch/lib/libtorch_cuda.so", 0, "cuMemHostAlloc"}, {"/home/u/train.py", 40, "train"}});
+    const uint32_t cublas = b.stack({{"/v/nvidia/cublas/lib/libcublasLt.so.12", 0, "cuMemAlloc_v2"}, {"/home/u/train.py", 31, "train"}});
+    auto outside = [&](EventKind kind, uint64_t addr, uint64_t size, uint32_t stack) {
+        Event e;
+        e.kind = kind, e.addr = addr, e.size = size, e.stack = stack, e.time_us = b.time += 3;
+        b.t.events.push_back(e);
+    };
+    b.segment(0x7000'0000'0000, 1ull << 30);
+    b.alloc(0x7000'0000'0000, 64 * uint64_t(MiB), params);
+    for (uint64_t s = 0; s < 40; ++s) {
+        b.alloc(0x7000'1000'0000, 8 * uint64_t(MiB), acts);
+        b.alloc(0x7000'2000'0000 + s * uint64_t(MiB), uint64_t(MiB), kept);
+        outside(EventKind::external_alloc, 0x7100'0000'0000 + s * 4 * uint64_t(MiB), 2 * uint64_t(MiB), leaky);
+        outside(EventKind::pinned_alloc, 0x5500'0000'0000 + s * uint64_t(MiB), 512 << 10, pinned);
+        if (s == 0) outside(EventKind::external_alloc, 0x7200'0000'0000, 32 * uint64_t(MiB), cublas);
+        b.free(0x7000'1000'0000, 8 * uint64_t(MiB));
+        b.step();
+    }
+    const Trace& t = b.t;
+    const Findings f = analyze(t);
+    ASSERT_EQ(f.leaks.size(), 3u);
+    LiveSink sink;
+    for (uint32_t stack = 1; stack <= t.stacks.stack_count(); ++stack) {
+        std::vector<SinkFrame> frames;
+        for (uint32_t id : t.stacks.frames_of(stack)) {
+            const Frame& fr = t.stacks.frame(id);
+            frames.push_back(SinkFrame{id, t.stacks.string(fr.file), t.stacks.string(fr.function), fr.line});
+        }
+        sink.stack(stack, frames);
+    }
+    sink.events(t.events);
+    std::map<std::tuple<uint16_t, std::string, Memory>, std::pair<std::string, double>> live, offline;
+    for (const LiveFinding& l : sink.leaking())
+        live[{l.device, l.site.file + ":" + std::to_string(l.site.line), l.memory}] = {l.library, l.bytes_per_step};
+    for (const SiteFinding& l : f.leaks)
+        offline[{l.device, l.site.file + ":" + std::to_string(l.site.line), l.memory}] = {l.library, l.bytes_per_step};
+    ASSERT_EQ(live.size(), offline.size());
+    for (const auto& [key, said] : offline) {
+        ASSERT_TRUE(live.count(key)) << std::get<1>(key) << " " << name(std::get<2>(key));
+        EXPECT_EQ(live[key].first, said.first);
+        EXPECT_NEAR(live[key].second, said.second, 0.10 * said.second);
+    }
+    EXPECT_EQ(offline.count({0, "/home/u/train.py:30", Memory::external}), 1u);
+    EXPECT_EQ(offline.count({0, "/home/u/train.py:40", Memory::pinned}), 1u);
 }
 
 // The live monitor projects the OOM step from the same rate the offline analysis uses: the recent
