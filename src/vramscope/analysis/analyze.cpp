@@ -1,6 +1,7 @@
 #include "analysis/analyze.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <map>
@@ -268,20 +269,26 @@ NotLeak bounded_cache(const SiteFinding& sf, const Judgement& aged, const Span& 
 
 // Sites of one memory that took it in the warm-up steps and kept it.
 struct WarmUp {
+    struct Site {
+        uint64_t bytes;
+        SourceLine site;
+        std::string library;
+        uint16_t device;
+    };
     uint64_t bytes = 0;
-    std::vector<std::pair<uint64_t, const SiteFinding*>> sites;
+    std::vector<Site> sites;
 };
 
 // One explanation per memory, largest sites first: torch's, a library's own (a cuBLAS workspace,
 // a communicator's buffers), pinned host memory.
 NotLeak warm_up(WarmUp& w, Memory memory, size_t s0) {
     auto& sites = w.sites;
-    std::sort(sites.begin(), sites.end(), [](auto& a, auto& b) { return a.first > b.first; });
+    std::sort(sites.begin(), sites.end(), [](auto& a, auto& b) { return a.bytes > b.bytes; });
     NotLeak n;
     n.kind = NotLeakKind::warm_up;
     n.bytes = w.bytes;
-    n.site = sites.front().second->site;
-    n.device = sites.front().second->device;
+    n.site = sites.front().site;
+    n.device = sites.front().device;
     const std::string what = memory == Memory::torch      ? " allocated"
                              : memory == Memory::external ? " of device memory outside torch's allocator taken"
                                                           : " of pinned host memory taken";
@@ -290,10 +297,9 @@ NotLeak warm_up(WarmUp& w, Memory memory, size_t s0) {
     n.why = mib(double(w.bytes)) + what + " in the first " + std::to_string(s0) + " steps and kept since (" + kept + "), from " +
             std::to_string(sites.size()) + " sites; it does not grow afterwards. Largest:";
     for (size_t k = 0; k < sites.size() && k < 3; ++k) {
-        const SiteFinding& sf = *sites[k].second;
-        const SourceLine& at = sf.site;
-        n.why += (k ? ", " : " ") + mib(double(sites[k].first)) + (sf.library.empty() ? "" : " by " + sf.library) + " at " +
-                 (at.line ? base_name(at.file) + ":" + std::to_string(at.line) : at.file);
+        const SourceLine& at = sites[k].site;
+        n.why += (k ? ", " : " ") + mib(double(sites[k].bytes)) + (sites[k].library.empty() ? "" : " by " + sites[k].library) +
+                 " at " + (at.line ? base_name(at.file) + ":" + std::to_string(at.line) : at.file);
     }
     return n;
 }
@@ -326,8 +332,6 @@ SiteTotals judge_sites(Replay& r, Findings& f, const Span& span, const std::vect
     }
     std::vector<JudgedSite> series = sites_to_judge(r, span, live, totals, ledger_of);
     std::array<WarmUp, 3> warmups;  // by Memory
-    std::vector<SiteFinding> kept;  // the warm-up sites, for their words
-    kept.reserve(series.size());
     for (JudgedSite& js : series) {
         const SiteSeries& s = *js.s;
         // Made dense one site at a time: sites × steps never exist at once.
@@ -381,7 +385,7 @@ SiteTotals judge_sites(Replay& r, Findings& f, const Span& span, const std::vect
                    ledger_part(site, S - s0, false) == LedgerPart::warm_up) {
             WarmUp& w = warmups[size_t(s.memory)];
             w.bytes += sf.live_bytes;
-            w.sites.emplace_back(sf.live_bytes, &kept.emplace_back(std::move(sf)));
+            w.sites.push_back(WarmUp::Site{sf.live_bytes, sf.site, sf.library, sf.device});
         } else if (site.aged.shape == Shape::bounded && sf.peak_bytes > 0) {
             f.not_leaks.push_back(bounded_cache(sf, site.aged, span, recurring));
         }

@@ -124,8 +124,9 @@ private:
     uint32_t site_of(uint8_t device, uint32_t stack, Memory memory = Memory::torch);
     uint32_t holder_of(uint8_t device, Memory memory, uint32_t stack);
     uint32_t place(AddressMap& map, uint64_t key);
-    void external_alloc(const Event& e);
-    void external_free(const Event& e);
+    // Rare beside torch's events: kept out of take()'s flattened hot path.
+    [[gnu::noinline]] void external_alloc(const Event& e);
+    [[gnu::noinline]] void external_free(const Event& e);
     void change(HeldSeries& s, int64_t bytes);
     void start();
     void cut();
