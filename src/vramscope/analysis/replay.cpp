@@ -62,15 +62,15 @@ uint32_t Replay::holder_of(uint8_t device, Memory memory, uint32_t stack) {
     if (!added) return it->second;
     const std::string library =
         library_name(stack ? context.stacks.string(context.stacks.frame(context.stacks.node(stack).frame).file) : kUnknownLibrary);
-    size_t i = 0;
-    while (i < holders.size() && !(holders[i].device == device && holders[i].memory == memory && holders[i].library == library)) ++i;
-    if (i == holders.size()) {
+    auto [holder, new_holder] =
+        holder_index_.try_emplace(std::string{char(device), char(memory)} + library, uint32_t(holders.size()));
+    if (new_holder) {
         holders.emplace_back();
         holders.back().device = device;
         holders.back().memory = memory;
         holders.back().library = library;
     }
-    return it->second = uint32_t(i);
+    return it->second = holder->second;
 }
 
 // A new live block at `key` of `map`: its slot in pool_, or kMissing when the address is live

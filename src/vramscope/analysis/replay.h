@@ -144,6 +144,7 @@ private:
     std::array<int16_t, 256> slot_of_device_;
     std::unordered_map<uint64_t, uint32_t> site_index_;  // memory << 40 | device << 32 | site frame
     std::unordered_map<uint64_t, uint32_t> holder_of_stack_;  // memory << 40 | device << 32 | stack -> holders
+    std::unordered_map<std::string, uint32_t> holder_index_;  // device, memory and library name -> holders
     std::vector<uint32_t> site_of_stack_;                // by stack id, for device stack_device_: the hot path
     uint8_t stack_device_ = 0;
     AddressMap live_;                                    // block_key() -> index into pool_

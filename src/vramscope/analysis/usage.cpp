@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <optional>
+#include <string_view>
+#include <unordered_map>
 
 #include "analysis/ledger.h"
 #include "common/format.h"
@@ -25,14 +27,15 @@ int64_t residual(const StepPoint& p) { return int64_t(*p.nvml_used) - int64_t(p.
 std::vector<LibraryBytes> holders_of(const std::vector<HolderSeries>& holders, std::optional<uint16_t> device, Memory memory,
                                      size_t first, size_t last) {
     std::vector<LibraryBytes> out;
+    std::unordered_map<std::string_view, size_t> index;  // the host's: one holder's bytes on every device
     for (const HolderSeries& h : holders) {
         if (h.memory != memory || (device && h.device != *device)) continue;
         const auto bytes = uint64_t(h.at_end(last));
         const int64_t growth = int64_t(bytes) - int64_t(h.at_end(first));
         if (bytes == 0 && growth == 0) continue;
-        auto same = std::find_if(out.begin(), out.end(), [&](const LibraryBytes& l) { return l.library == h.library; });
-        if (same == out.end()) out.push_back(LibraryBytes{h.library, bytes, growth});
-        else same->bytes += bytes, same->growth += growth;
+        const auto [at, added] = index.try_emplace(h.library, out.size());
+        if (added) out.push_back(LibraryBytes{h.library, bytes, growth});
+        else out[at->second].bytes += bytes, out[at->second].growth += growth;
     }
     std::sort(out.begin(), out.end(), [](const LibraryBytes& a, const LibraryBytes& b) {
         return a.bytes != b.bytes ? a.bytes > b.bytes : a.library < b.library;
