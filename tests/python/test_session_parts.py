@@ -126,3 +126,29 @@ def test_without_analysis_the_report_is_the_monitors_last_word_and_the_owners_fi
     assert f"trace written to {path}" in err and said.findings is None
     assert json.loads(open(path + ".owners.json").read())[0]["note"] == "no live tensor"
     assert searches[1] == [((1, 2), 1.0, "cpu")]  # the monitor's newest block first, the source's device type
+
+
+def test_driver_capture_lets_go_of_cupti_only_for_a_profiler_of_cuda_activity(monkeypatch):
+    """CUPTI serves one client: the session's callback runs before torch's profiler prepares a trace
+    with CUDA activities, never for a CPU-only one, and the profiler's own call always goes on."""
+    torch = pytest.importorskip("torch")
+    import torch.autograd.profiler as profiler
+
+    from vramscope.capture import torch_hooks
+
+    calls = []
+    for name in ("_prepare_profiler", "_enable_profiler"):
+        if name in vars(profiler):  # the profiler's entry points, recorded instead of run
+            monkeypatch.setattr(profiler, name, lambda config, activities, *rest, _n=name: calls.append(_n))
+    wrapped = [n for n in ("_prepare_profiler", "_enable_profiler") if n in vars(profiler)]
+    assert wrapped, "torch's profiler entry points moved: the CUPTI hand-over needs a new place"
+    undo = torch_hooks.on_cuda_profiler_start(lambda: calls.append("released"))
+    try:
+        getattr(profiler, wrapped[0])(None, {profiler.ProfilerActivity.CPU})
+        assert calls == [wrapped[0]]
+        getattr(profiler, wrapped[0])(None, {profiler.ProfilerActivity.CPU, profiler.ProfilerActivity.CUDA})
+        assert calls == [wrapped[0], "released", wrapped[0]]
+    finally:
+        undo()
+    getattr(profiler, wrapped[0])(None, {profiler.ProfilerActivity.CUDA})
+    assert calls[-2:] == [wrapped[0], wrapped[0]] and calls.count("released") == 1  # undone: not released again

@@ -190,7 +190,7 @@ class Capture:
             driver = f"off: {why}" if (why := recorder.start_driver_capture(described.cupti_dirs(torch))) else "cupti"
         if driver == "cupti":
             self._undo.append(recorder.stop_driver_capture)
-            self._undo += _cupti_to_profiler(lambda: self._profiler_takes_cupti(recorder))
+            self._undo.append(torch_hooks.on_cuda_profiler_start(lambda: self._profiler_takes_cupti(recorder)))
         for d in described.used_devices(torch):
             recorder.watch_device(d, described.pci_bus_id(torch.cuda.get_device_properties(d)))
         recorder.meta("capture.driver", driver)
@@ -392,27 +392,6 @@ class Capture:
         recorder = self._recorder
         if recorder is not None:
             recorder.marker(_core.EventKind.annotation_start, name)
-
-
-def _cupti_to_profiler(release) -> list:
-    """Calls release() before torch's profiler prepares or starts a trace with CUDA activities (its
-    Kineto initialises CUPTI there, once for the process); returns the undos."""
-    import torch.autograd.profiler as profiler
-
-    def make(original):
-        def wrapper(*args, **kwargs):
-            activities = args[1] if len(args) > 1 else kwargs.get("activities", ())
-            try:
-                if profiler.ProfilerActivity.CUDA in (activities or ()):
-                    release()
-            except Exception:
-                pass  # never the user's profiler's fault
-            return original(*args, **kwargs)
-
-        return wrapper
-
-    return [torch_hooks._wrap(profiler, name, make) for name in ("_prepare_profiler", "_enable_profiler")
-            if name in vars(profiler)]
 
 
 def track(path="vramscope.vscope", *, fail_on_leak=False, summary=True, live_warnings=True,

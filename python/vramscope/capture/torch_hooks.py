@@ -101,6 +101,27 @@ def on_optimizer_step(callback: Callable[[object], None]) -> Undo:
     return handle.remove
 
 
+def on_cuda_profiler_start(callback: Callable[[], None]) -> Undo:
+    """Calls callback() before torch's profiler prepares or starts a trace with CUDA activities: its
+    Kineto initialises CUPTI there, once for the process."""
+    import torch.autograd.profiler as profiler
+
+    def make(original):
+        def wrapper(*args, **kwargs):
+            activities = args[1] if len(args) > 1 else kwargs.get("activities", ())
+            try:
+                if profiler.ProfilerActivity.CUDA in (activities or ()):
+                    callback()
+            except Exception:
+                pass  # never the user's profiler's fault
+            return original(*args, **kwargs)
+
+        return wrapper
+
+    return _all([_wrap(profiler, name, make) for name in ("_prepare_profiler", "_enable_profiler")
+                 if name in vars(profiler)])
+
+
 def on_backward(callback: Callable[[], None]) -> Undo:
     """After each torch.autograd.backward (which Tensor.backward and accelerate call)."""
     import torch.autograd
