@@ -85,6 +85,11 @@ TEST(DriverCalls, EachShapeDecodesItsCallsParameters) {
     EXPECT_EQ(m.device, -1);
     cabi::MemReleaseParams release{17};
     EXPECT_EQ(decode(CallShape::handle_release, &release).addr, 17u);
+    cabi::MemMapParams whole{0x7f0000000000, 2u << 20, 0, 17, 0}, part{0x7f0000000000, 1u << 20, 1u << 20, 17, 0};
+    m = decode(CallShape::handle_map, &whole);
+    EXPECT_EQ(m.addr, 0x7f0000000000u);
+    EXPECT_EQ(m.handle, 17u);
+    EXPECT_EQ(decode(CallShape::handle_map, &part).handle, 0u);  // in part: the block stays the handle's
 
     char host[64];
     void* out = host;
@@ -106,9 +111,10 @@ TEST(DriverCalls, EveryWatchedCallIsNamedOnce) {
     for (const WatchedCall& w : kWatchedCalls) EXPECT_TRUE(names.insert(w.name).second) << w.name;
     for (std::string_view must : {"cuMemAlloc_v2", "cuMemFree_v2", "cuMemCreate", "cuMemRelease", "cuMemHostAlloc",
                                   "cuMemAllocHost_v2", "cuMemHostRegister_v2", "cuMemHostUnregister", "cuMemFreeHost",
-                                  "cuMemAllocAsync", "cuMemFreeAsync", "cuMemAllocManaged", "cuMemAllocPitch_v2"})
+                                  "cuMemAllocAsync", "cuMemFreeAsync", "cuMemAllocManaged", "cuMemAllocPitch_v2",
+                                  "cuMemMap"})
         EXPECT_TRUE(names.count(must)) << must;
-    EXPECT_FALSE(names.count("cuMemMap"));  // maps move no physical memory
+    EXPECT_FALSE(names.count("cuMemUnmap"));  // unmapping moves no physical memory
 }
 
 namespace {
@@ -189,6 +195,43 @@ TEST(DriverCalls, TheRecorderWritesExternalMemoryUnderItsLibrarysFrame) {
     EXPECT_EQ(events[2].device, 1);
     EXPECT_EQ(events[3].size, 16u);
     EXPECT_EQ(innermost(t, events[6]).second, "cuMemAllocAsync");
+}
+
+TEST(DriverCalls, AHandleMappedWholeIsFoundAtItsAddressAndFreedThereOnRelease) {
+    const std::string path = temp_trace("driver_map");
+    const CallingLibrary xla{"/x/jax_plugins/xla_cuda12/xla_cuda_plugin.so", false};
+    const uint64_t at = 0x7f0000000000;
+    {
+        Recorder r(path);
+        ExternalBlocks blocks;
+        uint64_t h1 = 17, h2 = 18;
+        cabi::MemCreateParams c1{&h1, 2u << 20, nullptr, 0}, c2{&h2, 2u << 20, nullptr, 0};
+        blocks.allocated(r, decode(CallShape::handle_create, &c1), 0, xla, "cuMemCreate");
+        blocks.allocated(r, decode(CallShape::handle_create, &c2), 0, xla, "cuMemCreate");
+        cabi::MemMapParams whole{at, 2u << 20, 0, 17, 0}, part{at + (4u << 20), 1u << 20, 0, 18, 0};
+        blocks.mapped(r, decode(CallShape::handle_map, &whole), xla);
+        blocks.mapped(r, decode(CallShape::handle_map, &part), xla);  // in part: known by its handle still
+        EXPECT_EQ(blocks.live(), 2u);
+        cabi::MemReleaseParams r1{17}, r2{18};
+        blocks.freed(r, decode(CallShape::handle_release, &r1));
+        blocks.freed(r, decode(CallShape::handle_release, &r2));
+        EXPECT_EQ(blocks.live(), 0u);
+        r.close();
+        EXPECT_EQ(r.fault(), "");
+    }
+    Trace t = read_trace(path);
+    std::filesystem::remove(path);
+    const auto events = of_kinds(t, {EventKind::external_alloc, EventKind::external_free});
+    ASSERT_EQ(events.size(), 6u);
+    const std::pair<EventKind, uint64_t> want[] = {
+        {EventKind::external_alloc, 17}, {EventKind::external_alloc, 18}, {EventKind::external_free, 17},
+        {EventKind::external_alloc, at}, {EventKind::external_free, at},  {EventKind::external_free, 18}};
+    for (size_t i = 0; i < events.size(); ++i) {
+        EXPECT_EQ(events[i].kind, want[i].first) << i;
+        EXPECT_EQ(events[i].addr, want[i].second) << i;
+        EXPECT_EQ(events[i].size, 2u << 20) << i;
+    }
+    EXPECT_EQ(innermost(t, events[3]), std::make_pair(xla.path, std::string("cuMemCreate")));
 }
 
 // A fake NVML: the processes each call lists, and how often it was asked.

@@ -84,6 +84,13 @@ struct MemCreateParams {  // cuMemCreate
 struct MemReleaseParams {  // cuMemRelease
     uint64_t handle;
 };
+struct MemMapParams {  // cuMemMap
+    uint64_t ptr;     // CUdeviceptr
+    size_t size;
+    size_t offset;
+    uint64_t handle;  // CUmemGenericAllocationHandle
+    unsigned long long flags;
+};
 
 // cuMemAllocHost_v2; cuMemHostAlloc (+ flags) begins with it.
 struct MemHostAllocParams {

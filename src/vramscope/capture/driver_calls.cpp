@@ -37,6 +37,12 @@ DriverMemory decode(CallShape shape, const void* params) {
     }
     case CallShape::handle_release:
         return {false, Space::handle, as<abi::MemReleaseParams>(params).handle, 0, false, -1};
+    case CallShape::handle_map: {
+        const auto& p = as<abi::MemMapParams>(params);
+        DriverMemory m{true, Space::device, p.ptr, p.size, false, -1};
+        m.handle = p.offset == 0 ? p.handle : 0;
+        return m;
+    }
     case CallShape::host_alloc: {
         const auto& p = as<abi::MemHostAllocParams>(params);
         return {true, Space::host, pointer_value(*p.pp), p.bytesize, true, -1};
@@ -67,11 +73,32 @@ void ExternalBlocks::allocated(Recorder& recorder, const DriverMemory& m, uint8_
     recorder.driver_event(alloc_kind(m.pinned), device, m.addr, m.size, caller.path, call);
 }
 
+void ExternalBlocks::mapped(Recorder& recorder, const DriverMemory& m, const CallingLibrary& caller) {
+    std::lock_guard lock(mutex_);
+    auto it = live_.find({Space::handle, m.handle});
+    if (!m.handle || it == live_.end() || it->second.size != m.size) return;  // torch's, unseen, or in part
+    const Block b = it->second;
+    live_.erase(it);
+    recorder.driver_event(free_kind(b.pinned), b.device, m.handle, b.size, {}, {});
+    const std::pair<Space, uint64_t> at{b.pinned ? Space::host : Space::device, m.addr};
+    auto [placed, added] = live_.try_emplace(at, b);
+    if (!added) {  // its free was not seen
+        recorder.driver_event(free_kind(placed->second.pinned), placed->second.device, m.addr, placed->second.size, {}, {});
+        placed->second = b;
+    }
+    mapped_[m.handle] = at;
+    recorder.driver_event(alloc_kind(b.pinned), b.device, m.addr, b.size, caller.path, "cuMemCreate");
+}
+
 void ExternalBlocks::freed(Recorder& recorder, const DriverMemory& m) {
     std::lock_guard lock(mutex_);
-    auto it = live_.find({m.space, m.addr});
+    std::pair<Space, uint64_t> key{m.space, m.addr};
+    if (m.space == Space::handle) {
+        if (auto moved = mapped_.find(m.addr); moved != mapped_.end()) key = moved->second, mapped_.erase(moved);
+    }
+    auto it = live_.find(key);
     if (it == live_.end()) return;  // allocated before capture, or torch's own segment
-    recorder.driver_event(free_kind(it->second.pinned), it->second.device, m.addr, it->second.size, {}, {});
+    recorder.driver_event(free_kind(it->second.pinned), it->second.device, key.second, it->second.size, {}, {});
     live_.erase(it);
 }
 
@@ -83,6 +110,7 @@ size_t ExternalBlocks::live() const {
 void ExternalBlocks::clear() {
     std::lock_guard lock(mutex_);
     live_.clear();
+    mapped_.clear();
 }
 
 DriverCalls& DriverCalls::instance() {
@@ -178,6 +206,7 @@ void DriverCalls::on_call(CallShape shape, const abi::CallbackData& call) {
     if (!recorder) return;
     const DriverMemory m = decode(shape, call.functionParams);
     if (!m.allocated) return blocks_.freed(*recorder, m);
+    if (shape == CallShape::handle_map) return blocks_.mapped(*recorder, m, calling_library());
     uint32_t device = m.device >= 0 ? uint32_t(m.device) : 0;
     if (m.device < 0 && call.context) device_id_(call.context, &device);
     blocks_.allocated(*recorder, m, uint8_t(device), calling_library(),

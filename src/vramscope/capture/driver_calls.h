@@ -37,6 +37,7 @@ enum class CallShape : uint8_t {
     device_free,    // dptr
     handle_create,  // VMM handle out, size, properties (where the memory lives)
     handle_release, // VMM handle
+    handle_map,     // address, size, offset, VMM handle
     host_alloc,     // host pointer out, bytesize
     host_register,  // host pointer, bytesize
     host_release,   // host pointer
@@ -45,7 +46,8 @@ struct WatchedCall {
     std::string_view name;  // as cuptiGetCallbackName spells it
     CallShape shape;
 };
-// cuMemMap and cuMemUnmap are not here: no physical memory changes hands.
+// cuMemMap is watched only to learn where a handle's memory can be found (the address that owner
+// searches look for); cuMemUnmap is not: no physical memory changes hands.
 inline constexpr WatchedCall kWatchedCalls[] = {
     {"cuMemAlloc_v2", CallShape::device_alloc},
     {"cuMemAllocManaged", CallShape::device_alloc},
@@ -59,6 +61,7 @@ inline constexpr WatchedCall kWatchedCalls[] = {
     {"cuMemFreeAsync_ptsz", CallShape::device_free},
     {"cuMemCreate", CallShape::handle_create},
     {"cuMemRelease", CallShape::handle_release},
+    {"cuMemMap", CallShape::handle_map},
     {"cuMemHostAlloc", CallShape::host_alloc},
     {"cuMemAllocHost_v2", CallShape::host_alloc},
     {"cuMemHostRegister_v2", CallShape::host_register},
@@ -77,6 +80,7 @@ struct DriverMemory {
     uint64_t size;   // 0 for a free (the live set knows it)
     bool pinned;     // host memory (a VMM handle may be created on the host too)
     int device;      // -1: the device of the calling context
+    uint64_t handle = 0;  // handle_map: the handle mapped at addr, whole (offset 0 and its size), else 0
 };
 // Reads a successful call's parameters as its shape lays them out.
 DriverMemory decode(CallShape shape, const void* params);
@@ -91,6 +95,10 @@ public:
                    std::string_view call);
     // A free: recorded only for a block seen allocated.
     void freed(Recorder& recorder, const DriverMemory& m);
+    // A VMM handle mapped whole at an address: from now on its block is known by that address
+    // (owners hold addresses, never handles), recorded as the handle's free and, right after it, an
+    // allocation at the address, so the bytes held stay as they were. Its release frees it there.
+    void mapped(Recorder& recorder, const DriverMemory& m, const CallingLibrary& caller);
     size_t live() const;
     // A new capture starts: what an earlier one saw is not its to free.
     void clear();
@@ -108,6 +116,7 @@ private:
     };
     mutable std::mutex mutex_;
     std::unordered_map<std::pair<Space, uint64_t>, Block, KeyHash> live_;
+    std::unordered_map<uint64_t, std::pair<Space, uint64_t>> mapped_;  // handle -> where its block is now
 };
 
 // The one CUPTI subscription of the process, feeding one recorder at a time.
