@@ -487,10 +487,10 @@ def amplifiers() -> None:
         "3,000 sites judged over 10,000 steps: sites x steps of work, bounded by the file")
     put("deep_stack_sites.vscope", deep_stack_sites(4000, 3000, 40), "judged",
         "3,000 sites under one 4,000-frame stack: each stack's frames walked once")
-    # Under --max-memory 256MiB: the analysis fits, its Perfetto export once sampled every device
-    # at every step end (364 MB).
-    put("perfetto_devices_times_steps.vscope", vscope(devices + one_alloc + bytes([STEP_SAME_TIME, 0]) * 15_000, 15_001),
-        "judged", "256 devices x 15,000 step markers: a Perfetto sample per device that changed, not per device")
+    # Under --max-memory 256MiB: the analysis fits (256 x 10,000 timeline points of 88 bytes), its
+    # Perfetto export once sampled every device at every step end.
+    put("perfetto_devices_times_steps.vscope", vscope(devices + one_alloc + bytes([STEP_SAME_TIME, 0]) * 10_000, 10_001),
+        "judged", "256 devices x 10,000 step markers: a Perfetto sample per device that changed, not per device")
     # Pickle's memo: one list of 2,650 blocks referenced by each of 2,650 segments (a memo
     # reference each, 2 bytes): 7 M live blocks, 280 MB, from 11 KB.
     frames = [{"filename": "loop.py", "name": "step", "line": 1}]
