@@ -216,6 +216,7 @@ void leaks_array(Json& j, const std::vector<SiteFinding>& leaks, const std::map<
         source_line(j, l.site);
         j.field("memory", name(l.memory));
         j.field("library", l.library);
+        if (sampled && l.memory != Memory::torch) j.field("memory_words", memory_words(l));  // the report's
         j.key("stack");
         j.open('[');
         for (const SourceLine& s : l.stack) source_line(j, s);
@@ -369,6 +370,23 @@ void ranks_object(Json& j, const RankComparison& ranks) {
 }  // namespace
 
 const char* stream_kind(uint64_t stream) { return stream == 0 ? "default" : "side"; }
+
+std::string memory_words(Memory memory, const std::string& library, const std::string& call) {
+    switch (memory) {
+    case Memory::torch: return "";
+    case Memory::external:
+        return "device memory from " + (library.empty() ? "a library" : library) + " (" + (call.empty() ? "" : call + ", ") +
+               "outside torch's allocator)";
+    case Memory::pinned:
+        if (library == "torch") return "pinned host memory (torch's host allocator)";
+        return "pinned host memory" + (library.empty() ? "" : " from " + library) + (call.empty() ? "" : " (" + call + ")");
+    }
+    return "";
+}
+
+std::string memory_words(const SiteFinding& l) {
+    return memory_words(l.memory, l.library, l.stack.empty() ? "" : l.stack.front().function);
+}
 
 std::string owner_line(const Owner& o) {
     return o.path + "  → " + o.target + (o.kind == "reachable" ? "" : "   (" + o.kind + ")");

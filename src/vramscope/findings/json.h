@@ -19,6 +19,13 @@ std::string to_report_json(const std::vector<Findings>& runs, const RankComparis
 // when it is not plainly reachable (python/vramscope/ownership/paths.py OwnerPath.__str__ says the same).
 std::string owner_line(const Owner& o);
 
+// Whose memory a leak is, when not torch's caching allocator's ("device memory from NCCL
+// (cuMemCreate, outside torch's allocator)"); "" for torch's. The terminal, the live line and the
+// report (as the leak's `memory_words`) all say it so.
+std::string memory_words(Memory memory, const std::string& library, const std::string& call);
+// A leak's: the innermost frame of a stack outside torch's allocator is the library's, its function the driver call.
+std::string memory_words(const SiteFinding& l);
+
 // "default" for stream 0 (the legacy default stream), else "side".
 const char* stream_kind(uint64_t stream);
 

@@ -111,28 +111,6 @@ std::string render_ledger(const Findings& f, const Style& st) {
     return o;
 }
 
-// Whose memory a leak is, when not torch's caching allocator's: "device memory from leaky_ext.so
-// (cuMemAlloc_v2, outside torch's allocator)", "pinned host memory (torch's host allocator)";
-// `call`, the driver call, where it is known (empty: not named).
-std::string memory_words(Memory memory, const std::string& library_name, const std::string& call_name) {
-    const std::string library = terminal_safe(library_name), call = terminal_safe(call_name);
-    switch (memory) {
-    case Memory::torch: return "";
-    case Memory::external:
-        return "device memory from " + (library.empty() ? "a library" : library) + " (" + (call.empty() ? "" : call + ", ") +
-               "outside torch's allocator)";
-    case Memory::pinned:
-        if (library_name == "torch") return "pinned host memory (torch's host allocator)";
-        return "pinned host memory" + (library.empty() ? "" : " from " + library) + (call.empty() ? "" : " (" + call + ")");
-    }
-    return "";
-}
-
-// A leak's: the innermost frame of a stack outside torch's allocator is the library's, its function the driver call.
-std::string memory_words(const SiteFinding& l) {
-    return memory_words(l.memory, l.library, l.stack.empty() ? "" : l.stack.front().function);
-}
-
 // A frame as the stack lines show it: a shared object's frame (line 0) has no line to name.
 std::string frame_place(const SourceLine& s) {
     return short_path(s.file) + (s.line == 0 && !is_cpp_file(s.file) ? "" : ":" + std::to_string(s.line));
@@ -231,7 +209,7 @@ std::string render_summary(const Findings& f, bool color, size_t max_leaks) {
             o += "  " + fit(std::to_string(shown), 3) + fit(per_step(l.bytes_per_step), 16) + fit(where(l.site), 40) +
                  fit(l.memory == Memory::pinned ? "host" : stream_label(l.stream), 18) + fit(std::to_string(l.first_step), 7) +
                  conf + "\n";
-            if (l.memory != Memory::torch) o += "       " + wrap(memory_words(l), 7, 100) + "\n";
+            if (l.memory != Memory::torch) o += "       " + wrap(terminal_safe(memory_words(l)), 7, 100) + "\n";
             if (l.evidence == LeakEvidence::replaced_bigger)
                 o += "       " + wrap("each step frees its buffer and allocates a bigger one at " + where(l.site) +
                                         ": nothing here outlives its step, yet what it holds grows",
@@ -287,7 +265,7 @@ std::string render_summary(const Findings& f, bool color, size_t max_leaks) {
 }
 
 std::string render_live(const LiveFinding& live) {
-    const std::string whose = memory_words(live.memory, live.library, "");
+    const std::string whose = terminal_safe(memory_words(live.memory, live.library, ""));
     const std::string at = (whose.empty() ? "" : whose + " at ") + where(live.site) + " (cuda:" + std::to_string(live.device);
     if (!is_leak(live.shape))
         return "withdrawn: " + at + ") made no new high since step " + format_count(live.since_step) +
