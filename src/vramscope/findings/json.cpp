@@ -52,48 +52,36 @@ size_t first_shown(const Findings& f, const DeviceSummary& d) {
     return f.first_step_shown < d.timeline.size() ? size_t(f.first_step_shown) : 0;
 }
 
+// One column of the report: a value per step drawn.
+template <class Value>
+void column(Json& j, const char* key, const std::vector<size_t>& at, Value value) {
+    j.key(key);
+    j.open('[');
+    for (size_t k : at) value(k);
+    j.close(']');
+}
+
 // The report's per-device columns: the chart draws them (peak: the highest in each bucket).
 void columns(Json& j, const DeviceSummary& d, const std::vector<size_t>& at, size_t first) {
     j.key("columns");
     j.open('{');
-    j.key("step");
-    j.open('[');
-    for (size_t k : at) j.value(uint64_t(k));
-    j.close(']');
-    j.key("allocated");
-    j.open('[');
-    for (size_t k : at) j.value(d.timeline[k].allocated);
-    j.close(']');
-    j.key("reserved");
-    j.open('[');
-    for (size_t k : at) j.value(d.timeline[k].reserved);
-    j.close(']');
-    j.key("peak");
-    j.open('[');
+    column(j, "step", at, [&](size_t k) { j.value(uint64_t(k)); });
+    column(j, "allocated", at, [&](size_t k) { j.value(d.timeline[k].allocated); });
+    column(j, "reserved", at, [&](size_t k) { j.value(d.timeline[k].reserved); });
     size_t from = first;
-    for (size_t k : at) {
+    column(j, "peak", at, [&](size_t k) {
         uint64_t peak = 0;
         for (size_t i = from; i <= k; ++i) peak = std::max(peak, d.timeline[i].peak_allocated);
         j.value(peak);
         from = k + 1;
-    }
-    j.close(']');
+    });
     // Memory outside torch's allocator, and NVML's figure (null where a step read none).
-    j.key("external");
-    j.open('[');
-    for (size_t k : at) j.value(d.timeline[k].external);
-    j.close(']');
-    j.key("pinned");
-    j.open('[');
-    for (size_t k : at) j.value(d.timeline[k].pinned);
-    j.close(']');
-    j.key("nvml_used");
-    j.open('[');
-    for (size_t k : at) {
+    column(j, "external", at, [&](size_t k) { j.value(d.timeline[k].external); });
+    column(j, "pinned", at, [&](size_t k) { j.value(d.timeline[k].pinned); });
+    column(j, "nvml_used", at, [&](size_t k) {
         if (d.timeline[k].nvml_used) j.value(*d.timeline[k].nvml_used);
         else j.null();
-    }
-    j.close(']');
+    });
     j.close('}');
 }
 
