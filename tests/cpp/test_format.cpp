@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "common/file.h"
+#include "trace/format.h"
 #include "trace/reader.h"
 #include "trace/writer.h"
 #include "trace_builder.h"
@@ -135,6 +136,17 @@ TEST(TraceFormat, EveryKindOfMemoryOutsideTorchRoundTrips) {
             }
         }
     }
+}
+
+// Every kind has one tag and back; a tag past the last kind (31) is no event's.
+TEST(TraceFormat, EachKindHasOneTagAndNoTagNamesAKindThatIsNot) {
+    for (int kind = 0; kind < kEventKindCount; ++kind) EXPECT_EQ(format::kind_of_tag(format::tag_of_kind(uint8_t(kind))), kind);
+    for (int tag = 0; tag < 32; ++tag) {
+        const int kind = format::kind_of_tag(uint8_t(tag));
+        EXPECT_LT(kind, kEventKindCount) << tag;
+        if (kind >= 0) EXPECT_EQ(format::tag_of_kind(uint8_t(kind)), tag);
+    }
+    EXPECT_EQ(format::kind_of_tag(31), -1);
 }
 
 // Their tags came with version 3: in a file that says version 2 they are damage, not events.

@@ -45,12 +45,15 @@ enum Tag : uint8_t {
     tag_later_kinds = 26,
 };
 inline constexpr uint8_t kFirstLaterKind = 14;
+inline constexpr uint8_t kLaterKinds = 5;  // 14..18: events/event.h holds them to it
 // An event kind's tag, and back (tags 14 and 15 were taken when kinds grew past 13).
 inline constexpr uint8_t tag_of_kind(uint8_t kind) {
     return kind < kFirstLaterKind ? kind : uint8_t(tag_later_kinds + (kind - kFirstLaterKind));
 }
 inline constexpr int kind_of_tag(uint8_t type) {  // -1: not an event's tag
-    return type < kFirstLaterKind ? type : type >= tag_later_kinds && type < 32 ? kFirstLaterKind + (type - tag_later_kinds) : -1;
+    return type < kFirstLaterKind                                           ? type
+           : type >= tag_later_kinds && type < tag_later_kinds + kLaterKinds ? kFirstLaterKind + (type - tag_later_kinds)
+                                                                             : -1;
 }
 inline constexpr uint8_t kTypeMask = 0x1f;
 

@@ -159,6 +159,7 @@ private:
         const uint8_t type = tag & kTypeMask;
         const bool pair = type == tag_free_pair_later;
         const bool reused = type == tag_alloc_reused;
+        static_assert(kFirstLaterKind + kLaterKinds == kEventKindCount, "a kind without a tag, or a tag without a kind");
         const int kind = pair ? int(EventKind::free_requested) : reused ? int(EventKind::alloc) : kind_of_tag(type);
         // The kinds of memory outside torch's allocator came with version 3: in an older file their tags are damage.
         if (kind < 0 || (kind >= kFirstLaterKind && !later_kinds_)) throw ChunkError{size_t(at - base_), "unknown record tag"};
