@@ -2,8 +2,6 @@
 
 #include "common/progress.h"
 
-#include <zlib.h>
-
 #include <algorithm>
 #include <cstring>
 #include <functional>
@@ -13,6 +11,7 @@
 
 #include "common/chunk_source.h"
 #include "common/file.h"
+#include "common/inflate.h"
 #include "common/read_ahead.h"
 #include "trace/format.h"
 #include "trace/predict.h"
@@ -358,7 +357,7 @@ std::optional<size_t> stream_trace(std::string_view first, ChunkSource& rest, ui
             break;
         }
         const auto* payload = reinterpret_cast<const uint8_t*>(body.data());
-        if (uint32_t(crc32(0, payload, len)) != crc) {
+        if (crc32_of(payload, len) != crc) {
             stop(off, "chunk checksum mismatch", trace.faults);
             break;
         }
