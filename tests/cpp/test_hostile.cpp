@@ -245,6 +245,31 @@ TEST(HostileVscope, RepeatedSwappedOrMissingChunksAreFaults) {
     }
 }
 
+TEST(HostileVscope, AChunkThatFailsToDecodeHalfWayLeavesNoTraceInTheAnalysis) {
+    // Chunks of thousands of events, the second's last record cut short (its checksum made to
+    // match): the analysis took some of that chunk's events before it failed, and must count,
+    // check and replay none of them, as a trace read whole keeps none.
+    const std::string file = written(20000, 1 << 16);
+    const std::vector<std::string> c = chunks_of(file);
+    ASSERT_GE(c.size(), 3u);
+    const std::string payload = c[1].substr(12) + char(22);  // a chunk time without its time
+    std::string damaged = file.substr(0, 12) + c[0] + "VSCK";
+    for (uint32_t v : {uint32_t(payload.size()), uint32_t(crc32(0, reinterpret_cast<const Bytef*>(payload.data()), uInt(payload.size())))})
+        for (int i = 0; i < 4; ++i) damaged.push_back(char(v >> (8 * i)));
+    damaged += payload + c[2];
+    const std::string path = ::testing::TempDir() + "/half_chunk_" + std::to_string(::getpid()) + ".vscope";
+    write_file(path, damaged, "test trace");
+    const Trace whole = read_trace(path);
+    ASSERT_EQ(whole.faults.size(), 1u);
+    EXPECT_NE(whole.faults[0].find("record cut short"), std::string::npos) << whole.faults[0];
+    ASSERT_GT(whole.events.size(), 1024u);
+    const Findings streamed = analyze_file(path, AnalysisOptions{}), held = analyze(whole, AnalysisOptions{});
+    std::remove(path.c_str());
+    EXPECT_EQ(streamed.input_faults, held.input_faults);
+    EXPECT_EQ(streamed.event_count, held.event_count);
+    EXPECT_EQ(streamed.event_count, whole.entry_count());
+}
+
 namespace {
 
 // A folder of its own under the test's temporary directory, empty.

@@ -9,6 +9,7 @@ namespace vramscope {
 
 #ifdef VRAMSCOPE_HAVE_ISAL
 std::unique_ptr<Decoder> make_isal_decoder(std::string_view gz);  // inflate_isal.cpp
+uint32_t isal_crc32(const uint8_t* data, size_t n);               // inflate_isal.cpp
 constexpr bool kHaveIsal = true;
 #else
 constexpr bool kHaveIsal = false;
@@ -54,6 +55,14 @@ private:
 bool built_with(Inflater inflater) { return inflater == Inflater::zlib || kHaveIsal; }
 
 Inflater fastest_inflater() { return built_with(Inflater::isal) ? Inflater::isal : Inflater::zlib; }
+
+uint32_t crc32_of(const uint8_t* data, size_t n) {
+#ifdef VRAMSCOPE_HAVE_ISAL
+    return isal_crc32(data, n);
+#else
+    return uint32_t(crc32_z(0, data, n));
+#endif
+}
 
 std::unique_ptr<Decoder> make_decoder(Inflater inflater, std::string_view gz) {
     if (!built_with(inflater)) throw std::invalid_argument("this build has no ISA-L inflater");

@@ -1,5 +1,6 @@
 // ISA-L's inflater (Intel's Intelligent Storage Acceleration Library, Debian's libisal-dev):
 // built only where CMake found it.
+#include <isa-l/crc.h>
 #include <isa-l/igzip_lib.h>
 
 #include <algorithm>
@@ -76,5 +77,7 @@ private:
 }  // namespace
 
 std::unique_ptr<Decoder> make_isal_decoder(std::string_view gz) { return std::make_unique<IsalDecoder>(gz); }
+
+uint32_t isal_crc32(const uint8_t* data, size_t n) { return crc32_gzip_refl(0, data, n); }
 
 }  // namespace vramscope

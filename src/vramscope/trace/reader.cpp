@@ -2,8 +2,6 @@
 
 #include "common/progress.h"
 
-#include <zlib.h>
-
 #include <algorithm>
 #include <cstring>
 #include <functional>
@@ -13,6 +11,7 @@
 
 #include "common/chunk_source.h"
 #include "common/file.h"
+#include "common/inflate.h"
 #include "common/read_ahead.h"
 #include "trace/format.h"
 #include "trace/predict.h"
@@ -48,8 +47,13 @@ public:
     // The event count of the end record, once one was read.
     std::optional<uint64_t> end_events;
 
-    void decode(const uint8_t* begin, const uint8_t* end) {
+    // Decodes a chunk; with `batch` > 0, its events go to `sink` every `batch` events as they come,
+    // while still in cache. Returns how many it decoded; throws ChunkError with `handed_on` set
+    // when some had gone to the sink already.
+    uint64_t decode(const uint8_t* begin, const uint8_t* end, size_t batch, const ChunkSink& sink) {
         base_ = begin;
+        handed_on = 0;
+        size_t start = t_.events.size();
         const uint8_t* p = begin;
         uint8_t device = 0;
         uint16_t stream = 0;
@@ -57,6 +61,11 @@ public:
         std::fill(last_addr_.begin(), last_addr_.end(), 0);
         int64_t time = 0;
         while (p < end) {
+            if (batch && t_.events.size() - start >= batch) {
+                handed_on += t_.events.size() - start;
+                sink(t_);  // mid-chunk: its answer waits for the chunk's end
+                start = t_.events.size();
+            }
             const uint8_t* at = p;
             uint8_t tag = *p++;
             switch (tag) {
@@ -130,7 +139,9 @@ public:
             default: decode_event(tag, p, end, at, device, stream, last_addr, time);
             }
         }
+        return handed_on + (t_.events.size() - start);
     }
+    uint64_t handed_on = 0;  // of the chunk in hand, to the sink
 
 private:
     // A string shares its predecessor's prefix: each the whole previous one plus a byte would make
@@ -288,8 +299,8 @@ private:
 };
 }  // namespace
 
-void stream_trace(std::string_view first, ChunkSource& rest, uint64_t total_bytes, const std::string& name,
-                  const ReadLimits& limits, Trace& trace, const ChunkSink& sink) {
+std::optional<size_t> stream_trace(std::string_view first, ChunkSource& rest, uint64_t total_bytes, const std::string& name,
+                                   const ReadLimits& limits, Trace& trace, const ChunkSink& sink, size_t batch, size_t whole) {
     ExactReader in(rest, first);
     const std::string_view header = in.take(kHeaderBytes);
     if (!has_vscope_magic(header)) throw std::runtime_error(name + ": offset 0: not a .vscope trace (bad magic)");
@@ -347,7 +358,7 @@ void stream_trace(std::string_view first, ChunkSource& rest, uint64_t total_byte
             break;
         }
         const auto* payload = reinterpret_cast<const uint8_t*>(body.data());
-        if (uint32_t(crc32(0, payload, len)) != crc) {
+        if (crc32_of(payload, len) != crc) {
             stop(off, "chunk checksum mismatch", trace.faults);
             break;
         }
@@ -372,9 +383,11 @@ void stream_trace(std::string_view first, ChunkSource& rest, uint64_t total_byte
         // A chunk that passed its checksum but does not decode came from a broken writer: keep
         // what came before it rather than half of it.
         const size_t events_before = trace.events.size();
+        uint64_t chunk_events = 0;
         try {
-            decoder.decode(records, payload + len);
+            chunk_events = decoder.decode(records, payload + len, chunks == whole ? 0 : batch, sink);
         } catch (const ChunkError& e) {
+            if (decoder.handed_on) return chunks;  // part of it went on: to be read again, whole
             trace.events.resize(events_before);
             stop(off, e.why + " (byte " + std::to_string(e.offset) + " of the chunk's records)", trace.faults);
             break;
@@ -382,14 +395,14 @@ void stream_trace(std::string_view first, ChunkSource& rest, uint64_t total_byte
             throw std::runtime_error(name + ": offset " + std::to_string(off + kChunkHeaderBytes + (records - payload) + e.offset) +
                                      ": " + e.why);
         }
-        decoded += trace.events.size() - events_before;
+        decoded += chunk_events;
         if (trace.events.size() * sizeof(Event) > limits.max_held_bytes)
             throw std::runtime_error(name + ": offset " + std::to_string(off) + ": more than " +
                                      std::to_string(limits.max_held_bytes >> 20) +
                                      " MiB of events (the limit; --max-memory raises it)");
         ++chunks;
         Progress::report(in.offset());
-        if (!sink(trace)) return;  // the reader wants no more: no end to check
+        if (!sink(trace)) return std::nullopt;  // the reader wants no more: no end to check
     }
     if (numbered && decoder.end_events && *decoder.end_events != decoded)
         trace.faults.push_back(name + ": the end record counts " + std::to_string(*decoder.end_events) + " events; the chunks hold " +
@@ -397,6 +410,7 @@ void stream_trace(std::string_view first, ChunkSource& rest, uint64_t total_byte
     if (numbered && !decoder.end_events && trace.faults.empty() && at_end)
         trace.warnings.push_back(name + ": no end record after " + std::to_string(chunks) +
                                  " chunks: the writer did not finish (killed, or out of disk); the events up to there are read");
+    return std::nullopt;
 }
 
 Trace parse_trace(std::string_view bytes, const std::string& name, const ReadLimits& limits) {

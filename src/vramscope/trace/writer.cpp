@@ -2,13 +2,13 @@
 
 #include <fcntl.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <cerrno>
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
 
+#include "common/inflate.h"
 #include "trace/format.h"
 #include "trace/varint.h"
 
@@ -257,7 +257,7 @@ void TraceWriter::flush_locked() {
     std::string head;
     put_u32(head, kChunkMagic);
     put_u32(head, uint32_t(payload.size()));
-    put_u32(head, uint32_t(crc32(0, reinterpret_cast<const Bytef*>(payload.data()), uInt(payload.size()))));
+    put_u32(head, crc32_of(reinterpret_cast<const uint8_t*>(payload.data()), payload.size()));
     // One write for header and payload keeps a chunk whole unless the process dies inside write().
     head.append(payload);
     buf_.clear();
