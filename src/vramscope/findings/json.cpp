@@ -32,7 +32,8 @@ void pairs(Json& j, const char* key, const std::vector<std::pair<uint64_t, uint6
     j.close(']');
 }
 
-template <class Int> void optional_step(Json& j, const char* k, const std::optional<Int>& v) {
+// A number that may be absent: null then (a step, a byte count, a device).
+template <class Int> void optional_number(Json& j, const char* k, const std::optional<Int>& v) {
     j.key(k);
     if (v) j.value(*v);
     else j.null();
@@ -124,9 +125,9 @@ void usage_array(Json& j, const std::vector<UsageLedger>& usage) {
     j.open('[');
     for (const UsageLedger& u : usage) {
         j.open('{');
-        optional_step(j, "device", u.device ? std::optional<uint64_t>(*u.device) : std::nullopt);
+        optional_number(j, "device", u.device ? std::optional<uint64_t>(*u.device) : std::nullopt);
         j.field("step", u.step);
-        optional_step(j, "nvml_used", u.nvml_used);
+        optional_number(j, "nvml_used", u.nvml_used);
         j.field("torch_reserved", u.torch_reserved);
         j.key("libraries");
         j.open('[');
@@ -138,8 +139,8 @@ void usage_array(Json& j, const std::vector<UsageLedger>& usage) {
             j.close('}');
         }
         j.close(']');
-        optional_step(j, "context", u.context);
-        optional_step(j, "unexplained", u.unexplained);
+        optional_number(j, "context", u.context);
+        optional_number(j, "unexplained", u.unexplained);
         j.close('}');
     }
     j.close(']');
@@ -185,7 +186,7 @@ void timeline(Json& j, const Findings& f) {
             pairs(j, "by_stream", p.by_stream);
             j.field("external", p.external);
             j.field("pinned", p.pinned);
-            optional_step(j, "nvml_used", p.nvml_used);
+            optional_number(j, "nvml_used", p.nvml_used);
             j.field("complete", uint64_t(k < f.step_count));
             j.close('}');
         }
@@ -263,7 +264,7 @@ void findings_object(Json& j, const Findings& f, bool report = false) {
     j.field("before_trace", f.steps_before_trace);
     j.field("window", uint64_t(f.window));
     j.close('}');
-    optional_step(j, "projected_oom_step", f.projected_oom_step);
+    optional_number(j, "projected_oom_step", f.projected_oom_step);
     if (!report) timeline(j, f);
     j.key("devices");
     j.open('[');
@@ -276,8 +277,8 @@ void findings_object(Json& j, const Findings& f, bool report = false) {
         j.key("capacity_source");
         if (d.total_memory) j.value(d.capacity_source);
         else j.null();
-        optional_step(j, "projected_oom_step", d.projected_oom_step);
-        optional_step(j, "oom_step", d.oom_step);
+        optional_number(j, "projected_oom_step", d.projected_oom_step);
+        optional_number(j, "oom_step", d.oom_step);
         if (report) columns(j, d, sampled[d.device], first_shown(f, d));
         j.key("streams");
         j.open('[');
