@@ -2,7 +2,9 @@
 free_completed, as torch's allocator sends them) fed to an active Recorder through the hook's own
 C entry point, from a C loop (compiled on first use, called through ctypes with the GIL released,
 as torch calls the hook) under 20 Python frames, so each allocation walks and finds its stack.
-Prints the median ns per triple over --repeats. `--depth` sets the Python frames above the loop.
+Prints the median ns per triple over --repeats (with --evict-kib, less the same loop's time to a
+sink that does nothing: what the hook adds once its lines have left the caches), and how many of the allocations pumped the
+trace holds (none may be lost, at any rate). `--depth` sets the Python frames above the loop.
 
   python bench/recorder_cost.py --pairs 1000000 --repeats 5
 """
@@ -21,13 +23,18 @@ import time
 PUMP = r"""
 #include <stdint.h>
 typedef void (*sink_fn)(int, int, uint64_t, uint64_t, uint64_t, const char*);
-void pump(uint64_t sink, int64_t n, int alloc, int requested, int completed) {
+void none(int kind, int device, uint64_t addr, uint64_t size, uint64_t stream, const char* node) {}
+uint64_t none_sink(void) { return (uint64_t)(uintptr_t)&none; }
+/* Between triples, every line of `evict` is written: what a training step does between two
+   allocations (launching kernels, running Python) takes the hook's lines out of the caches. */
+void pump(uint64_t sink, int64_t n, int alloc, int requested, int completed, volatile uint8_t* evict, int64_t bytes) {
     sink_fn f = (sink_fn)(uintptr_t)sink;
     for (int64_t i = 0; i < n; ++i) {
         uint64_t addr = 0x10000000ull + (uint64_t)(i & 63) * 4096;
         f(alloc, 0, addr, 4096, 7, 0);
         f(requested, 0, addr, 4096, 7, 0);
         f(completed, 0, addr, 4096, 7, 0);
+        for (int64_t k = 0; k < bytes; k += 64) evict[k] += 1;
     }
 }
 """
@@ -52,29 +59,45 @@ def main() -> int:
     ap.add_argument("--pairs", type=int, default=1_000_000)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--depth", type=int, default=20)
+    ap.add_argument("--evict-kib", type=int, default=0, help="memory written between triples")
     a = ap.parse_args()
     from vramscope import _core
 
-    pump = pump_library().pump
-    pump.argtypes = [ctypes.c_uint64, ctypes.c_int64, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+    library = pump_library()
+    pump = library.pump
+    pump.argtypes = [ctypes.c_uint64, ctypes.c_int64, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
+                     ctypes.c_int64]
+    library.none_sink.restype = ctypes.c_uint64
+    evict = ctypes.create_string_buffer(max(1, a.evict_kib * 1024))
     kind = _core.EventKind
     kinds = [int(kind.alloc.value), int(kind.free_requested.value), int(kind.free_completed.value)]
     sink = _core.allocator_sink()
 
-    def loop(n: int) -> float:
+    pumped = 0
+
+    def loop(n: int, to: int = sink) -> float:
+        nonlocal pumped
+        pumped += n if to == sink else 0
         t0 = time.perf_counter()
-        pump(sink, n, *kinds)
+        pump(to, n, *kinds, evict, a.evict_kib * 1024)
         return 1e9 * (time.perf_counter() - t0) / n
 
     recorder = _core.Recorder(os.path.join(tempfile.mkdtemp(), "cost.vscope"))
     recorder.activate()
     deep(a.depth, lambda: loop(a.pairs // 10))  # warm: the stack is interned once
-    ns = [deep(a.depth, lambda: loop(a.pairs)) for _ in range(a.repeats)]
+    pairs = a.pairs // (1 + a.evict_kib // 16)  # about as long, whatever the eviction
+    ns = []
+    for _ in range(a.repeats):
+        ns.append(deep(a.depth, lambda: loop(pairs)))
+        if a.evict_kib:
+            ns[-1] -= deep(a.depth, lambda: loop(pairs, library.none_sink()))
     recorder.deactivate()
+    recorded = recorder.allocations
     recorder.close()
     print(f"{statistics.median(ns):.0f} ns per allocate+free (3 events; median of {a.repeats}, "
-          f"range {min(ns):.0f}..{max(ns):.0f})")
-    return 0
+          f"range {min(ns):.0f}..{max(ns):.0f}, {1e3 / statistics.median(ns):.2f} M allocations/s); "
+          f"{recorded:,} of {pumped:,} allocations recorded, {pumped - recorded:,} lost")
+    return 0 if recorded == pumped else 1
 
 
 if __name__ == "__main__":

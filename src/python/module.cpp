@@ -37,6 +37,7 @@ std::atomic<capture::Recorder*> g_active{nullptr};
 struct LiveCapture {
     LiveSink monitor;
     capture::Recorder recorder;
+    std::mutex events_mutex;  // event(): one call at a time, as the recorder asks of every source
     LiveCapture(const std::string& path, const JudgeSettings& settings) : monitor(settings), recorder(path) {
         recorder.add_sink(&monitor);
     }
@@ -320,6 +321,7 @@ void bind_capture(nb::module_& m) {
         .def("set_python_stacks", [](LiveCapture& c, bool on) { c.recorder.set_python_stacks(on); })
         .def("event",
              [](LiveCapture& c, EventKind kind, int device, uint64_t addr, uint64_t size) {
+                 std::lock_guard lock(c.events_mutex);
                  c.recorder.allocator_event(kind, uint8_t(device), addr, size, 0, nullptr);
              },
              nb::arg("kind"), nb::arg("device"), nb::arg("addr"), nb::arg("size"),
@@ -352,7 +354,7 @@ void bind_capture(nb::module_& m) {
         .def("close", [](LiveCapture& c) { c.recorder.close(); }, nb::call_guard<nb::gil_scoped_release>())
         .def("abandon", [](LiveCapture& c) { c.recorder.abandon(); })
         .def("fault", [](const LiveCapture& c) { return c.recorder.fault(); })
-        .def_prop_ro("allocations", [](const LiveCapture& c) { return c.recorder.allocations(); })
+        .def_prop_ro("allocations", [](LiveCapture& c) { return c.recorder.allocations(); })
         .def_prop_ro("steps", [](const LiveCapture& c) { return c.monitor.steps(); })
         .def_prop_ro("path", [](const LiveCapture& c) { return c.recorder.path(); })
         .def("activate", [](LiveCapture& c) { g_active.store(&c.recorder, std::memory_order_release); },
@@ -369,7 +371,7 @@ void bind_capture(nb::module_& m) {
             // What the hook does, from Python, with the GIL released as torch releases it: lets tests
             // drive the whole capture path on a machine without a GPU. Node names are interned
             // because the recorder keys them by pointer, as the hook's are stable.
-            static std::mutex names_mutex;
+            static std::mutex names_mutex, feed_mutex;  // feed_mutex: torch's allocator lock
             static std::set<std::string> names;
             const char* name = nullptr;
             if (!node.empty()) {
@@ -377,6 +379,7 @@ void bind_capture(nb::module_& m) {
                 name = names.insert(node).first->c_str();
             }
             nb::gil_scoped_release release;
+            std::lock_guard lock(feed_mutex);
             vramscope_allocator_event(int(kind), device, addr, size, stream, name);
         },
         nb::arg("kind"), nb::arg("device"), nb::arg("addr"), nb::arg("size"), nb::arg("stream") = 0,

@@ -120,26 +120,41 @@ void append_utf8(std::string& out, PyObject* s) {
 
 bool python_frames_supported() { return VRAMSCOPE_FRAMES != 0; }
 
-size_t walk_python_frames(RawFrame* out, size_t max) {
+namespace {
+// Calls f(code, offset) for up to `max` frames of the calling thread, innermost first.
+template <class F>
+void for_each_frame(size_t max, F&& f) {
 #if VRAMSCOPE_FRAMES
     // The thread's own state, from thread-local storage: no GIL needed to find it.
     PyThreadState* t = PyGILState_GetThisThreadState();
-    if (!t) return 0;
+    if (!t) return;
     size_t n = 0;
-    for (const InterpreterFrame* f = current_frame(t); f && n < max; f = f->previous) {
-        if (f->owner == kOwnedByCStack) continue;
-        PyCodeObject* code = code_of(f);
+    for (const InterpreterFrame* frame = current_frame(t); frame && n < max; frame = frame->previous) {
+        if (frame->owner == kOwnedByCStack) continue;
+        PyCodeObject* code = code_of(frame);
         if (!code) continue;
-        const int32_t offset = offset_of(f, code);
+        const int32_t offset = offset_of(frame, code);
         if (offset < 0) continue;
-        out[n++] = RawFrame{code, offset};
+        f(code, offset);
+        ++n;
     }
-    return n;
 #else
-    (void)out;
     (void)max;
-    return 0;
+    (void)f;
 #endif
+}
+}  // namespace
+
+size_t walk_python_frames(RawFrame* out, size_t max) {
+    size_t n = 0;
+    for_each_frame(max, [&](const void* code, int32_t offset) { out[n++] = RawFrame{code, offset}; });
+    return n;
+}
+
+StackHasher hash_python_frames(size_t max) {
+    StackHasher h;
+    for_each_frame(max, [&](const void* code, int32_t offset) { h.add(code, offset); });
+    return h;
 }
 
 CodeInfo describe_code(const void* code) {

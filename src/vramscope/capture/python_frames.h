@@ -13,6 +13,8 @@
 #include <cstring>
 #include <string>
 
+#include "capture/stack_hash.h"
+
 namespace vramscope::capture {
 
 struct RawFrame {
@@ -32,6 +34,9 @@ bool python_frames_supported();
 
 // Fills up to `max` frames of the calling thread, innermost first; returns how many.
 size_t walk_python_frames(RawFrame* out, size_t max);
+// The same walk, hashed instead of copied: an allocation's stack is nearly always one its thread
+// met before, and then its frames need not be written anywhere (a dozen cache lines a walk).
+StackHasher hash_python_frames(size_t max);
 
 // Text of a code object's file and function, and the line of an offset. Safe without the GIL
 // while the code object is alive (its strings and line table are immutable).

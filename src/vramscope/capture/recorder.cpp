@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <bit>
 #include <chrono>
 
 #include "common/format.h"
@@ -13,19 +12,6 @@ namespace {
 
 constexpr const char* kAutogradFile = "<autograd engine>";
 
-// A rotate and an xor a frame, mixed once at the end: the walk and this hash are most of what an
-// allocation with a known stack costs, and a multiply a frame made one long chain of them.
-// Offsets stay below 2^31, so shifted up they land on the pointers' constant high bits. The slot
-// a stack takes in a thread's cache comes from the mixed top bits.
-uint64_t hash_stack(const RawFrame* frames, size_t n, const char* node) {
-    uint64_t h = 0x9E3779B97F4A7C15ull ^ uint64_t(reinterpret_cast<uintptr_t>(node));
-    for (size_t i = 0; i < n; ++i)
-        h = std::rotl(h, 17) ^ uint64_t(reinterpret_cast<uintptr_t>(frames[i].code)) ^ (uint64_t(frames[i].offset) << 33);
-    h = (h ^ (h >> 31)) * 0xFF51AFD7ED558CCDull;
-    h = (h ^ (h >> 29)) * 0xC4CEB9FE1A85EC53ull;
-    return h ^ (h >> 32);
-}
-
 // The calling thread's hook state: the pointer is what the hot path reads (a trivial
 // thread_local, so no guard); the owner frees it when the thread ends.
 thread_local void* t_hook = nullptr;
@@ -34,10 +20,9 @@ thread_local bool t_ended = false;
 }  // namespace
 
 Recorder::Recorder(const std::string& path)
-    : path_(path), writer_(std::make_unique<TraceWriter>(path)), driver_buffer_(std::make_shared<ThreadBuffer>()) {
+    : path_(path), writer_(std::make_unique<TraceWriter>(path)) {
     static std::atomic<uint64_t> recorders{0};
     id_ = ++recorders;
-    buffers_.push_back(driver_buffer_);
     worker_ = std::make_unique<std::thread>([this] { worker(); });
 }
 
@@ -193,12 +178,11 @@ void Recorder::driver_event(EventKind kind, uint8_t device, uint64_t addr, uint6
             if (!writer_) return;  // closed while this event was on its way
             e.stack = intern_driver_stack(frames.data(), n, library, call);
         }
-        std::lock_guard lock(driver_buffer_->lock);
-        if (is_external_alloc(kind))
-            driver_buffer_->allocations.store(driver_buffer_->allocations.load(std::memory_order_relaxed) + 1,
-                                              std::memory_order_relaxed);
-        driver_buffer_->events.push_back(q);
-        driver_buffer_->events.back().seq = device_seq_[device].next.fetch_add(1, std::memory_order_relaxed);
+        std::lock_guard lock(driver_.lock);
+        std::atomic<uint64_t>& next = lane_seq_[lane(e)].next;
+        q.seq = next.load(std::memory_order_relaxed);
+        driver_.events.push_back(q);
+        next.store(q.seq + 1, std::memory_order_relaxed);  // numbered once nothing can fail
     } catch (const std::exception& ex) {
         fail(std::string("capture stopped: ") + ex.what());
     } catch (...) {
@@ -272,15 +256,14 @@ Recorder::HookThread* Recorder::join_thread() noexcept {
             t = t_ended ? new HookThread : (owner.t = std::make_unique<HookThread>()).get();
             t_hook = t;
         }
-        auto buffer = std::make_shared<ThreadBuffer>();
         {
-            std::lock_guard lock(buffers_mutex_);
-            buffers_.push_back(buffer);
+            std::lock_guard lock(queues_mutex_);
+            queues_.push_back(std::make_unique<EventQueue>());
+            t->events = EventQueue::Writer(*queues_.back());
         }
         t->recorder = id_;
         t->known_streams = 0;
         for (ThreadStack& s : t->stacks) s.stack = 0;
-        t->buffer = buffer.get();
         return t;
     } catch (...) {
         return nullptr;
@@ -295,34 +278,17 @@ bool Recorder::learn_stream(HookThread& t, uint64_t handle, uint16_t& index) {
     return true;
 }
 
-bool Recorder::learn_stack(ThreadStack& slot, uint64_t hash, const RawFrame* frames, size_t n, const char* node) {
+bool Recorder::learn_stack(HookThread& t, ThreadStack& slot, const StackKey& key, const char* node) {
+    const size_t n = walk_python_frames(t.frames, key.frames);  // the frames just hashed, now copied
     std::lock_guard lock(intern_mutex_);
     if (!writer_) return false;
-    const uint32_t stack = stack_of(hash, frames, n, node);
-    slot.frames.assign(frames, frames + n);
-    slot.hash = hash, slot.node = node, slot.stack = stack;
+    slot = ThreadStack{key.hash, key.check, node, key.frames, stack_of(key.hash, t.frames, n, node)};
     return true;
 }
 
-bool Recorder::folded_into_request(std::vector<Queued>& events, const Event& e) const {
-    if (events.empty()) return false;
-    Queued& last = events.back();
-    Event& r = last.event;
-    // Next to each other in the device's order (the allocator's lock held across both), at one
-    // instant: what the trace writer would fold itself, folded before it costs a slot.
-    if (!completes(r, e) || r.time_us != e.time_us ||
-        last.seq + 1 != device_seq_[e.device].next.load(std::memory_order_relaxed))
-        return false;
-    r.kind = EventKind::free;
-    return true;
-}
-
-uint64_t Recorder::allocations() const {
-    std::lock_guard lock(buffers_mutex_);
-    uint64_t n = 0;
-    for (const auto& b : buffers_)
-        if (b != driver_buffer_) n += b->allocations.load(std::memory_order_relaxed);
-    return n;
+uint64_t Recorder::allocations() {
+    drain();
+    return allocations_.load(std::memory_order_relaxed);
 }
 
 void Recorder::allocator_event(EventKind kind, uint8_t device, uint64_t addr, uint64_t size, uint64_t stream,
@@ -347,29 +313,25 @@ void Recorder::allocator_event(EventKind kind, uint8_t device, uint64_t addr, ui
         if (i < t->known_streams) e.stream = t->streams[i].second;
         else if (!learn_stream(*t, stream, e.stream)) [[unlikely]] return;
         if (has_stack(kind)) {
-            RawFrame* frames = t->frames;
-            const size_t n = python_stacks_.load(std::memory_order_relaxed) ? walk_python_frames(frames, kMaxFrames) : 0;
-            if (n || node) {
-                const uint64_t hash = hash_stack(frames, n, node);
-                ThreadStack& slot = t->stacks[hash >> 56];
+            const StackHasher walk =
+                python_stacks_.load(std::memory_order_relaxed) ? hash_python_frames(kMaxFrames) : StackHasher{};
+            if (walk.frames() || node) {
+                const StackKey key = walk.key(node);
+                ThreadStack& slot = t->stacks[key.hash >> 56];
                 static_assert(kThreadStacks == 256);
-                if (!(slot.stack && slot.hash == hash && slot.node == node && slot.frames.size() == n &&
-                      same_frames(frames, slot.frames.data(), n))) [[unlikely]] {
-                    if (!learn_stack(slot, hash, frames, n, node)) return;
+                if (!(slot.stack && slot.hash == key.hash && slot.check == key.check && slot.node == node &&
+                      slot.frames == key.frames)) [[unlikely]] {
+                    if (!learn_stack(*t, slot, key, node)) return;
                 }
                 e.stack = slot.stack;
             }
         }
-        ThreadBuffer& buffer = *t->buffer;
-        if (kind == EventKind::alloc)
-            buffer.allocations.store(buffer.allocations.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-        {
-            std::lock_guard lock(buffer.lock);
-            if (kind == EventKind::free_completed && folded_into_request(buffer.events, e)) return;
-            buffer.events.push_back(q);
-            // Numbered last, once nothing can fail: the drain waits for every number it hands out.
-            buffer.events.back().seq = device_seq_[device].next.fetch_add(1, std::memory_order_relaxed);
-        }
+        // Numbered, then queued: a number taken by an event that never arrives (bad_alloc, which
+        // stops the capture) holds its device back only until close() drains everything.
+        std::atomic<uint64_t>& next = lane_seq_[device].next;
+        q.seq = next.load(std::memory_order_relaxed);
+        next.store(q.seq + 1, std::memory_order_relaxed);
+        t->events.push(q);
         if (kind == EventKind::oom) flush();  // on disk before the exception reaches anyone
     } catch (const std::exception& ex) {
         fail(std::string("capture stopped: ") + ex.what());
@@ -379,17 +341,17 @@ void Recorder::allocator_event(EventKind kind, uint8_t device, uint64_t addr, ui
 }
 
 // The threads' events into the file and the sinks: each device's in the order its allocator
-// numbered them, devices interleaved by time. An event numbered but not yet in its thread's
-// buffer holds back the later ones of its device until the next drain.
+// numbered them, devices (and the driver's events) interleaved by time. An event numbered but not
+// yet in its thread's queue holds back the later ones of its device until the next drain.
 void Recorder::drain_locked(bool all) {
     {
-        // Each thread's events taken whole: swapped for an empty vector that keeps its capacity.
-        std::lock_guard lock(buffers_mutex_);
-        taken_.resize(buffers_.size());
-        for (size_t k = 0; k < buffers_.size(); ++k) {
-            std::lock_guard buffer(buffers_[k]->lock);
-            std::swap(buffers_[k]->events, taken_[k]);
-        }
+        // Each queue's events as far as published, then the driver's, into vectors that keep their
+        // capacity from drain to drain.
+        std::lock_guard lock(queues_mutex_);
+        taken_.resize(queues_.size() + 1);
+        for (size_t k = 0; k < queues_.size(); ++k) queues_[k]->take(taken_[k]);
+        std::lock_guard driver(driver_.lock);
+        std::swap(driver_.events, taken_.back());
     }
     // The usual case, one thread allocating: its events are in order already.
     const std::vector<Queued>* only = nullptr;
@@ -398,7 +360,7 @@ void Recorder::drain_locked(bool all) {
         if (!t.empty()) ++nonempty, only = &t;
     if (nonempty == 1 && held_back_.empty() && (all || numbered_in_order(*only))) {
         for (const Queued& q : *only) {
-            next_seq_[q.event.device] = q.seq + 1;
+            next_seq_[lane(q.event)] = q.seq + 1;
             record(q);
         }
     } else if (nonempty > 0 || !held_back_.empty()) {
@@ -409,35 +371,35 @@ void Recorder::drain_locked(bool all) {
 }
 
 // Whether a thread's events continue every device's numbering with no gap.
-bool Recorder::numbered_in_order(const std::vector<Queued>& events) {
-    std::array<uint64_t, 256> next = next_seq_;
+bool Recorder::numbered_in_order(const std::vector<Queued>& events) const {
+    std::array<uint64_t, kLanes> next = next_seq_;
     for (const Queued& q : events)
-        if (q.seq != next[q.event.device]++) return false;
+        if (q.seq != next[lane(q.event)]++) return false;
     return true;
 }
 
-// Several threads (or a gap): every device's events sorted by number, up to its first gap, then
-// the devices' runs merged by time.
+// Several threads, the driver's events, or a gap: every lane's events sorted by number, up to its
+// first gap, then the lanes' runs merged by time. A number met twice (a caller that broke the
+// one-call-at-a-time rule) passes rather than hold its lane back for the rest of the run.
 void Recorder::merge_in_order(bool all) {
     draining_.swap(held_back_);
     held_back_.clear();
     for (const auto& t : taken_) draining_.insert(draining_.end(), t.begin(), t.end());
     std::sort(draining_.begin(), draining_.end(), [](const Queued& a, const Queued& b) {
-        return a.event.device != b.event.device ? a.event.device < b.event.device : a.seq < b.seq;
+        return lane(a.event) != lane(b.event) ? lane(a.event) < lane(b.event) : a.seq < b.seq;
     });
     std::vector<std::pair<size_t, size_t>> runs;  // [begin, end) in draining_
     for (size_t k = 0; k < draining_.size();) {
-        const uint8_t device = draining_[k].event.device;
+        const size_t l = lane(draining_[k].event);
         size_t end = k;
-        while (end < draining_.size() && draining_[end].event.device == device &&
-               (all || draining_[end].seq == next_seq_[device]))
-            next_seq_[device] = draining_[end++].seq + 1;
+        for (; end < draining_.size() && lane(draining_[end].event) == l && (all || draining_[end].seq <= next_seq_[l]); ++end)
+            next_seq_[l] = std::max(next_seq_[l], draining_[end].seq + 1);
         runs.emplace_back(k, end);
         size_t next = end;
-        while (next < draining_.size() && draining_[next].event.device == device) held_back_.push_back(draining_[next++]);
+        while (next < draining_.size() && lane(draining_[next].event) == l) held_back_.push_back(draining_[next++]);
         k = next;
     }
-    while (true) {  // the earliest head among the devices' runs, one event at a time
+    while (true) {  // the earliest head among the lanes' runs, one event at a time
         size_t best = runs.size();
         for (size_t r = 0; r < runs.size(); ++r)
             if (runs[r].first < runs[r].second &&
@@ -450,6 +412,8 @@ void Recorder::merge_in_order(bool all) {
 }
 
 void Recorder::record(const Queued& q) {
+    if (q.event.kind == EventKind::alloc) allocations_.fetch_add(1, std::memory_order_relaxed);
+    else if (is_external_alloc(q.event.kind)) external_allocations_.fetch_add(1, std::memory_order_relaxed);
     writer_->event(q.event);
     if (!sinks_.empty()) batch_.push_back(q.event);
 }
@@ -538,7 +502,8 @@ void Recorder::close() {
         w = std::move(writer_);
     }
     w->close();  // may throw (disk full): the caller reports it
-    if (allocations() == 0 && driver_buffer_->allocations.load(std::memory_order_relaxed) == 0) ::unlink(path_.c_str());
+    if (allocations_.load(std::memory_order_relaxed) == 0 && external_allocations_.load(std::memory_order_relaxed) == 0)
+        ::unlink(path_.c_str());
 }
 
 void Recorder::abandon() noexcept {

@@ -4,21 +4,21 @@
 // The allocator hook calls allocator_event() under the caching allocator's lock, on whatever
 // thread allocated, without the GIL: so it never takes the GIL, never throws, and does only what
 // cannot wait — read the clock, walk the thread's frames while they exist, find the stack in the
-// thread's own cache — then appends the event to the thread's own buffer, numbered in its
-// device's order (a completion right behind its request, at the same instant, turns the request
-// into one `free` instead: the trace writer would fold them anyway). Nothing on that path is
-// shared between threads but the device's counter, which the allocator's lock already
-// serialises; the shared stack table is locked only for a stack the thread has not met. A worker
-// thread drains the buffers every 2 ms, device by device in number order, into the file and the
-// sinks (a step end drains what is left first; a stack met since the last drain reaches the sinks
-// before the events that name it), and hands the
-// file its chunk every half second, so SIGKILL loses at most that. Any internal fault stops the
-// capture (the run goes on) and is reported once through fault().
+// thread's own cache — then hands the event to the thread's own queue (capture/chunk_queue.h),
+// numbered in its device's order. The caller serialises the calls for one device (torch's
+// allocator lock does), so that number is a plain increment: the path has no atomic
+// read-modify-write and no lock, and the shared stack table is locked only for a stack the thread
+// has not met. A worker thread drains the queues every 2 ms, device by device in number order,
+// into the file and the sinks (a step end drains what is left first; a stack met since the last
+// drain reaches the sinks before the events that name it), and hands the file its chunk every
+// half second, so SIGKILL loses at most that. Any internal fault stops the capture (the run goes
+// on) and is reported once through fault().
 //
 // Memory outside torch's allocator comes from the driver's memory calls (driver_calls.h) through
-// driver_event(), rare, off the hook's path: one buffer of its own, numbered in the same device
-// order. NVML's figure for the process (device_usage.h) is written before each step marker, at
-// most once per 20 ms a device, when a device is first watched, and at close.
+// driver_event(), rare, off the hook's path, from any thread: one locked buffer of its own, numbered
+// in an order of its own per device, merged with the allocator's by time. NVML's figure for the
+// process (device_usage.h) is written before each step marker, at most once per 20 ms a device,
+// when a device is first watched, and at close.
 #pragma once
 #include <array>
 #include <atomic>
@@ -34,6 +34,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "capture/chunk_queue.h"
 #include "capture/clock.h"
 #include "capture/device_usage.h"
 #include "capture/python_frames.h"
@@ -63,6 +64,7 @@ public:
     void set_python_stacks(bool on) { python_stacks_.store(on, std::memory_order_relaxed); }
 
     // From the allocator hook. autograd_node: the backward node the engine is running, or null.
+    // Calls for one device never overlap (torch's allocator holds its lock around them).
     void allocator_event(EventKind kind, uint8_t device, uint64_t addr, uint64_t size, uint64_t stream,
                          const char* autograd_node) noexcept;
     // From the driver's memory calls (driver_calls.h): an allocation is stacked with the calling
@@ -94,7 +96,7 @@ public:
     void abandon() noexcept;
 
     std::string fault() const;
-    uint64_t allocations() const;  // through torch's allocator
+    uint64_t allocations();  // through torch's allocator, every one recorded so far
     const std::string& path() const { return path_; }
 
 private:
@@ -119,40 +121,40 @@ private:
 
     struct Queued {
         Event event;
-        uint64_t seq;  // in its device's order
+        uint64_t seq;  // in its lane's order (lane())
     };
-    // One hook thread's events, drained by the worker; outlives its thread until drained.
-    // One cache line: what an event touches besides its own slot.
-    struct alignas(64) ThreadBuffer {
-        SpinLock lock;  // the owner appends, the drain swaps
-        std::atomic<uint64_t> allocations{0};  // written by the owner alone
-        std::vector<Queued> events;
-    };
-    // A stack as one hook thread met it last in its slot of the thread's direct-mapped cache:
-    // the usual allocation finds its stack in one line, without a lock or a division.
+    // Allocator events are numbered per device, the driver's per device apart from them (their
+    // calls are not under the allocator's lock): a drain orders each lane by number, then merges
+    // the lanes by time.
+    static constexpr size_t kLanes = 512;
+    static size_t lane(const Event& e) { return size_t(e.device) + (is_external_event(e.kind) ? 256 : 0); }
+    using EventQueue = ChunkQueue<Queued>;
+    // A stack as one hook thread met it last in its slot of the thread's direct-mapped cache: the
+    // usual allocation finds its stack in one line, without a lock, a division or a copy of its
+    // frames, by its key (capture/stack_hash.h) and node.
     struct ThreadStack {
-        uint64_t hash = 0;
+        uint64_t hash = 0, check = 0;
         const char* node = nullptr;
+        uint32_t frames = 0;
         uint32_t stack = 0;  // 0: an empty slot (a stack with frames is never 0)
-        std::vector<RawFrame> frames;
     };
     static constexpr size_t kMaxFrames = 256;
     static constexpr size_t kThreadStacks = 256;
-    // All a hook thread keeps for the recorder it feeds, the hot part first.
-    struct HookThread {
-        uint64_t recorder = 0;  // the id these are for
-        ThreadBuffer* buffer = nullptr;  // owned by the recorder's list: it outlives the thread
+    // All a hook thread keeps for the recorder it feeds: what every event reads in its first line.
+    struct alignas(64) HookThread {
+        uint64_t recorder = 0;   // the id these are for
+        EventQueue::Writer events;  // into a queue the recorder owns: it outlives the thread
         size_t known_streams = 0;
         std::pair<uint64_t, uint16_t> streams[8];
-        RawFrame frames[kMaxFrames];
         ThreadStack stacks[kThreadStacks];
+        RawFrame frames[kMaxFrames];  // a walk's copy, for a stack the cache did not hold
     };
     // The calling thread's, set up for this recorder on its first event (kept off the hot path).
     HookThread* join_thread() noexcept;
     bool learn_stream(HookThread& t, uint64_t handle, uint16_t& index);
-    bool learn_stack(ThreadStack& slot, uint64_t hash, const RawFrame* frames, size_t n, const char* node);
-    // A completion right after its request, at the same instant: the request becomes one `free`.
-    bool folded_into_request(std::vector<Queued>& events, const Event& completed) const;
+    // A stack the thread's cache did not hold: walked again for its frames (the same: the thread
+    // is still inside the allocator), found or added in the shared table, kept in `slot`.
+    bool learn_stack(HookThread& t, ThreadStack& slot, const StackKey& key, const char* node);
     uint32_t stack_of(uint64_t hash, const RawFrame* frames, size_t n, const char* node);
     uint32_t intern(const RawFrame* frames, size_t n, const char* node);
     // A driver allocation's stack: the library's frame, then the Python frames.
@@ -166,7 +168,7 @@ private:
     std::vector<Event> usage_events(const std::vector<DeviceUsage::Reading>& readings);
     // Everything when `all` (no hook is inside any more), else up to the first gap per device.
     void drain_locked(bool all = false);
-    bool numbered_in_order(const std::vector<Queued>& events);
+    bool numbered_in_order(const std::vector<Queued>& events) const;
     void merge_in_order(bool all);
     void record(const Queued& q);  // into the file, and the batch the sinks get at the drain's end
     void hand_to_sinks();
@@ -182,21 +184,26 @@ private:
     std::string path_;
     std::unique_ptr<TraceWriter> writer_;  // thread-safe itself
 
-    mutable std::mutex buffers_mutex_;  // taken once per thread, to register its buffer
-    std::vector<std::shared_ptr<ThreadBuffer>> buffers_;
-    std::shared_ptr<ThreadBuffer> driver_buffer_;  // driver_event()'s, from any thread; its
-                                                   // allocations are external ones
-    struct alignas(64) DeviceCounter {
+    mutable std::mutex queues_mutex_;  // taken once per thread, to register its queue
+    std::vector<std::unique_ptr<EventQueue>> queues_;
+    struct DriverBuffer {
+        SpinLock lock;  // driver_event() from any thread, the drain
+        std::vector<Queued> events;
+    } driver_;
+    // The next number of each device's allocator lane, each alone in its line (devices' hooks run
+    // at once on different threads); the driver's lanes are numbered under driver_.lock.
+    struct alignas(64) LaneCounter {
         std::atomic<uint64_t> next{0};
     };
-    std::array<DeviceCounter, 256> device_seq_;
+    std::array<LaneCounter, kLanes> lane_seq_;
+    std::atomic<uint64_t> allocations_{0}, external_allocations_{0};  // recorded, counted by the drain
 
     mutable std::mutex mutex_;  // the drain, the sinks
     std::vector<EventSink*> sinks_;
     std::vector<Event> batch_;                 // this drain's events, in order, for the sinks
-    std::vector<std::vector<Queued>> taken_;   // each thread's events, as the drain took them
+    std::vector<std::vector<Queued>> taken_;   // each queue's events, then the driver's, as the drain took them
     std::vector<Queued> draining_, held_back_;  // held back: behind an event still on its way
-    std::array<uint64_t, 256> next_seq_{};     // the next number each device's drain expects
+    std::array<uint64_t, kLanes> next_seq_{};  // the next number each lane's drain expects
 
     mutable std::mutex intern_mutex_;  // the hook's caches, below
     std::unordered_map<uint64_t, uint32_t> stack_by_hash_;  // -> index in stacks_

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Capture overhead of this checkout against an older tree, side by side on a GPU machine: each
+# tree built into a folder of its own (kept in .bench-trees/ between calls), the allocator hook
+# compiled once, then bench/recorder_cost.py for each, then bench/capture_overhead.py --alternate
+# in fresh processes, the trees taking turns, and each tree's processes pooled.
+#   bash bench/capture_side_by_side.sh OLD_SOURCE OUT [ROUNDS] [CYCLES] [OLD_EVERY]
+# OLD_SOURCE: the older tree's source folder (git archive REV | tar -x -C DIR). A round runs this
+# tree once and, every OLD_EVERY-th round (default 1), the old one. Results: OUT/{new,old}-N.json,
+# OUT/pooled-{new,old}.json, OUT/recorder_cost.txt.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+old_source=$1 out=$2 rounds=${3:-3} cycles=${4:-200} old_every=${5:-1}
+mkdir -p "$out" .bench-trees
+build() {  # TREE SOURCE
+  [ -d ".bench-trees/$1/vramscope" ] && return
+  python3 -m pip install -q --no-build-isolation --no-deps --target ".bench-trees/$1" "$2" >"$out/build-$1.log" 2>&1
+}
+build old "$old_source" & build new . & wait
+for tree in new old; do  # compile (or find) the allocator hook, and the C pump, before timing
+  PYTHONPATH=.bench-trees/$tree python3 -c "import torch; torch.cuda.init(); from vramscope.capture.hook import load_allocator_hook as l; l()" >/dev/null 2>&1 || true
+done
+for tree in new old; do
+  echo "$tree: $(PYTHONPATH=.bench-trees/$tree python3 bench/recorder_cost.py --pairs 1000000 --repeats 5)"
+done | tee -a "$out/recorder_cost.txt"
+first=$(ls "$out"/new-*.json 2>/dev/null | wc -l)
+for ((r = first; r < first + rounds; ++r)); do
+  if ((r % old_every)); then trees=(new); elif ((r % 2)); then trees=(old new); else trees=(new old); fi
+  for tree in "${trees[@]}"; do
+    PYTHONPATH=.bench-trees/$tree timeout 300 python3 bench/capture_overhead.py --alternate "$cycles" 20 \
+      --workloads transformer --out "$out/$tree-$r.json" >"$out/$tree-$r.log" 2>&1 || echo "$tree round $r failed"
+    echo "$tree round $r: $(tail -n 4 "$out/$tree-$r.log" | tr '\n' ' ')"
+  done
+done
+for tree in new old; do
+  ls "$out"/$tree-*.json >/dev/null 2>&1 || continue
+  echo "== $tree, pooled"
+  python3 bench/capture_overhead.py --pool "$out"/$tree-*.json | tee "$out/pooled-$tree.txt"
+done

@@ -1,0 +1,98 @@
+// One hook thread's events on their way to the drain: one writer (the thread), one reader (the
+// drain, under the recorder's lock), items in chunks of kChunk.
+//
+// Why not a lock around a vector: a lock is an atomic read-modify-write, which on x86 also waits
+// for every store before it (the walked frames, the event) to reach the cache; here the writer
+// publishes each item with a plain release store of its chunk's count. Why chunks: a full chunk
+// links the next, so a reader that falls behind costs memory, never an item; the reader hands the
+// chunks it emptied back for reuse, so a steady run allocates none.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "capture/spin_lock.h"
+
+namespace vramscope::capture {
+
+template <class T, uint32_t kChunk = 512>
+class ChunkQueue {
+    struct Chunk {
+        std::atomic<uint32_t> count{0};  // items published
+        std::atomic<Chunk*> next{nullptr};
+        T items[kChunk];
+    };
+
+public:
+    // The writer's end, kept by the writing thread itself (the queue outlives it).
+    class Writer {
+    public:
+        Writer() = default;
+        explicit Writer(ChunkQueue& q) : queue_(&q), tail_(q.head_) {}
+        // Throws std::bad_alloc, having published nothing.
+        void push(const T& item) {
+            uint32_t n = count_;
+            if (n == kChunk) [[unlikely]] {
+                tail_ = queue_->link_after(tail_);
+                n = 0;
+            }
+            tail_->items[n] = item;
+            tail_->count.store(n + 1, std::memory_order_release);
+            count_ = n + 1;
+        }
+
+    private:
+        ChunkQueue* queue_ = nullptr;
+        Chunk* tail_ = nullptr;
+        uint32_t count_ = 0;
+    };
+
+    ChunkQueue() : head_(new Chunk) {}
+    ~ChunkQueue() {
+        for (Chunk* c = head_; c;) delete std::exchange(c, c->next.load(std::memory_order_relaxed));
+        for (Chunk* c : spare_) delete c;
+    }
+    ChunkQueue(const ChunkQueue&) = delete;
+    ChunkQueue& operator=(const ChunkQueue&) = delete;
+
+    // The reader: appends every item published so far, in order.
+    void take(std::vector<T>& out) {
+        for (;;) {
+            const uint32_t n = head_->count.load(std::memory_order_acquire);
+            out.insert(out.end(), head_->items + read_, head_->items + n);
+            read_ = n;
+            Chunk* next = n == kChunk ? head_->next.load(std::memory_order_acquire) : nullptr;
+            if (!next) return;
+            std::lock_guard lock(spare_lock_);
+            spare_.push_back(head_);  // the writer has left it for `next`
+            head_ = next;
+            read_ = 0;
+        }
+    }
+
+private:
+    Chunk* link_after(Chunk* full) {
+        Chunk* c = nullptr;
+        {
+            std::lock_guard lock(spare_lock_);
+            if (!spare_.empty()) c = spare_.back(), spare_.pop_back();
+        }
+        if (c) {
+            c->count.store(0, std::memory_order_relaxed);
+            c->next.store(nullptr, std::memory_order_relaxed);
+        } else {
+            c = new Chunk;
+        }
+        full->next.store(c, std::memory_order_release);  // publishes the reset fields with it
+        return c;
+    }
+
+    Chunk* head_;  // the reader's
+    uint32_t read_ = 0;
+    SpinLock spare_lock_;
+    std::vector<Chunk*> spare_;
+};
+
+}  // namespace vramscope::capture
