@@ -16,13 +16,18 @@ build() {  # TREE SOURCE
   python3 -m pip install -q --no-build-isolation --no-deps --target ".bench-trees/$1" "$2" >"$out/build-$1.log" 2>&1
 }
 build old "$old_source" & build new . & wait
+for tree in new old; do  # which vramscope each tree's processes import
+  (cd bench && PYTHONPATH=../.bench-trees/$tree python3 -c "import torch, vramscope; print('$tree:', vramscope.__file__, vramscope.track)")
+done
 for tree in new old; do  # compile (or find) the allocator hook, and the C pump, before timing
   PYTHONPATH=.bench-trees/$tree python3 -c "import torch; torch.cuda.init(); from vramscope.capture.hook import load_allocator_hook as l; l()" >/dev/null 2>&1 || true
 done
-for tree in new old; do
-  echo "$tree: $(PYTHONPATH=.bench-trees/$tree python3 bench/recorder_cost.py --pairs 1000000 --repeats 5)"
+for evict in 0 4096; do  # caches warm, then 4 MiB written between allocations (cold, as in training)
+  for tree in new old new old; do
+    echo "$tree, evict $evict KiB: $(PYTHONPATH=.bench-trees/$tree python3 bench/recorder_cost.py --pairs 1000000 --repeats 7 --evict-kib $evict)"
+  done
 done | tee -a "$out/recorder_cost.txt"
-first=$(ls "$out"/new-*.json 2>/dev/null | wc -l)
+first=$(find "$out" -name 'new-*.json' | wc -l)
 for ((r = first; r < first + rounds; ++r)); do
   if ((r % old_every)); then trees=(new); elif ((r % 2)); then trees=(old new); else trees=(new old); fi
   for tree in "${trees[@]}"; do
@@ -32,7 +37,7 @@ for ((r = first; r < first + rounds; ++r)); do
   done
 done
 for tree in new old; do
-  ls "$out"/$tree-*.json >/dev/null 2>&1 || continue
+  [ -n "$(find "$out" -name "$tree-*.json")" ] || continue
   echo "== $tree, pooled"
   python3 bench/capture_overhead.py --pool "$out"/$tree-*.json | tee "$out/pooled-$tree.txt"
 done

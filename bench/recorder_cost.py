@@ -2,8 +2,9 @@
 free_completed, as torch's allocator sends them) fed to an active Recorder through the hook's own
 C entry point, from a C loop (compiled on first use, called through ctypes with the GIL released,
 as torch calls the hook) under 20 Python frames, so each allocation walks and finds its stack.
-Prints the median ns per triple over --repeats (with --evict-kib, less the same loop's time to a
-sink that does nothing: what the hook adds once its lines have left the caches), and how many of the allocations pumped the
+Prints the median ns per triple over --repeats, timed around the calls alone and less the same
+calls' time to a sink that does nothing (with --evict-kib: what the hook costs once its lines have
+left the caches), and how many of the allocations pumped the
 trace holds (none may be lost, at any rate). `--depth` sets the Python frames above the loop.
 
   python bench/recorder_cost.py --pairs 1000000 --repeats 5
@@ -25,17 +26,30 @@ PUMP = r"""
 typedef void (*sink_fn)(int, int, uint64_t, uint64_t, uint64_t, const char*);
 void none(int kind, int device, uint64_t addr, uint64_t size, uint64_t stream, const char* node) {}
 uint64_t none_sink(void) { return (uint64_t)(uintptr_t)&none; }
+#if defined(__x86_64__)
+#include <x86intrin.h>
+static uint64_t ticks(void) { return __rdtsc(); }
+#else
+#include <time.h>
+static uint64_t ticks(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec * 1000000000ull + t.tv_nsec; }
+#endif
+uint64_t now_ticks(void) { return ticks(); }
 /* Between triples, every line of `evict` is written: what a training step does between two
-   allocations (launching kernels, running Python) takes the hook's lines out of the caches. */
-void pump(uint64_t sink, int64_t n, int alloc, int requested, int completed, volatile uint8_t* evict, int64_t bytes) {
+   allocations (launching kernels, running Python) takes the hook's lines out of the caches. Returns
+   the ticks spent in the calls alone. */
+uint64_t pump(uint64_t sink, int64_t n, int alloc, int requested, int completed, volatile uint8_t* evict, int64_t bytes) {
     sink_fn f = (sink_fn)(uintptr_t)sink;
+    uint64_t in_calls = 0;
     for (int64_t i = 0; i < n; ++i) {
         uint64_t addr = 0x10000000ull + (uint64_t)(i & 63) * 4096;
+        uint64_t t0 = ticks();
         f(alloc, 0, addr, 4096, 7, 0);
         f(requested, 0, addr, 4096, 7, 0);
         f(completed, 0, addr, 4096, 7, 0);
+        in_calls += ticks() - t0;
         for (int64_t k = 0; k < bytes; k += 64) evict[k] += 1;
     }
+    return in_calls;
 }
 """
 
@@ -67,7 +81,12 @@ def main() -> int:
     pump = library.pump
     pump.argtypes = [ctypes.c_uint64, ctypes.c_int64, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
                      ctypes.c_int64]
+    pump.restype = ctypes.c_uint64
     library.none_sink.restype = ctypes.c_uint64
+    library.now_ticks.restype = ctypes.c_uint64
+    k0, t0 = library.now_ticks(), time.perf_counter()
+    time.sleep(0.2)
+    ticks_per_second = (library.now_ticks() - k0) / (time.perf_counter() - t0)
     evict = ctypes.create_string_buffer(max(1, a.evict_kib * 1024))
     kind = _core.EventKind
     kinds = [int(kind.alloc.value), int(kind.free_requested.value), int(kind.free_completed.value)]
@@ -76,11 +95,10 @@ def main() -> int:
     pumped = 0
 
     def loop(n: int, to: int = sink) -> float:
+        """ns per triple inside the calls (ticks scaled by the loop's own tick rate)."""
         nonlocal pumped
         pumped += n if to == sink else 0
-        t0 = time.perf_counter()
-        pump(to, n, *kinds, evict, a.evict_kib * 1024)
-        return 1e9 * (time.perf_counter() - t0) / n
+        return 1e9 * pump(to, n, *kinds, evict, a.evict_kib * 1024) / ticks_per_second / n
 
     recorder = _core.Recorder(os.path.join(tempfile.mkdtemp(), "cost.vscope"))
     recorder.activate()
@@ -88,9 +106,7 @@ def main() -> int:
     pairs = a.pairs // (1 + a.evict_kib // 16)  # about as long, whatever the eviction
     ns = []
     for _ in range(a.repeats):
-        ns.append(deep(a.depth, lambda: loop(pairs)))
-        if a.evict_kib:
-            ns[-1] -= deep(a.depth, lambda: loop(pairs, library.none_sink()))
+        ns.append(deep(a.depth, lambda: loop(pairs)) - deep(a.depth, lambda: loop(pairs, library.none_sink())))
     recorder.deactivate()
     recorded = recorder.allocations
     recorder.close()
