@@ -19,7 +19,7 @@
 namespace vramscope::capture {
 bool python_frames_supported() { return false; }
 size_t walk_python_frames(RawFrame*, size_t) { return 0; }
-StackHasher hash_python_frames(size_t) { return {}; }
+StackHasher hash_python_frames(size_t, FrameTrail&) { return {}; }
 CodeInfo describe_code(const void*) { return {}; }
 uint32_t line_of(const void*, int32_t) { return 0; }
 std::string self_check() { return "no interpreter"; }

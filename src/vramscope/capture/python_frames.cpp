@@ -4,6 +4,7 @@
 #include <Python.h>
 #include <frameobject.h>
 
+#include <algorithm>
 #include <cstddef>
 
 namespace vramscope::capture {
@@ -121,15 +122,17 @@ void append_utf8(std::string& out, PyObject* s) {
 bool python_frames_supported() { return VRAMSCOPE_FRAMES != 0; }
 
 namespace {
-// Calls f(code, offset) for up to `max` frames of the calling thread, innermost first.
-template <class F>
-void for_each_frame(size_t max, F&& f) {
+// Calls f(code, offset) for up to `max` frames of the calling thread, innermost first, and
+// visited(frame, k) for the k-th frame passed through (shims too).
+template <class F, class V>
+void for_each_frame(size_t max, F&& f, V&& visited) {
 #if VRAMSCOPE_FRAMES
     // The thread's own state, from thread-local storage: no GIL needed to find it.
     PyThreadState* t = PyGILState_GetThisThreadState();
     if (!t) return;
-    size_t n = 0;
+    size_t n = 0, k = 0;
     for (const InterpreterFrame* frame = current_frame(t); frame && n < max; frame = frame->previous) {
+        visited(static_cast<const void*>(frame), k++);
         if (frame->owner == kOwnedByCStack) continue;
         PyCodeObject* code = code_of(frame);
         if (!code) continue;
@@ -141,19 +144,31 @@ void for_each_frame(size_t max, F&& f) {
 #else
     (void)max;
     (void)f;
+    (void)visited;
 #endif
 }
 }  // namespace
 
 size_t walk_python_frames(RawFrame* out, size_t max) {
     size_t n = 0;
-    for_each_frame(max, [&](const void* code, int32_t offset) { out[n++] = RawFrame{code, offset}; });
+    for_each_frame(max, [&](const void* code, int32_t offset) { out[n++] = RawFrame{code, offset}; },
+                   [](const void*, size_t) {});
     return n;
 }
 
-StackHasher hash_python_frames(size_t max) {
+StackHasher hash_python_frames(size_t max, FrameTrail& trail) {
+    for (size_t i = 0; i < trail.n; ++i) {  // a frame's fields we read span at most two lines
+        __builtin_prefetch(trail.at[i]);
+        __builtin_prefetch(static_cast<const char*>(trail.at[i]) + 64);
+    }
     StackHasher h;
-    for_each_frame(max, [&](const void* code, int32_t offset) { h.add(code, offset); });
+    size_t visited = 0;
+    for_each_frame(max, [&](const void* code, int32_t offset) { h.add(code, offset); },
+                   [&](const void* frame, size_t k) {
+                       if (k < FrameTrail::kFrames) trail.at[k] = frame;
+                       visited = k + 1;
+                   });
+    trail.n = std::min(visited, FrameTrail::kFrames);
     return h;
 }
 

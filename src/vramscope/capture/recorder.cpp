@@ -314,7 +314,7 @@ void Recorder::allocator_event(EventKind kind, uint8_t device, uint64_t addr, ui
         else if (!learn_stream(*t, stream, e.stream)) [[unlikely]] return;
         if (has_stack(kind)) {
             const StackHasher walk =
-                python_stacks_.load(std::memory_order_relaxed) ? hash_python_frames(kMaxFrames) : StackHasher{};
+                python_stacks_.load(std::memory_order_relaxed) ? hash_python_frames(kMaxFrames, t->trail) : StackHasher{};
             if (walk.frames() || node) {
                 const StackKey key = walk.key(node);
                 ThreadStack& slot = t->stacks[key.hash >> 56];

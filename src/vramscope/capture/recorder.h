@@ -146,6 +146,7 @@ private:
         EventQueue::Writer events;  // into a queue the recorder owns: it outlives the thread
         size_t known_streams = 0;
         std::pair<uint64_t, uint16_t> streams[8];
+        FrameTrail trail;
         ThreadStack stacks[kThreadStacks];
         RawFrame frames[kMaxFrames];  // a walk's copy, for a stack the cache did not hold
     };
