@@ -1,0 +1,172 @@
+#include "importers/entry_decoder.h"
+
+#include <cstring>
+
+namespace vramscope {
+
+namespace op = pickle::op;
+using pickle::Ref;
+
+namespace {
+// The most bytes one step reads before its next check: a key's GET (5), a value's opcode and
+// fixed argument (10), and the next opcode.
+constexpr size_t kStep = 16;
+
+bool is_get(uint8_t opcode) { return opcode == op::kBinGet || opcode == op::kLongBinGet; }
+}  // namespace
+
+bool EntryDecoder::decode(pickle::DirectInput& in, KeyCache& keys, DecodedEntry& out) {
+    if (in.memo_epoch() != epoch_) {  // the memo's entries changed: the keys may name other values
+        slots_.fill(Slot{});
+        epoch_ = in.memo_epoch();
+    }
+    out.count = 0;
+    out.frame_refs.clear();
+    out.frames_list = DecodedEntry::kNoList;
+    out.memo_before = in.memo_size();
+    short_ = false;
+    const uint8_t* q = in.p;
+    if (!read_dict(in, q, keys, out)) {
+        in.undo_puts(out.memo_before);
+        in.short_of_bytes = short_;
+        return false;
+    }
+    in.p = q;
+    return true;
+}
+
+bool EntryDecoder::room(pickle::DirectInput& in, const uint8_t*& q) {
+    while (true) {
+        if (size_t(in.end - q) < kStep) return !(short_ = true);
+        if (*q != op::kFrame) return true;
+        if (!in.skip_frame(q)) return !(short_ = true);
+    }
+}
+
+// EMPTY_DICT, a memo put, then MARK, pairs and SETITEMS, or one pair and SETITEM.
+bool EntryDecoder::read_dict(pickle::DirectInput& in, const uint8_t*& q, KeyCache& keys, DecodedEntry& out) {
+    if (!room(in, q) || *q != op::kEmptyDict) return false;
+    ++q;
+    uint32_t index;
+    bool out_of_order;
+    if (!in.put(q, pickle::kForgotten, index, out_of_order) && out_of_order) return false;
+    if (!room(in, q)) return false;
+    const bool batch = *q == op::kMark;
+    q += batch;
+    uint32_t seen = 0;  // the fields read so far, by Key: a field twice is left to the generic path
+    for (size_t place = 0;; ++place) {
+        if (!room(in, q)) return false;
+        if (batch && *q == op::kSetItems) {
+            ++q;
+            return place > 0;
+        }
+        Key key;
+        if (place == DecodedEntry::kMaxFields || !read_key(in, q, place, keys, key)) return false;
+        if (key != Key::other) {
+            if (seen & (1u << unsigned(key))) return false;
+            seen |= 1u << unsigned(key);
+        }
+        if (!read_value(in, q, key, out)) return false;
+        if (!batch) return room(in, q) && *q++ == op::kSetItem;
+    }
+}
+
+bool EntryDecoder::read_key(pickle::DirectInput& in, const uint8_t*& q, size_t place, KeyCache& keys, Key& key) {
+    Slot& slot = slots_[place];
+    uint64_t bytes;
+    std::memcpy(&bytes, q, 8);  // room() left kStep bytes
+    if (slot.length && ((bytes ^ slot.bytes) & slot.mask) == 0) {
+        q += slot.length;
+        key = slot.key;
+        return true;
+    }
+    const uint8_t opcode = *q;
+    const uint8_t* after = q + 1;
+    Ref ref;
+    if (!is_get(opcode) || !in.get(after, opcode, ref)) return false;
+    key = keys(in.doc(), ref);
+    slot.length = uint8_t(after - q);
+    slot.mask = ~uint64_t(0) >> (64 - 8 * slot.length);
+    slot.bytes = bytes & slot.mask;
+    slot.key = key;
+    q = after;
+    return true;
+}
+
+bool EntryDecoder::read_value(pickle::DirectInput& in, const uint8_t*& q, Key key, DecodedEntry& out) {
+    if (!room(in, q)) return false;
+    const uint8_t opcode = *q++;
+    FieldValue v;
+    switch (opcode) {
+    case op::kBinGet:
+    case op::kLongBinGet:
+        if (!in.get(q, opcode, v.ref)) return false;
+        break;
+    case op::kBinInt1:
+    case op::kBinInt2:
+    case op::kBinInt:
+    case op::kLong1:
+        if (key == Key::action || key == Key::frames || !in.integer(q, opcode, v.integer)) return false;
+        v.kind = FieldValue::Kind::integer;
+        break;
+    case op::kShortBinUnicode:
+    case op::kBinUnicode:  // read by no field here: only where the importer reads nothing
+        return key != Key::action && key != Key::frames && key != Key::addr && key != Key::size &&
+               key != Key::stream && key != Key::time_us && key != Key::device_free && skip_string(in, q, opcode);
+    case op::kNone:
+    case op::kNewTrue:
+    case op::kNewFalse: return key == Key::other || key == Key::filename || key == Key::line || key == Key::name;
+    case op::kEmptyList:
+        if (key != Key::frames || !read_frames_list(in, q, out, v)) return false;
+        break;
+    default: return false;
+    }
+    // Fields the importer reads; a frame's keys at an entry's level are nothing to it.
+    if (key == Key::other || key == Key::filename || key == Key::line || key == Key::name) return true;
+    out.fields[out.count++] = {key, v};
+    return true;
+}
+
+// A string put in the memo, if at all, as forgotten: the importer never reads it.
+bool EntryDecoder::skip_string(pickle::DirectInput& in, const uint8_t*& q, uint8_t opcode) {
+    const size_t width = opcode == op::kShortBinUnicode ? 1 : 4;
+    const uint64_t length = width == 1 ? *q : pickle::le32(q);
+    if (length > in.max_string_bytes) return false;  // the generic path says so
+    if (size_t(in.end - q) < width + length + kStep) return !(short_ = true);
+    q += width + length;
+    uint32_t index;
+    bool out_of_order;
+    return in.put(q, pickle::kForgotten, index, out_of_order) || !out_of_order;
+}
+
+// EMPTY_LIST, a memo put, then nothing, GET and APPEND, or batches of GETs (MARK ... APPENDS).
+bool EntryDecoder::read_frames_list(pickle::DirectInput& in, const uint8_t*& q, DecodedEntry& out, FieldValue& v) {
+    v.kind = FieldValue::Kind::refs;
+    v.first = uint32_t(out.frame_refs.size());
+    uint32_t index;
+    bool out_of_order;
+    if (in.put(q, pickle::kForgotten, index, out_of_order)) out.frames_list = index;
+    else if (out_of_order) return false;
+    if (!room(in, q)) return false;
+    Ref r;
+    if (is_get(*q)) {  // one frame
+        const uint8_t opcode = *q++;
+        if (!in.get(q, opcode, r) || !room(in, q) || *q++ != op::kAppend || !room(in, q)) return false;
+        out.frame_refs.push_back(r);
+    }
+    while (*q == op::kMark) {
+        ++q;
+        while (true) {
+            if (!room(in, q)) return false;
+            const uint8_t opcode = *q++;
+            if (opcode == op::kAppends) break;
+            if (!is_get(opcode) || !in.get(q, opcode, r)) return false;
+            out.frame_refs.push_back(r);
+        }
+        if (!room(in, q)) return false;
+    }
+    v.count = uint32_t(out.frame_refs.size()) - v.first;
+    return true;
+}
+
+}  // namespace vramscope
