@@ -13,29 +13,17 @@ namespace {
 constexpr size_t kStep = 16;
 
 bool is_get(uint8_t opcode) { return opcode == op::kBinGet || opcode == op::kLongBinGet; }
-}  // namespace
 
-bool EntryDecoder::decode(pickle::DirectInput& in, KeyCache& keys, DecodedEntry& out) {
-    if (in.memo_epoch() != epoch_) {  // the memo's entries changed: the keys may name other values
-        slots_.fill(Slot{});
-        epoch_ = in.memo_epoch();
-    }
-    out.count = 0;
-    out.frame_refs.clear();
-    out.frames_list = DecodedEntry::kNoList;
-    out.memo_before = in.memo_size();
-    short_ = false;
-    const uint8_t* q = in.p;
-    if (!read_dict(in, q, keys, out)) {
-        in.undo_puts(out.memo_before);
-        in.short_of_bytes = short_;
-        return false;
-    }
-    in.p = q;
-    return true;
+void add_frame(DecodedEntry& out, Ref r) {
+    if (__builtin_expect(out.frame_count == out.frame_refs.size(), 0)) out.frame_refs.resize(2 * out.frame_count + 64);
+    out.frame_refs[out.frame_count++] = r;
 }
 
-bool EntryDecoder::room(pickle::DirectInput& in, const uint8_t*& q) {
+// Keys whose value the importer reads; the others' values are only stepped over.
+bool is_read(Key k) { return k != Key::other && k != Key::filename && k != Key::line && k != Key::name; }
+}  // namespace
+
+[[gnu::always_inline]] inline bool EntryDecoder::room(pickle::DirectInput& in, const uint8_t*& q) {
     while (true) {
         if (size_t(in.end - q) < kStep) return !(short_ = true);
         if (*q != op::kFrame) return true;
@@ -44,7 +32,7 @@ bool EntryDecoder::room(pickle::DirectInput& in, const uint8_t*& q) {
 }
 
 // EMPTY_DICT, a memo put, then MARK, pairs and SETITEMS, or one pair and SETITEM.
-bool EntryDecoder::read_dict(pickle::DirectInput& in, const uint8_t*& q, KeyCache& keys, DecodedEntry& out) {
+[[gnu::always_inline]] inline bool EntryDecoder::read_dict(pickle::DirectInput& in, const uint8_t*& q, KeyCache& keys, DecodedEntry& out) {
     if (!room(in, q) || *q != op::kEmptyDict) return false;
     ++q;
     uint32_t index;
@@ -53,7 +41,6 @@ bool EntryDecoder::read_dict(pickle::DirectInput& in, const uint8_t*& q, KeyCach
     if (!room(in, q)) return false;
     const bool batch = *q == op::kMark;
     q += batch;
-    uint32_t seen = 0;  // the fields read so far, by Key: a field twice is left to the generic path
     for (size_t place = 0;; ++place) {
         if (!room(in, q)) return false;
         if (batch && *q == op::kSetItems) {
@@ -62,41 +49,45 @@ bool EntryDecoder::read_dict(pickle::DirectInput& in, const uint8_t*& q, KeyCach
         }
         Key key;
         if (place == DecodedEntry::kMaxFields || !read_key(in, q, place, keys, key)) return false;
-        if (key != Key::other) {
-            if (seen & (1u << unsigned(key))) return false;
-            seen |= 1u << unsigned(key);
-        }
+        if (out.has(key)) return false;
         if (!read_value(in, q, key, out)) return false;
         if (!batch) return room(in, q) && *q++ == op::kSetItem;
     }
 }
 
-bool EntryDecoder::read_key(pickle::DirectInput& in, const uint8_t*& q, size_t place, KeyCache& keys, Key& key) {
-    Slot& slot = slots_[place];
+[[gnu::always_inline]] inline bool EntryDecoder::read_key(pickle::DirectInput& in, const uint8_t*& q, size_t place, KeyCache& keys, Key& key) {
+    const Slot& slot = slots_[place];
     uint64_t bytes;
     std::memcpy(&bytes, q, 8);  // room() left kStep bytes
-    if (slot.length && ((bytes ^ slot.bytes) & slot.mask) == 0) {
-        q += slot.length;
-        key = slot.key;
-        return true;
-    }
+    if (__builtin_expect(slot.length == 0 || ((bytes ^ slot.bytes) & slot.mask) != 0, 0))
+        return learn_key(in, q, place, keys, key);
+    q += slot.length;
+    key = slot.key;
+    return true;
+}
+
+// A key not met at this place before (or since the memo changed): resolved, and kept.
+bool EntryDecoder::learn_key(pickle::DirectInput& in, const uint8_t*& q, size_t place, KeyCache& keys, Key& key) {
     const uint8_t opcode = *q;
     const uint8_t* after = q + 1;
     Ref ref;
     if (!is_get(opcode) || !in.get(after, opcode, ref)) return false;
     key = keys(in.doc(), ref);
+    Slot& slot = slots_[place];
+    std::memcpy(&slot.bytes, q, 8);
     slot.length = uint8_t(after - q);
     slot.mask = ~uint64_t(0) >> (64 - 8 * slot.length);
-    slot.bytes = bytes & slot.mask;
+    slot.bytes &= slot.mask;
     slot.key = key;
     q = after;
     return true;
 }
 
-bool EntryDecoder::read_value(pickle::DirectInput& in, const uint8_t*& q, Key key, DecodedEntry& out) {
+[[gnu::always_inline]] inline bool EntryDecoder::read_value(pickle::DirectInput& in, const uint8_t*& q, Key key, DecodedEntry& out) {
     if (!room(in, q)) return false;
     const uint8_t opcode = *q++;
-    FieldValue v;
+    FieldValue& v = out.values[size_t(key)];  // kept (marked present) only for a field the importer reads
+    v.kind = FieldValue::Kind::ref;
     switch (opcode) {
     case op::kBinGet:
     case op::kLongBinGet:
@@ -110,25 +101,22 @@ bool EntryDecoder::read_value(pickle::DirectInput& in, const uint8_t*& q, Key ke
         v.kind = FieldValue::Kind::integer;
         break;
     case op::kShortBinUnicode:
-    case op::kBinUnicode:  // read by no field here: only where the importer reads nothing
-        return key != Key::action && key != Key::frames && key != Key::addr && key != Key::size &&
-               key != Key::stream && key != Key::time_us && key != Key::device_free && skip_string(in, q, opcode);
+    case op::kBinUnicode: return !is_read(key) && skip_string(in, q, opcode);
     case op::kNone:
     case op::kNewTrue:
-    case op::kNewFalse: return key == Key::other || key == Key::filename || key == Key::line || key == Key::name;
+    case op::kNewFalse: return !is_read(key);
     case op::kEmptyList:
         if (key != Key::frames || !read_frames_list(in, q, out, v)) return false;
         break;
     default: return false;
     }
     // Fields the importer reads; a frame's keys at an entry's level are nothing to it.
-    if (key == Key::other || key == Key::filename || key == Key::line || key == Key::name) return true;
-    out.fields[out.count++] = {key, v};
+    if (is_read(key)) out.present |= 1u << unsigned(key);
     return true;
 }
 
 // A string put in the memo, if at all, as forgotten: the importer never reads it.
-bool EntryDecoder::skip_string(pickle::DirectInput& in, const uint8_t*& q, uint8_t opcode) {
+[[gnu::always_inline]] inline bool EntryDecoder::skip_string(pickle::DirectInput& in, const uint8_t*& q, uint8_t opcode) {
     const size_t width = opcode == op::kShortBinUnicode ? 1 : 4;
     const uint64_t length = width == 1 ? *q : pickle::le32(q);
     if (length > in.max_string_bytes) return false;  // the generic path says so
@@ -140,9 +128,9 @@ bool EntryDecoder::skip_string(pickle::DirectInput& in, const uint8_t*& q, uint8
 }
 
 // EMPTY_LIST, a memo put, then nothing, GET and APPEND, or batches of GETs (MARK ... APPENDS).
-bool EntryDecoder::read_frames_list(pickle::DirectInput& in, const uint8_t*& q, DecodedEntry& out, FieldValue& v) {
+[[gnu::always_inline]] inline bool EntryDecoder::read_frames_list(pickle::DirectInput& in, const uint8_t*& q, DecodedEntry& out, FieldValue& v) {
     v.kind = FieldValue::Kind::refs;
-    v.first = uint32_t(out.frame_refs.size());
+    v.first = out.frame_count;
     uint32_t index;
     bool out_of_order;
     if (in.put(q, pickle::kForgotten, index, out_of_order)) out.frames_list = index;
@@ -152,7 +140,7 @@ bool EntryDecoder::read_frames_list(pickle::DirectInput& in, const uint8_t*& q, 
     if (is_get(*q)) {  // one frame
         const uint8_t opcode = *q++;
         if (!in.get(q, opcode, r) || !room(in, q) || *q++ != op::kAppend || !room(in, q)) return false;
-        out.frame_refs.push_back(r);
+        add_frame(out, r);
     }
     while (*q == op::kMark) {
         ++q;
@@ -161,11 +149,31 @@ bool EntryDecoder::read_frames_list(pickle::DirectInput& in, const uint8_t*& q, 
             const uint8_t opcode = *q++;
             if (opcode == op::kAppends) break;
             if (!is_get(opcode) || !in.get(q, opcode, r)) return false;
-            out.frame_refs.push_back(r);
+            add_frame(out, r);
         }
         if (!room(in, q)) return false;
     }
-    v.count = uint32_t(out.frame_refs.size()) - v.first;
+    v.count = out.frame_count - v.first;
+    return true;
+}
+
+[[gnu::flatten]] bool EntryDecoder::decode(pickle::DirectInput& in, KeyCache& keys, DecodedEntry& out) {
+    if (in.memo_epoch() != epoch_) {  // the memo's entries changed: the keys may name other values
+        slots_.fill(Slot{});
+        epoch_ = in.memo_epoch();
+    }
+    out.present = 0;
+    out.frame_count = 0;
+    out.frames_list = DecodedEntry::kNoList;
+    out.memo_before = in.memo_size();
+    short_ = false;
+    const uint8_t* q = in.p;
+    if (!read_dict(in, q, keys, out)) {
+        in.undo_puts(out.memo_before);
+        in.short_of_bytes = short_;
+        return false;
+    }
+    in.p = q;
     return true;
 }
 

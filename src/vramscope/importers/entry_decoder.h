@@ -14,17 +14,17 @@
 
 namespace vramscope {
 
-// One entry's fields that the importer reads, in the order the bytes give them.
+// One entry's fields that the importer reads, by key: each at most once (a dict that repeats one
+// is left to the generic path), so the order they came in changes nothing.
 struct DecodedEntry {
     static constexpr size_t kMaxFields = 32;
     static constexpr uint32_t kNoList = UINT32_MAX;
-    struct Field {
-        Key key;
-        FieldValue value;
-    };
-    std::array<Field, kMaxFields> fields;
-    size_t count = 0;
-    std::vector<pickle::Ref> frame_refs;  // the items of a frames list written out in the entry
+    std::array<FieldValue, kKeys> values;
+    uint32_t present = 0;                 // bit k: values[k] was read
+    bool has(Key k) const { return present & (1u << unsigned(k)); }
+    const FieldValue& operator[](Key k) const { return values[size_t(k)]; }
+    std::vector<pickle::Ref> frame_refs;  // the items of a frames list written out: [0, frame_count)
+    uint32_t frame_count = 0;
     uint32_t frames_list = kNoList;       // that list's memo index, to keep it as the stack it reads as
     size_t memo_before = 0;               // the memo's size before the entry: to undo its puts
 };
@@ -47,6 +47,7 @@ private:
 
     bool read_dict(pickle::DirectInput& in, const uint8_t*& q, KeyCache& keys, DecodedEntry& out);
     bool read_key(pickle::DirectInput& in, const uint8_t*& q, size_t place, KeyCache& keys, Key& key);
+    bool learn_key(pickle::DirectInput& in, const uint8_t*& q, size_t place, KeyCache& keys, Key& key);
     bool read_value(pickle::DirectInput& in, const uint8_t*& q, Key key, DecodedEntry& out);
     bool read_frames_list(pickle::DirectInput& in, const uint8_t*& q, DecodedEntry& out, FieldValue& v);
     bool skip_string(pickle::DirectInput& in, const uint8_t*& q, uint8_t opcode);

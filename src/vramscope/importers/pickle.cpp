@@ -554,17 +554,26 @@ private:
         for (size_t k = m.memo_log; k < memo_log_.size(); ++k) memo_[memo_log_[k]] = moved(memo_[memo_log_[k]]);
         std::erase_if(streamed_, [&](Ref r) { return in_window(r); });
         shared_tokens_.clear();  // their values may have moved
+        std::fill(small_tokens_.begin(), small_tokens_.end(), kNoRef);
         ++memo_epoch_;
         sink_->reclaimed(v0);
     }
 
     // One value per token: torch writes a fresh list for many entries of one stack (an empty one
     // for each allocation without Python frames), and a value each would grow with the trace.
+    // Small tokens (a sink's ids: stack numbers) index a table, the rest a map: one a trace entry.
     Ref token_ref(int64_t token) {
+        const bool small = token >= 0 && token < kSmallTokens;
+        if (small && size_t(token) < small_tokens_.size() && small_tokens_[size_t(token)] != kNoRef)
+            return small_tokens_[size_t(token)];
         auto [it, added] = shared_tokens_.try_emplace(token, 0);
         if (added) {
             it->second = make(Type::token);
             doc_.values_[it->second] = token_value(token);
+        }
+        if (small) {
+            if (size_t(token) >= small_tokens_.size()) small_tokens_.resize(size_t(token) + 1, kNoRef);
+            small_tokens_[size_t(token)] = it->second;
         }
         return it->second;
     }
@@ -598,6 +607,8 @@ private:
     std::vector<uint32_t> memo_log_;  // memo indices written, in order (only with a sink)
     std::vector<Ref> streamed_;       // lists whose items the sink takes
     std::unordered_map<int64_t, Ref> shared_tokens_;
+    static constexpr int64_t kSmallTokens = 1 << 20;
+    std::vector<Ref> small_tokens_;  // shared_tokens_' values of small tokens, by token
     Release release_;
     std::vector<uint8_t> scratch_state_;
     std::vector<Ref> scratch_work_, scratch_remap_, scratch_items_;

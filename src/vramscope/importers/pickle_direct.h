@@ -27,6 +27,7 @@ inline uint32_t le32(const uint8_t* b) {
     return v;
 }
 
+// Its readers are inlined: a decoder calls them a dozen times an item, millions of times.
 class DirectInput {
 public:
     // How many bytes an opcode and its fixed argument take at most (LONG1 of 8 bytes: 10).
@@ -46,7 +47,7 @@ public:
     size_t offset(const uint8_t* at) const { return origin_ + size_t(at - origin_p_); }
 
     // FRAME is a hint for readers that may come between any two opcodes: step over it.
-    bool skip_frame(const uint8_t*& q) const {
+    [[gnu::always_inline]] bool skip_frame(const uint8_t*& q) const {
         if (*q != op::kFrame) return false;
         if (size_t(end - q) < 9 + kLongestFixedOp) return false;
         q += 9;
@@ -55,7 +56,7 @@ public:
 
     // The memo entry a BINGET / LONG_BINGET at `q` (past its opcode) names; false if none, or
     // past `end`.
-    bool get(const uint8_t*& q, uint8_t opcode, Ref& r) const {
+    [[gnu::always_inline]] bool get(const uint8_t*& q, uint8_t opcode, Ref& r) const {
         const size_t width = opcode == op::kBinGet ? 1 : 4;
         if (size_t(end - q) < width) return false;
         const uint64_t index = width == 1 ? *q : le32(q);
@@ -67,7 +68,7 @@ public:
     // A memo put at `q`, if one follows (MEMOIZE, or BINPUT / LONG_BINPUT naming the memo's next
     // index): stores `r` there and gives its index. False, `q` unmoved: no put, or one elsewhere
     // (`out_of_order`: the generic parser numbers those).
-    bool put(const uint8_t*& q, Ref r, uint32_t& index, bool& out_of_order) {
+    [[gnu::always_inline]] bool put(const uint8_t*& q, Ref r, uint32_t& index, bool& out_of_order) {
         const uint64_t next = memo_->size();
         const size_t left = size_t(end - q);
         out_of_order = false;
@@ -94,7 +95,7 @@ public:
 
     // An integer opcode's value (BININT1, BININT2, BININT, LONG1), `q` past the opcode; false
     // (`q` unmoved) for another opcode, a LONG1 wider than 64 bits, or past `end`.
-    bool integer(const uint8_t*& q, uint8_t opcode, int64_t& v) const {
+    [[gnu::always_inline]] bool integer(const uint8_t*& q, uint8_t opcode, int64_t& v) const {
         const size_t left = size_t(end - q);
         switch (opcode) {
         case op::kBinInt1: return left >= 1 && (v = q[0], q += 1, true);
@@ -116,7 +117,7 @@ private:
         : p(at), end(stop), max_string_bytes(max_string), parser_(&parser), memo_(&memo), memo_count_(&memo_count), epoch_(&epoch), origin_(offset),
           origin_p_(at) {}
 
-    bool long1(const uint8_t*& q, int64_t& v) const {
+    [[gnu::always_inline]] bool long1(const uint8_t*& q, int64_t& v) const {
         const size_t n = *q;
         if (size_t(end - q) < 1 + n) return false;
         if (n - 1 < 8 && size_t(end - q) >= 9) {

@@ -11,6 +11,7 @@
 namespace vramscope {
 
 enum class Key : uint8_t { other, action, addr, size, stream, time_us, frames, device_free, filename, line, name };
+inline constexpr size_t kKeys = size_t(Key::name) + 1;
 
 // Snapshot dicts repeat a dozen key strings millions of times, and pickle's memo makes each
 // repeat the same value: resolve a key value to its field once, then compare ids.

@@ -64,8 +64,8 @@ public:
             }
             offset_ = in.offset(at);
             Entry entry{uint8_t(ordinal)};
-            for (size_t i = 0; i < decoded_.count; ++i)
-                read_field(entry, decoded_.fields[i].key, decoded_.fields[i].value, decoded_.frame_refs.data(), nullptr);
+            for (const Key k : {Key::action, Key::addr, Key::size, Key::stream, Key::time_us, Key::frames, Key::device_free})
+                if (decoded_.has(k)) read_field(entry, k, decoded_[k], decoded_.frame_refs.data(), nullptr);
             add_entry(entry);
             if (entry.frames_token >= 0 && decoded_.frames_list != DecodedEntry::kNoList)
                 in.keep_as_token(decoded_.frames_list, entry.frames_token);
@@ -74,14 +74,10 @@ public:
         return taken;
     }
     bool is_annotation(const DecodedEntry& d) {
-        for (size_t i = 0; i < d.count; ++i) {
-            EventKind kind;
-            bool annotate = false;
-            if (d.fields[i].key == Key::action && d.fields[i].value.kind == FieldValue::Kind::ref &&
-                !action_of(d.fields[i].value.ref, kind, annotate) && annotate)
-                return true;
-        }
-        return false;
+        EventKind kind;
+        bool annotate = false;
+        return d.has(Key::action) && d[Key::action].kind == FieldValue::Kind::ref &&
+               !action_of(d[Key::action].ref, kind, annotate) && annotate;
     }
 
     // The list's place among those take() took (their count if it is none of them).
@@ -136,8 +132,14 @@ public:
                 ++device;
             });
         }
-        std::erase_if(t_.events, [&](const Event& e) { return device_of[e.device] == kNotATrace; });
-        for (Event& e : t_.events) e.device = uint8_t(device_of[e.device]);
+        // Two passes over every event, unless each list taken is the device of its ordinal (the
+        // usual case: a single device, or all of them in order).
+        bool ordinal_is_device = true;
+        for (size_t k = 0; k < device_of.size(); ++k) ordinal_is_device = ordinal_is_device && device_of[k] == int(k);
+        if (!ordinal_is_device) {
+            std::erase_if(t_.events, [&](const Event& e) { return device_of[e.device] == kNotATrace; });
+            for (Event& e : t_.events) e.device = uint8_t(device_of[e.device]);
+        }
         for (const auto& list_and_device : stored) {
             const uint8_t device = list_and_device.second;
             doc_->for_each_item(list_and_device.first, [&](Ref e) { read_entry(e, device); });
