@@ -47,44 +47,49 @@ bool is_read(Key k) { return k != Key::other && k != Key::filename && k != Key::
             ++q;
             return place > 0;
         }
-        Key key;
-        if (place == DecodedEntry::kMaxFields || !read_key(in, q, place, keys, key)) return false;
-        if (out.has(key)) return false;
-        if (!read_value(in, q, key, out)) return false;
+        const Slot* key = read_key(in, q, place, keys);
+        if (!key || (out.present & key->bit)) return false;
+        if (!read_value(in, q, *key, out)) return false;
         if (!batch) return room(in, q) && *q++ == op::kSetItem;
     }
 }
 
-[[gnu::always_inline]] inline bool EntryDecoder::read_key(pickle::DirectInput& in, const uint8_t*& q, size_t place, KeyCache& keys, Key& key) {
-    const Slot& slot = slots_[place];
+// The key at `q`, the `place`-th of its dict; null if it is no GET (or past the last place).
+[[gnu::always_inline]] inline const EntryDecoder::Slot* EntryDecoder::read_key(pickle::DirectInput& in, const uint8_t*& q,
+                                                                               size_t place, KeyCache& keys) {
+    const Slot& slot = slots_[place];  // the one past the last place never matches
     uint64_t bytes;
     std::memcpy(&bytes, q, 8);  // room() left kStep bytes
-    if (__builtin_expect(slot.length == 0 || ((bytes ^ slot.bytes) & slot.mask) != 0, 0))
-        return learn_key(in, q, place, keys, key);
+    if (__builtin_expect(((bytes ^ slot.bytes) & slot.mask) != 0 || slot.length == 0, 0))
+        return learn_key(in, q, place, keys);
     q += slot.length;
-    key = slot.key;
-    return true;
+    return &slot;
 }
 
 // A key not met at this place before (or since the memo changed): resolved, and kept.
-bool EntryDecoder::learn_key(pickle::DirectInput& in, const uint8_t*& q, size_t place, KeyCache& keys, Key& key) {
+const EntryDecoder::Slot* EntryDecoder::learn_key(pickle::DirectInput& in, const uint8_t*& q, size_t place, KeyCache& keys) {
+    if (place == DecodedEntry::kMaxFields) return nullptr;
+    if (*q == op::kFrame && !(in.skip_frame(q) && room(in, q))) return nullptr;
     const uint8_t opcode = *q;
     const uint8_t* after = q + 1;
     Ref ref;
-    if (!is_get(opcode) || !in.get(after, opcode, ref)) return false;
-    key = keys(in.doc(), ref);
+    if (!is_get(opcode) || !in.get(after, opcode, ref)) return nullptr;
     Slot& slot = slots_[place];
     std::memcpy(&slot.bytes, q, 8);
     slot.length = uint8_t(after - q);
     slot.mask = ~uint64_t(0) >> (64 - 8 * slot.length);
     slot.bytes &= slot.mask;
-    slot.key = key;
+    slot.key = keys(in.doc(), ref);
+    slot.bit = is_read(slot.key) ? 1u << unsigned(slot.key) : 0;
     q = after;
-    return true;
+    return &slot;
 }
 
-[[gnu::always_inline]] inline bool EntryDecoder::read_value(pickle::DirectInput& in, const uint8_t*& q, Key key, DecodedEntry& out) {
-    if (!room(in, q)) return false;
+[[gnu::always_inline]] inline bool EntryDecoder::read_value(pickle::DirectInput& in, const uint8_t*& q, const Slot& slot,
+                                                            DecodedEntry& out) {
+    // room() before the key left room for the value too, unless a FRAME comes between.
+    if (*q == op::kFrame && !(in.skip_frame(q) && room(in, q))) return false;
+    const Key key = slot.key;
     const uint8_t opcode = *q++;
     FieldValue& v = out.values[size_t(key)];  // kept (marked present) only for a field the importer reads
     v.kind = FieldValue::Kind::ref;
@@ -101,17 +106,16 @@ bool EntryDecoder::learn_key(pickle::DirectInput& in, const uint8_t*& q, size_t 
         v.kind = FieldValue::Kind::integer;
         break;
     case op::kShortBinUnicode:
-    case op::kBinUnicode: return !is_read(key) && skip_string(in, q, opcode);
+    case op::kBinUnicode: return !slot.bit && skip_string(in, q, opcode);
     case op::kNone:
     case op::kNewTrue:
-    case op::kNewFalse: return !is_read(key);
+    case op::kNewFalse: return !slot.bit;
     case op::kEmptyList:
         if (key != Key::frames || !read_frames_list(in, q, out, v)) return false;
         break;
     default: return false;
     }
-    // Fields the importer reads; a frame's keys at an entry's level are nothing to it.
-    if (is_read(key)) out.present |= 1u << unsigned(key);
+    out.present |= slot.bit;  // a frame's keys at an entry's level are nothing to the importer
     return true;
 }
 

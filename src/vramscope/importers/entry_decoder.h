@@ -43,19 +43,20 @@ private:
         uint64_t bytes = 0, mask = 0;
         uint8_t length = 0;  // 0: none yet
         Key key = Key::other;
+        uint32_t bit = 0;  // DecodedEntry::present's bit for the key; 0 for a key the importer does not read
     };
 
     bool read_dict(pickle::DirectInput& in, const uint8_t*& q, KeyCache& keys, DecodedEntry& out);
-    bool read_key(pickle::DirectInput& in, const uint8_t*& q, size_t place, KeyCache& keys, Key& key);
-    bool learn_key(pickle::DirectInput& in, const uint8_t*& q, size_t place, KeyCache& keys, Key& key);
-    bool read_value(pickle::DirectInput& in, const uint8_t*& q, Key key, DecodedEntry& out);
+    const Slot* read_key(pickle::DirectInput& in, const uint8_t*& q, size_t place, KeyCache& keys);
+    const Slot* learn_key(pickle::DirectInput& in, const uint8_t*& q, size_t place, KeyCache& keys);
+    bool read_value(pickle::DirectInput& in, const uint8_t*& q, const Slot& slot, DecodedEntry& out);
     bool read_frames_list(pickle::DirectInput& in, const uint8_t*& q, DecodedEntry& out, FieldValue& v);
     bool skip_string(pickle::DirectInput& in, const uint8_t*& q, uint8_t opcode);
     // Room for one step (a key, an opcode and its fixed argument, the next opcode) at `q`,
     // FRAME hints stepped over; false (and short_ set) where the bytes at hand end first.
     bool room(pickle::DirectInput& in, const uint8_t*& q);
 
-    std::array<Slot, DecodedEntry::kMaxFields> slots_{};
+    std::array<Slot, DecodedEntry::kMaxFields + 1> slots_{};
     uint64_t epoch_ = UINT64_MAX;  // the memo's, when slots_ were filled
     bool short_ = false;
 };

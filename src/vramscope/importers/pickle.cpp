@@ -645,9 +645,10 @@ void DirectInput::keep_as_token(uint32_t index, int64_t token) {
     parser_->memo_log_.push_back(index);
 }
 void DirectInput::undo_puts(size_t size) {
-    if (size == memo_->size()) return;
-    *memo_count_ -= memo_->size() - size;
+    if (size == memo_size_) return;
+    *memo_count_ -= memo_size_ - size;
     memo_->resize(size);
+    memo_size_ = size;
     ++*epoch_;  // the indices will hold other values
 }
 

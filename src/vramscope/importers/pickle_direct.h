@@ -60,8 +60,8 @@ public:
         const size_t width = opcode == op::kBinGet ? 1 : 4;
         if (size_t(end - q) < width) return false;
         const uint64_t index = width == 1 ? *q : le32(q);
-        if (index >= memo_->size() || (*memo_)[index] == kNoRef) return false;
-        r = (*memo_)[index];
+        if (index >= memo_size_ || memo_data_[index] == kNoRef) return false;
+        r = memo_data_[index];
         q += width;
         return true;
     }
@@ -69,7 +69,7 @@ public:
     // index): stores `r` there and gives its index. False, `q` unmoved: no put, or one elsewhere
     // (`out_of_order`: the generic parser numbers those).
     [[gnu::always_inline]] bool put(const uint8_t*& q, Ref r, uint32_t& index, bool& out_of_order) {
-        const uint64_t next = memo_->size();
+        const uint64_t next = memo_size_;
         const size_t left = size_t(end - q);
         out_of_order = false;
         if (left >= 1 && *q == op::kMemoize) {
@@ -84,6 +84,8 @@ public:
         }
         index = uint32_t(next);
         memo_->push_back(r);
+        memo_data_ = memo_->data();
+        ++memo_size_;
         ++*memo_count_;
         return true;
     }
@@ -91,7 +93,7 @@ public:
     void keep_as_token(uint32_t index, int64_t token);
     // Memo entries from `size` on are dropped: the puts of an item not taken after all.
     void undo_puts(size_t size);
-    size_t memo_size() const { return memo_->size(); }
+    size_t memo_size() const { return memo_size_; }
 
     // An integer opcode's value (BININT1, BININT2, BININT, LONG1), `q` past the opcode; false
     // (`q` unmoved) for another opcode, a LONG1 wider than 64 bits, or past `end`.
@@ -114,8 +116,8 @@ private:
     static constexpr Ref kNoRef = 0xFFFFFFFFu;
     DirectInput(const uint8_t* at, const uint8_t* stop, size_t offset, Parser& parser, std::vector<Ref>& memo,
                 uint64_t& memo_count, uint64_t& epoch, uint64_t max_string)
-        : p(at), end(stop), max_string_bytes(max_string), parser_(&parser), memo_(&memo), memo_count_(&memo_count), epoch_(&epoch), origin_(offset),
-          origin_p_(at) {}
+        : p(at), end(stop), max_string_bytes(max_string), parser_(&parser), memo_(&memo), memo_count_(&memo_count),
+          epoch_(&epoch), origin_(offset), origin_p_(at), memo_data_(memo.data()), memo_size_(memo.size()) {}
 
     [[gnu::always_inline]] bool long1(const uint8_t*& q, int64_t& v) const {
         const size_t n = *q;
@@ -139,6 +141,8 @@ private:
     uint64_t* epoch_;
     size_t origin_;  // the offset of origin_p_
     const uint8_t* origin_p_;
+    const Ref* memo_data_;  // *memo_'s, kept here: a GET reads them without going through it
+    size_t memo_size_;
 };
 
 }  // namespace vramscope::pickle

@@ -64,8 +64,11 @@ public:
             }
             offset_ = in.offset(at);
             Entry entry{uint8_t(ordinal)};
-            for (const Key k : {Key::action, Key::addr, Key::size, Key::stream, Key::time_us, Key::frames, Key::device_free})
+            auto field = [&](Key k) {  // one call per key: each inlined for its key
                 if (decoded_.has(k)) read_field(entry, k, decoded_[k], decoded_.frame_refs.data(), nullptr);
+            };
+            field(Key::action), field(Key::addr), field(Key::size), field(Key::stream), field(Key::time_us);
+            field(Key::frames), field(Key::device_free);
             add_entry(entry);
             if (entry.frames_token >= 0 && decoded_.frames_list != DecodedEntry::kNoList)
                 in.keep_as_token(decoded_.frames_list, entry.frames_token);
