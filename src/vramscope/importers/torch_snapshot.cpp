@@ -147,8 +147,10 @@ public:
             const uint8_t device = list_and_device.second;
             doc_->for_each_item(list_and_device.first, [&](Ref e) { read_entry(e, device); });
         }
-        order_events();
-        compute_baselines();
+        Deltas deltas;
+        const bool in_order = scan_events(deltas);
+        order_events(in_order);
+        compute_baselines(deltas);
         if (unknown_actions_)
             t_.warnings.push_back(name_ + ": skipped " + std::to_string(unknown_actions_) +
                                   " trace entries with an action this version does not know");
@@ -485,10 +487,10 @@ private:
     static bool before(const Event& a, const Event& b) {
         return a.time_us != b.time_us ? a.time_us < b.time_us : rank(a.kind) < rank(b.kind);
     }
-    void order_events() {
+    void order_events(bool in_order) {
         std::stable_sort(notes_.begin(), notes_.end(), before);
         std::vector<Event>& ev = t_.events;
-        if (!std::is_sorted(ev.begin(), ev.end(), before)) std::stable_sort(ev.begin(), ev.end(), before);
+        if (!in_order) std::stable_sort(ev.begin(), ev.end(), before);
         // Merge from the back, in place: no second copy of the events.
         size_t i = ev.size(), j = notes_.size();
         ev.resize(ev.size() + notes_.size());
@@ -498,27 +500,40 @@ private:
         }
     }
 
-    // The trace may start after the program did (or the ring buffer wrapped): what was allocated
-    // before its first event is the final state minus what the trace added.
-    void compute_baselines() {
-        // Unsigned, so hostile sizes wrap instead of overflowing; validate_events() faults them.
-        // By an event's device (8 bits): no hash lookup per event.
-        std::array<uint64_t, 256> alloc_delta{}, reserved_delta{};
+    // What the events add to each device, by an event's device (8 bits: no hash lookup per event).
+    // Unsigned, so hostile sizes wrap instead of overflowing; validate_events() faults them.
+    struct Deltas {
+        std::array<uint64_t, 256> allocated{}, reserved{};
+    };
+    // One pass over the events (hundreds of MB in a large trace): their deltas, and whether they
+    // are in time order. The annotations merged in later add nothing.
+    bool scan_events(Deltas& d) const {
+        bool in_order = true;
+        const Event* previous = nullptr;
         for (const Event& e : t_.events) {
+            in_order = in_order && !(previous && before(e, *previous));
+            previous = &e;
             switch (e.kind) {
-            case EventKind::alloc: alloc_delta[e.device] += e.size; break;
+            case EventKind::alloc: d.allocated[e.device] += e.size; break;
             case EventKind::free_completed:
-            case EventKind::free: alloc_delta[e.device] -= e.size; break;
+            case EventKind::free: d.allocated[e.device] -= e.size; break;
             case EventKind::segment_alloc:
-            case EventKind::segment_map: reserved_delta[e.device] += e.size; break;
+            case EventKind::segment_map: d.reserved[e.device] += e.size; break;
             case EventKind::segment_free:
-            case EventKind::segment_unmap: reserved_delta[e.device] -= e.size; break;
+            case EventKind::segment_unmap: d.reserved[e.device] -= e.size; break;
             default: break;
             }
         }
-        for (DeviceInfo& d : t_.devices) {  // 0 to 255: device_of() left the others out
-            d.baseline_allocated = uint64_t(std::max<int64_t>(0, int64_t(allocated_[d.device] - alloc_delta[d.device])));
-            d.baseline_reserved = uint64_t(std::max<int64_t>(0, int64_t(reserved_[d.device] - reserved_delta[d.device])));
+        return in_order;
+    }
+
+    // The trace may start after the program did (or the ring buffer wrapped): what was allocated
+    // before its first event is the final state minus what the trace added.
+    void compute_baselines(const Deltas& d) {
+        for (DeviceInfo& info : t_.devices) {  // 0 to 255: device_of() left the others out
+            const uint16_t k = info.device;
+            info.baseline_allocated = uint64_t(std::max<int64_t>(0, int64_t(allocated_[k] - d.allocated[k])));
+            info.baseline_reserved = uint64_t(std::max<int64_t>(0, int64_t(reserved_[k] - d.reserved[k])));
         }
     }
 
