@@ -92,28 +92,20 @@ const EntryDecoder::Slot* EntryDecoder::learn_key(pickle::DirectInput& in, const
     const Key key = slot.key;
     const uint8_t opcode = *q++;
     FieldValue& v = out.values[size_t(key)];  // kept (marked present) only for a field the importer reads
-    v.kind = FieldValue::Kind::ref;
-    switch (opcode) {
-    case op::kBinGet:
-    case op::kLongBinGet:
+    // Tests in the order of how often they hold, not a switch: each place of an entry has its
+    // own, mostly the same, and a branch each predicts that better than one jump for all.
+    if (opcode == op::kLongBinGet || opcode == op::kBinGet) {
+        v.kind = FieldValue::Kind::ref;
         if (!in.get(q, opcode, v.ref)) return false;
-        break;
-    case op::kBinInt1:
-    case op::kBinInt2:
-    case op::kBinInt:
-    case op::kLong1:
-        if (key == Key::action || key == Key::frames || !in.integer(q, opcode, v.integer)) return false;
+    } else if (opcode == op::kLong1 || opcode == op::kBinInt || opcode == op::kBinInt1 || opcode == op::kBinInt2) {
         v.kind = FieldValue::Kind::integer;
-        break;
-    case op::kShortBinUnicode:
-    case op::kBinUnicode: return !slot.bit && skip_string(in, q, opcode);
-    case op::kNone:
-    case op::kNewTrue:
-    case op::kNewFalse: return !slot.bit;
-    case op::kEmptyList:
+        if (key == Key::action || key == Key::frames || !in.integer(q, opcode, v.integer)) return false;
+    } else if (opcode == op::kShortBinUnicode || opcode == op::kBinUnicode) {
+        return !slot.bit && skip_string(in, q, opcode);
+    } else if (opcode == op::kEmptyList) {
         if (key != Key::frames || !read_frames_list(in, q, out, v)) return false;
-        break;
-    default: return false;
+    } else {
+        return (opcode == op::kNone || opcode == op::kNewTrue || opcode == op::kNewFalse) && !slot.bit;
     }
     out.present |= slot.bit;  // a frame's keys at an entry's level are nothing to the importer
     return true;
