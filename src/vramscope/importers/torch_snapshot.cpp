@@ -147,10 +147,10 @@ public:
             const uint8_t device = list_and_device.second;
             doc_->for_each_item(list_and_device.first, [&](Ref e) { read_entry(e, device); });
         }
-        Deltas deltas;
-        const bool in_order = scan_events(deltas);
-        order_events(in_order);
-        compute_baselines(deltas);
+        // What add_entry() tallied holds unless events moved to other devices or went.
+        if (!ordinal_is_device) rescan_events();
+        order_events(events_in_order_);
+        compute_baselines();
         if (unknown_actions_)
             t_.warnings.push_back(name_ + ": skipped " + std::to_string(unknown_actions_) +
                                   " trace entries with an action this version does not know");
@@ -425,9 +425,11 @@ private:
         // A completion right after its request, at the same instant, is one `free`.
         if (ev.kind == EventKind::free_completed && !t_.events.empty() && completes(t_.events.back(), ev) &&
             t_.events.back().time_us == ev.time_us) {
-            t_.events.back().kind = EventKind::free;
+            t_.events.back().kind = EventKind::free;  // a free_requested, which added nothing
+            tally(t_.events.back(), false);
             return;
         }
+        tally(ev, true);
         t_.events.push_back(ev);
         if (__builtin_expect((t_.events.size() & 0xFFF) == 0, 0)) check_held();
     }
@@ -502,38 +504,46 @@ private:
 
     // What the events add to each device, by an event's device (8 bits: no hash lookup per event).
     // Unsigned, so hostile sizes wrap instead of overflowing; validate_events() faults them.
+    // What the events add to each device, by an event's device (8 bits: no hash lookup per event).
+    // Unsigned, so hostile sizes wrap instead of overflowing; validate_events() faults them.
     struct Deltas {
         std::array<uint64_t, 256> allocated{}, reserved{};
     };
-    // One pass over the events (hundreds of MB in a large trace): their deltas, and whether they
-    // are in time order. The annotations merged in later add nothing.
-    bool scan_events(Deltas& d) const {
-        bool in_order = true;
-        const Event* previous = nullptr;
-        for (const Event& e : t_.events) {
-            in_order = in_order && !(previous && before(e, *previous));
-            previous = &e;
-            switch (e.kind) {
-            case EventKind::alloc: d.allocated[e.device] += e.size; break;
-            case EventKind::free_completed:
-            case EventKind::free: d.allocated[e.device] -= e.size; break;
-            case EventKind::segment_alloc:
-            case EventKind::segment_map: d.reserved[e.device] += e.size; break;
-            case EventKind::segment_free:
-            case EventKind::segment_unmap: d.reserved[e.device] -= e.size; break;
-            default: break;
-            }
+    static void add_delta(Deltas& d, const Event& e) {
+        switch (e.kind) {
+        case EventKind::alloc: d.allocated[e.device] += e.size; break;
+        case EventKind::free_completed:
+        case EventKind::free: d.allocated[e.device] -= e.size; break;
+        case EventKind::segment_alloc:
+        case EventKind::segment_map: d.reserved[e.device] += e.size; break;
+        case EventKind::segment_free:
+        case EventKind::segment_unmap: d.reserved[e.device] -= e.size; break;
+        default: break;
         }
-        return in_order;
+    }
+    // The events' deltas and time order, kept as add_entry() adds them (a pass over hundreds of
+    // MB afterwards cost more): an event `e` is added, or the last one became `e`.
+    void tally(const Event& e, bool added) {
+        if (added && !t_.events.empty()) events_in_order_ = events_in_order_ && !before(e, t_.events.back());
+        add_delta(deltas_, e);
+    }
+    void rescan_events() {
+        deltas_ = {};
+        events_in_order_ = true;
+        for (size_t i = 0; i < t_.events.size(); ++i) {
+            events_in_order_ = events_in_order_ && !(i > 0 && before(t_.events[i], t_.events[i - 1]));
+            add_delta(deltas_, t_.events[i]);
+        }
     }
 
     // The trace may start after the program did (or the ring buffer wrapped): what was allocated
-    // before its first event is the final state minus what the trace added.
-    void compute_baselines(const Deltas& d) {
+    // before its first event is the final state minus what the trace added (annotations add
+    // nothing).
+    void compute_baselines() {
         for (DeviceInfo& info : t_.devices) {  // 0 to 255: device_of() left the others out
             const uint16_t k = info.device;
-            info.baseline_allocated = uint64_t(std::max<int64_t>(0, int64_t(allocated_[k] - d.allocated[k])));
-            info.baseline_reserved = uint64_t(std::max<int64_t>(0, int64_t(reserved_[k] - d.reserved[k])));
+            info.baseline_allocated = uint64_t(std::max<int64_t>(0, int64_t(allocated_[k] - deltas_.allocated[k])));
+            info.baseline_reserved = uint64_t(std::max<int64_t>(0, int64_t(reserved_[k] - deltas_.reserved[k])));
         }
     }
 
@@ -558,6 +568,8 @@ private:
     DecodedEntry decoded_;
     std::vector<Action> actions_;
     std::vector<Event> notes_;      // annotations, merged into the events in time order
+    Deltas deltas_;                 // what t_.events add to each device (tally())
+    bool events_in_order_ = true;   // t_.events in time order (tally())
     uint64_t last_stream_handle_ = 0;
     uint16_t last_stream_ = 0;      // Trace::streams[0] is stream 0
     std::vector<Ref> streamed_lists_;  // device trace lists whose entries were taken while parsing
