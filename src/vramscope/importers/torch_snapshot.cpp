@@ -400,7 +400,7 @@ private:
         }
     }
 
-    // `e`: the entry's dict, for an annotation (take_flat leaves those to read_entry).
+    // `e`: the entry's dict, for an annotation (take_direct leaves those to read_entry).
     void add_entry(Entry& entry, Ref e = pickle::kForgotten) {
         Event& ev = entry.ev;
         bool annotate = false;
