@@ -302,3 +302,15 @@ TEST(DirectPath, ManyEntriesAcrossManyChunksReadAsTheWholeDocumentDoes) {
         expect_every_path_alike(bytes, "3000 entries, protocol " + std::to_string(protocol), 1 << 16, false);
     }
 }
+
+TEST(DirectPath, ATruncatedTraceFailsWithTheGenericPathsErrorWhateverItsChunks) {
+    // The bridge between chunks must not move the error or its offset: cut anywhere, every way
+    // of reading says what the generic path says.
+    const std::string bytes = crafted_snapshot(7, 4, 90, 400, 100);
+    for (size_t cut = bytes.size() / 3; cut < bytes.size(); cut += 997) {
+        const std::string truncated = bytes.substr(0, cut);
+        const std::string error = imported([&] { return import_torch_snapshot(truncated, "cut", {}, ImportPath::streamed); });
+        ASSERT_EQ(error.rfind("error cut: offset ", 0), 0u) << error;
+        expect_every_path_alike(truncated, "cut", 4096, false);
+    }
+}
