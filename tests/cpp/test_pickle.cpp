@@ -327,23 +327,71 @@ TEST(TorchSnapshot, AFieldWhoseValueAnEarlierEntryLetGoIsStillRead) {
 }
 
 namespace {
-// Takes the first batch of dicts the generic way and the later ones as flat dicts, keeping each
-// dict's list "l" as the token 1000 + its first item's value.
-struct TakeFlat : TakeDicts {
-    std::vector<std::vector<int64_t>> flat;  // per flat dict: each field's integer, or its list's items
-    bool take_flat(const pickle::Document& doc, pickle::Ref, pickle::FlatField* fields, size_t n,
-                   const pickle::Ref* items, size_t, pickle::Release&) override {
-        std::vector<int64_t> values;
-        for (size_t i = 0; i < n; ++i) {
-            pickle::FlatValue& v = fields[i].value;
-            if (v.kind == pickle::FlatValue::Kind::integer) values.push_back(v.integer);
-            if (v.kind == pickle::FlatValue::Kind::ref) values.push_back(doc[v.ref].i);
-            if (v.kind != pickle::FlatValue::Kind::refs) continue;
-            for (uint32_t k = 0; k < v.count; ++k) values.push_back(doc[items[v.first + k]].i);
-            if (v.count) v.token = 1000 + doc[items[v.first]].i;
+// Takes the first batch of dicts the generic way and the later ones straight from the bytes: dicts
+// {"key": int, string or [GETs]} as in batches_of_flat_dicts(), each list kept as the token 1000 +
+// its first item's value.
+struct TakeDirect : TakeDicts {
+    std::vector<std::vector<int64_t>> direct;  // per dict: each field's integer, or its list's items
+    size_t take_direct(pickle::DirectInput& in, pickle::Ref) override {
+        size_t taken = 0;
+        while (true) {
+            const size_t memo_before = in.memo_size();
+            const uint8_t* q = in.p;
+            std::vector<int64_t> values;
+            std::vector<std::pair<uint32_t, int64_t>> tokens;
+            if (!read_dict(in, q, values, tokens)) {
+                in.undo_puts(memo_before);
+                return taken;
+            }
+            for (const auto& [index, token] : tokens) in.keep_as_token(index, token);
+            in.p = q;
+            direct.push_back(values);
+            ++taken;
         }
-        flat.push_back(values);
-        return true;
+    }
+    // Bounds checked at every opcode, so that items at the very end of the input are read too.
+    static bool read_dict(pickle::DirectInput& in, const uint8_t*& q, std::vector<int64_t>& values,
+                          std::vector<std::pair<uint32_t, int64_t>>& tokens) {
+        uint32_t index;
+        bool out_of_order;
+        auto opcode = [&] {
+            in.skip_frame(q);
+            return q < in.end ? *q++ : 0;
+        };
+        if (opcode() != '}') return false;
+        in.put(q, pickle::kForgotten, index, out_of_order);
+        const bool batch = q < in.end && *q == '(';
+        q += batch;
+        while (true) {
+            uint8_t op = opcode();
+            if (batch && op == 'u') return true;
+            pickle::Ref r;
+            if (op == 0x8c && q < in.end && size_t(in.end - q) > *q) q += 1 + *q;  // a key written out
+            else if ((op != 'h' && op != 'j') || !in.get(q, op, r)) return false;
+            in.put(q, pickle::kForgotten, index, out_of_order);
+            op = opcode();
+            int64_t v;
+            if (in.integer(q, op, v)) {
+                values.push_back(v);
+            } else if (op == 0x8c && q < in.end && size_t(in.end - q) > *q) {  // a string: skipped
+                q += 1 + *q;
+                in.put(q, pickle::kForgotten, index, out_of_order);
+            } else if (op == ']') {
+                const bool listed = in.put(q, pickle::kForgotten, index, out_of_order);
+                const size_t first = values.size();
+                const bool items = q < in.end && *q == '(';
+                q += items;
+                for (op = opcode(); op == 'h' || op == 'j'; op = opcode()) {
+                    if (!in.get(q, op, r)) return false;
+                    values.push_back(in.doc()[r].i);
+                }
+                if (op != (items ? 'e' : 'a')) return false;
+                if (listed && values.size() > first) tokens.emplace_back(index, 1000 + values[first]);
+            } else {
+                return false;
+            }
+            if (!batch) return opcode() == 's';
+        }
     }
 };
 
@@ -378,12 +426,12 @@ std::string batches_of_flat_dicts(int batches, int per_batch) {
 
 TEST(PickleSink, LaterBatchesComeStraightFromTheBytesAndAListKeptAsATokenReadsAsOne) {
     const std::string bytes = batches_of_flat_dicts(3, 5);
-    TakeFlat sink;
+    TakeDirect sink;
     pickle::Document d = pickle::parse(bytes, "flat.pickle", &sink);
     EXPECT_EQ(sink.taken, 5u) << "the first batch, the generic way";
-    ASSERT_EQ(sink.flat.size(), 10u) << "the two later batches, as flat dicts";
-    EXPECT_EQ(sink.flat[0], (std::vector<int64_t>{5, 7000000}));
-    EXPECT_EQ(sink.flat[1], (std::vector<int64_t>{6, 7000000, 7000000}));
+    ASSERT_EQ(sink.direct.size(), 10u) << "the two later batches, straight from the bytes";
+    EXPECT_EQ(sink.direct[0], (std::vector<int64_t>{5, 7000000}));
+    EXPECT_EQ(sink.direct[1], (std::vector<int64_t>{6, 7000000, 7000000}));
     std::vector<pickle::Value> outer;
     d.for_each_item(d.root(), [&](pickle::Ref r) { outer.push_back(d[r]); });
     ASSERT_EQ(outer.size(), 4u);
@@ -395,15 +443,15 @@ TEST(PickleSink, LaterBatchesComeStraightFromTheBytesAndAListKeptAsATokenReadsAs
     // Cut into pieces of every size, the items straddle chunks: read the generic way, the same.
     for (size_t piece : {1, 3, 17, 64}) {
         FixedChunks chunks(bytes, piece);
-        TakeFlat cut;
+        TakeDirect cut;
         pickle::parse(chunks.first(), chunks, "flat.pickle", &cut);
-        EXPECT_EQ(cut.taken + cut.flat.size(), 15u) << piece;
+        EXPECT_EQ(cut.taken + cut.direct.size(), 15u) << piece;
     }
 }
 
-// The flat path decodes LONG1 on its own (one load where 8 bytes follow): every width reads as the
+// DirectInput decodes LONG1 on its own (one load where 8 bytes follow): every width reads as the
 // generic path reads it, with bytes to spare after it and at the very end of the input.
-TEST(PickleSink, FlatDictsReadLongsOfEveryWidthAsTheGenericPathDoes) {
+TEST(PickleSink, DirectInputReadsLongsOfEveryWidthAsTheGenericPathDoes) {
     for (const bool room_after : {true, false}) {
         for_each_long([&](__int128 value, int n, bool fits, const std::string& op) {
             P p;
@@ -415,15 +463,15 @@ TEST(PickleSink, FlatDictsReadLongsOfEveryWidthAsTheGenericPathDoes) {
             p.b += op;
             p.op(room_after ? 'u' : 's').op('e').op('a');
             const std::string bytes = p.stop();
-            TakeFlat sink;
+            TakeDirect sink;
             pickle::parse(bytes, "long.pickle", &sink);
             const std::string what = "value " + std::to_string(int64_t(value)) + " in " + std::to_string(n) + " bytes";
             if (!fits) {
                 EXPECT_EQ(sink.taken, 2u) << what << ": a big integer goes the generic way";
                 return;
             }
-            ASSERT_EQ(sink.flat.size(), 1u) << what;
-            EXPECT_EQ(uint64_t(sink.flat[0].back()), uint64_t(value)) << what;
+            ASSERT_EQ(sink.direct.size(), 1u) << what;
+            EXPECT_EQ(uint64_t(sink.direct[0].back()), uint64_t(value)) << what;
         });
     }
 }
@@ -432,7 +480,7 @@ TEST(PickleSink, ATokenStaysWhenAnItemReadTheGenericWayLetsGoOfIt) {
     // Batch 1: item A, a flat dict, keeps its new list as a token; item B (a None: the generic
     // way) names that list too, and its sink lets go of what B names, as the snapshot importer
     // lets go of a free's frames. Other GETs of the list must still find the token.
-    struct ForgetLists : TakeFlat {
+    struct ForgetLists : TakeDirect {
         bool take(const pickle::Document& doc, pickle::Ref list, const pickle::Ref* items, size_t n, size_t offset,
                   pickle::Release& release) override {
             for (size_t i = 0; i < n; ++i)
@@ -450,7 +498,7 @@ TEST(PickleSink, ATokenStaysWhenAnItemReadTheGenericWayLetsGoOfIt) {
     p.get(8).op('e');
     ForgetLists sink;
     pickle::Document d = pickle::parse(p.stop(), "token.pickle", &sink);
-    ASSERT_EQ(sink.flat.size(), 1u);
+    ASSERT_EQ(sink.direct.size(), 1u);
     EXPECT_EQ(sink.taken, 3u);
     std::vector<pickle::Value> outer;
     d.for_each_item(d.root(), [&](pickle::Ref r) { outer.push_back(d[r]); });
@@ -467,7 +515,7 @@ TEST(PickleSink, DictsAfterATakenListThatAreNotItsItemsAreReadForWhatTheyAre) {
     p.op(']').memo().mark().op('}').memo().mark().str("n").i1(1).op('u').op('e');
     p.mark().op('}').memo().mark().str("n").i1(2).op('u').op('t');
     p.op('e');
-    TakeFlat sink;
+    TakeDirect sink;
     EXPECT_THROW(pickle::parse(p.stop(), "tuple.pickle", &sink), pickle::NeedsWholeDocument);
     pickle::Document whole = pickle::parse(p.stop(), "tuple.pickle");
     std::vector<pickle::Type> outer;

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
+#include <utility>
 #include <unordered_map>
 
 namespace vramscope::pickle {
@@ -21,6 +23,22 @@ std::optional<Value> Document::get(Ref dict, std::string_view key, Ref* out_ref)
     return found;
 }
 
+bool DirectInput::long_value(const uint8_t* b, uint64_t n, int64_t& out) {
+    uint64_t v = 0;
+    bool fits = true;
+    if (n > 0) {
+        const bool negative = b[n - 1] & 0x80;
+        std::memcpy(&v, b, n < 8 ? n : 8);
+        if (n < 8 && negative) v |= ~uint64_t(0) << (8 * n);
+        // Wider: the rest must be sign bytes, and a negative value must still read as negative
+        // in 64 bits (0xff-filled bytes over a clear bit 63 are below -2^63).
+        fits = n <= 8 || !negative || (v >> 63);
+        for (uint64_t k = 8; k < n; ++k) fits = fits && b[k] == (negative ? 0xff : 0x00);
+    }
+    out = int64_t(v);
+    return fits;
+}
+
 class Parser {
     static constexpr Ref kNoRef = 0xFFFFFFFFu;
     struct Mark {
@@ -28,7 +46,7 @@ class Parser {
         uint32_t values, items, batches;  // arena sizes when the MARK was read
         size_t memo_log;
         Ref min_grown = kNoRef;           // oldest container given items since (immediates excluded)
-        uint32_t flat = 0;                // items the sink took as flat dicts (take_flat)
+        uint32_t direct = 0;              // items the sink took straight from the bytes (take_direct)
     };
 
 public:
@@ -68,8 +86,7 @@ public:
                 marks_.push_back(Mark{stack_.size(), uint32_t(doc_.values_.size()), uint32_t(doc_.items_.size()),
                                       uint32_t(doc_.batches_.size()), memo_log_.size()});
                 // A new batch of a list the sink streams: its items straight to the sink.
-                if (sink_ && !stack_.empty() && streamed(stack_.back()))
-                    while (flat_item(stack_.back())) ++marks_.back().flat;
+                if (sink_ && !stack_.empty() && streamed(stack_.back())) take_direct(stack_.back());
                 break;
             case 'd': from_mark(Type::dict, 2); break;   // DICT
             case 'l': from_mark(Type::list, 1); break;   // LIST
@@ -146,7 +163,7 @@ public:
             case '.':                                                     // STOP
                 need(1);
                 for (const Mark& m : marks_)  // items the sink took that no APPENDS placed
-                    if (m.flat) throw NeedsWholeDocument();
+                    if (m.direct) throw NeedsWholeDocument();
                 doc_.root_ = stack_.back();
                 // Whatever follows is not part of the snapshot: refuse it rather than ignore
                 // it. Reading on to the end also lets a gzip stream check its CRC and length.
@@ -190,6 +207,7 @@ private:
 
     // The next chunk, once the current one is used up; false at the end of the input.
     [[gnu::noinline]] bool next_chunk() {
+        if (in_bridge_) return leave_bridge();
         std::string_view c;
         do {
             if (!more_ || !more_->next(c)) return false;
@@ -198,6 +216,67 @@ private:
         p_ = chunk_ = reinterpret_cast<const uint8_t*>(c.data());
         end_ = p_ + c.size();
         return true;
+    }
+
+    // The items of a streamed list's new batch, straight to the sink (Sink::take_direct) for as
+    // long as it reads them; one that runs past the chunk is read from a bridge.
+    void take_direct(Ref list) {
+        if (memo_count_ != memo_.size()) return;  // a sparse memo: the generic path numbers it
+        while (true) {
+            DirectInput in(p_, end_, chunk_offset_ + size_t(p_ - chunk_), *this, memo_, memo_count_, memo_epoch_,
+                           limits_.max_string_bytes);
+            marks_.back().direct += uint32_t(sink_->take_direct(in, list));
+            p_ = in.p;
+            check_held();
+            if (!in.short_of_bytes || !bridge()) return;
+        }
+    }
+
+    // For an item that runs past the chunk: the chunk's rest and the next chunk's start, copied
+    // together, become the chunk read (a bridge), so that the sink reads the item whole; the
+    // parser then goes on in the next chunk where the bridge left it (leave_bridge). In a bridge
+    // already, an item that starts in the next chunk's part is read there, with no copy. False
+    // when no item is made whole: the input's end, or an item longer than a bridge.
+    bool bridge() {
+        if (in_bridge_) {
+            if (size_t(p_ - chunk_) < bridge_tail_ || bridge_next_.empty()) return false;
+            const size_t at = size_t(p_ - chunk_) - bridge_tail_;
+            in_bridge_ = false;
+            chunk_offset_ += bridge_tail_;
+            chunk_ = reinterpret_cast<const uint8_t*>(bridge_next_.data());
+            p_ = chunk_ + at;
+            end_ = chunk_ + bridge_next_.size();
+            return true;
+        }
+        const size_t tail = size_t(end_ - p_);
+        if (!more_ || tail > kBridgeBytes / 2) return false;
+        bridge_.assign(p_, end_);
+        std::string_view c;
+        try {  // what the source throws is the parser's error once it has read the bridge
+            while (more_->next(c) && c.empty()) {}
+        } catch (...) {
+            bridge_error_ = std::current_exception();
+        }
+        bridge_next_ = c;
+        bridge_head_ = std::min(c.size(), kBridgeBytes - tail);
+        bridge_.insert(bridge_.end(), c.data(), c.data() + bridge_head_);
+        bridge_tail_ = tail;
+        in_bridge_ = true;
+        chunk_offset_ += size_t(p_ - chunk_);
+        p_ = chunk_ = bridge_.data();
+        end_ = p_ + bridge_.size();
+        return bridge_head_ > 0;
+    }
+    // The bridge read to its end: on in the next chunk, past what the bridge copied of it.
+    bool leave_bridge() {
+        in_bridge_ = false;
+        if (bridge_error_) std::rethrow_exception(std::exchange(bridge_error_, nullptr));
+        if (bridge_next_.empty()) return false;  // the input ended with the bridge
+        chunk_offset_ += bridge_tail_;
+        chunk_ = reinterpret_cast<const uint8_t*>(bridge_next_.data());
+        p_ = chunk_ + bridge_head_;
+        end_ = chunk_ + bridge_next_.size();
+        return p_ < end_ || next_chunk();
     }
 
     // n bytes that straddle chunks, gathered into one place (valid until the next take).
@@ -278,29 +357,11 @@ private:
     // (a top bit set in 8 bytes is followed by a 0 sign byte); wider ones stay unusable.
     [[gnu::always_inline]] void long_le(uint64_t n) {
         int64_t v;
-        const bool big = !long_value(take(n), n, v);
+        const bool big = !DirectInput::long_value(take(n), n, v);
         if (!big && fits_immediate(v)) return push(kImmediate | (uint32_t(v) & ~kImmediate));
         const Ref r = make(big ? Type::big_integer : Type::integer);
         doc_.values_[r].i = v;
         push(r);
-    }
-    // The low 64 bits of n little-endian two's-complement bytes, into `out`; false when the value
-    // needs more. Positive values in [2^63, 2^64) keep their bits: readers of addresses take them
-    // as uint64.
-    static bool long_value(const uint8_t* b, uint64_t n, int64_t& out) {
-        uint64_t v = 0;
-        bool fits = true;
-        if (n > 0) {
-            const bool negative = b[n - 1] & 0x80;
-            std::memcpy(&v, b, n < 8 ? n : 8);
-            if (n < 8 && negative) v |= ~uint64_t(0) << (8 * n);
-            // Wider: the rest must be sign bytes, and a negative value must still read as negative
-            // in 64 bits (0xff-filled bytes over a clear bit 63 are below -2^63).
-            fits = n <= 8 || !negative || (v >> 63);
-            for (uint64_t k = 8; k < n; ++k) fits = fits && b[k] == (negative ? 0xff : 0x00);
-        }
-        out = int64_t(v);
-        return fits;
     }
     // A text opcode's argument, up to its newline (rare: protocol 0 and 1 only).
     std::string take_line() {
@@ -354,6 +415,7 @@ private:
             if (idx >= memo_.size()) memo_.resize(idx + 1, kNoRef);
             if (memo_[idx] == kNoRef) ++memo_count_;  // MEMOIZE's index is the memo's size
             memo_[idx] = stack_.back();
+            ++memo_epoch_;
         }
         if (sink_) memo_log_.push_back(uint32_t(idx));
     }
@@ -361,13 +423,13 @@ private:
         if (idx >= memo_.size() || memo_[idx] == kNoRef) fail("memo index " + std::to_string(idx) + " was never stored");
         push(memo_[idx]);
     }
-    // A batch whose items went to the sink as flat dicts must end in APPENDS to their list: any
+    // A batch whose items went to the sink straight from the bytes must end in APPENDS to their list: any
     // other use of the MARK means they were not the list's items after all (no torch snapshot
     // does this), so the sink's reading is void.
     Mark pop_mark(bool appends_to_list = false) {
         if (marks_.empty()) fail("pickle MARK missing");
         Mark m = marks_.back();
-        if (m.flat && !appends_to_list) throw NeedsWholeDocument();
+        if (m.direct && !appends_to_list) throw NeedsWholeDocument();
         marks_.pop_back();
         if (!marks_.empty()) marks_.back().min_grown = std::min(marks_.back().min_grown, m.min_grown);
         return m;
@@ -399,7 +461,7 @@ private:
         size_t n = stack_.size() - m;
         if (n % arity) fail("odd number of items for a dict");
         const Ref container = stack_[m - 1];
-        if (mark.flat) doc_.values_[container].len += mark.flat;
+        if (mark.direct) doc_.values_[container].len += mark.direct;
         if (t == Type::list && offer(container, m, n)) {
             forget_since(mark);
         } else {
@@ -492,56 +554,26 @@ private:
         for (size_t k = m.memo_log; k < memo_log_.size(); ++k) memo_[memo_log_[k]] = moved(memo_[memo_log_[k]]);
         std::erase_if(streamed_, [&](Ref r) { return in_window(r); });
         shared_tokens_.clear();  // their values may have moved
+        std::fill(small_tokens_.begin(), small_tokens_.end(), kNoRef);
+        ++memo_epoch_;
         sink_->reclaimed(v0);
     }
 
-    // One item of a streamed list's batch, read straight from the bytes when it is a flat dict
-    // that lies whole in this chunk, and offered to the sink (Sink::take_flat): true when taken.
-    // False leaves everything as it was, for the generic path to read the item.
-    bool flat_item(Ref list) {
-        if (memo_count_ != memo_.size()) return false;  // a sparse memo: the generic path numbers it
-        const size_t values0 = doc_.values_.size(), text0 = doc_.text_.size();
-        const uint8_t* p = p_;
-        flat_fields_.clear();
-        flat_items_.clear();
-        flat_memo_.clear();
-        bool taken = read_flat_dict(p);
-        if (taken) {
-            op_at_ = chunk_offset_ + size_t(p_ - chunk_);
-            release_.clear();
-            taken = sink_->take_flat(doc_, list, flat_fields_.data(), flat_fields_.size(), flat_items_.data(), op_at_,
-                                     release_);
-        }
-        if (!taken) {
-            doc_.values_.resize(values0);
-            doc_.text_.resize(text0);
-            return false;
-        }
-        p_ = p;
-        const std::vector<Ref>& forget = release_.forget;
-        auto dropped = [&](Ref r) { return std::find(forget.begin(), forget.end(), r) != forget.end(); };
-        while (doc_.values_.size() > values0 && dropped(Ref(doc_.values_.size() - 1))) {
-            doc_.text_.resize(doc_.values_.back().off);
-            doc_.values_.pop_back();
-        }
-        for (Ref& r : flat_memo_)
-            if (r != kForgotten && dropped(r)) r = kForgotten;
-        for (const FlatField& f : flat_fields_)
-            if (f.value.token >= 0 && f.value.memo != UINT32_MAX) flat_memo_[f.value.memo] = token_ref(f.value.token);
-        for (const Ref r : flat_memo_) {
-            memo_.push_back(r);
-            ++memo_count_;
-            if (r != kForgotten) memo_log_.push_back(uint32_t(memo_.size() - 1));
-        }
-        return true;
-    }
     // One value per token: torch writes a fresh list for many entries of one stack (an empty one
     // for each allocation without Python frames), and a value each would grow with the trace.
+    // Small tokens (a sink's ids: stack numbers) index a table, the rest a map: one a trace entry.
     Ref token_ref(int64_t token) {
+        const bool small = token >= 0 && token < kSmallTokens;
+        if (small && size_t(token) < small_tokens_.size() && small_tokens_[size_t(token)] != kNoRef)
+            return small_tokens_[size_t(token)];
         auto [it, added] = shared_tokens_.try_emplace(token, 0);
         if (added) {
             it->second = make(Type::token);
             doc_.values_[it->second] = token_value(token);
+        }
+        if (small) {
+            if (size_t(token) >= small_tokens_.size()) small_tokens_.resize(size_t(token) + 1, kNoRef);
+            small_tokens_[size_t(token)] = it->second;
         }
         return it->second;
     }
@@ -550,149 +582,6 @@ private:
         v.type = Type::token;
         v.i = token;
         return v;
-    }
-
-    // The grammar of a flat dict, as pickle writes one: EMPTY_DICT, a memo put, then MARK, pairs,
-    // SETITEMS (or one pair and SETITEM). Fills flat_fields_; false on anything else.
-    bool read_flat_dict(const uint8_t*& p) {
-        if (next_op(p) != '}' || !memo_opt(p, kForgotten)) return false;
-        const int first = peek_op(p);
-        const bool batch = first == '(';
-        if (batch) ++p;
-        while (true) {
-            const int op = next_op(p);
-            if (batch && op == 'u') return !flat_fields_.empty();
-            FlatField f;
-            if (op == 'h' || op == 'j') {
-                if (!memo_ref(p, op, f.key)) return false;
-            } else if (op == 0x8c || op == 'X') {
-                if (!flat_string(p, op, f.key)) return false;
-            } else {
-                return false;
-            }
-            if (!flat_value(p, f.value)) return false;
-            flat_fields_.push_back(f);
-            if (!batch) return next_op(p) == 's';
-        }
-    }
-
-    bool flat_value(const uint8_t*& p, FlatValue& v) {
-        const int op = next_op(p);
-        switch (op) {
-        case 'h':
-        case 'j': return memo_ref(p, op, v.ref);
-        case 0x8c:
-        case 'X': return flat_string(p, op, v.ref);
-        case 'K':
-        case 'M':
-        case 'J':
-        case 0x8a: v.kind = FlatValue::Kind::integer; return flat_integer(p, op, v.integer);
-        case ']': {  // a list of memo values: EMPTY_LIST, a memo put, then nothing, or GET APPEND, or batches
-            v.kind = FlatValue::Kind::refs;
-            v.first = uint32_t(flat_items_.size());
-            const size_t memo_puts = flat_memo_.size();
-            if (!memo_opt(p, kForgotten)) return false;
-            if (flat_memo_.size() > memo_puts) v.memo = uint32_t(memo_puts);
-            const uint8_t* const before = p;
-            const int next = next_op(p);
-            Ref r;
-            if ((next == 'h' || next == 'j') && memo_ref(p, next, r) && next_op(p) == 'a') {
-                flat_items_.push_back(r);
-            } else if (next == '(') {
-                for (int item = next_op(p); item != 'e' || peek_op(p) == '('; item = next_op(p)) {
-                    if (item == 'e') {  // another batch of the same list
-                        ++p;
-                        continue;
-                    }
-                    if ((item != 'h' && item != 'j') || !memo_ref(p, item, r)) return false;
-                    flat_items_.push_back(r);
-                }
-            } else {
-                p = before;  // an empty list: what follows is the dict's next key
-            }
-            v.count = uint32_t(flat_items_.size()) - v.first;
-            return true;
-        }
-        default: return false;
-        }
-    }
-
-    // The next opcode, FRAME hints skipped; -1 where the chunk ends.
-    int next_op(const uint8_t*& p) const {
-        const int op = peek_op(p);
-        if (op >= 0) ++p;
-        return op;
-    }
-    int peek_op(const uint8_t*& p) const {
-        while (p < end_ && *p == 0x95) {
-            if (end_ - p < 9) return -1;
-            p += 9;
-        }
-        return p < end_ ? *p : -1;
-    }
-    bool has(const uint8_t* p, size_t n) const { return size_t(end_ - p) >= n; }
-
-    // A memo put, if one follows: MEMOIZE, or BINPUT / LONG_BINPUT at the memo's next index.
-    bool memo_opt(const uint8_t*& p, Ref value) {
-        const int op = peek_op(p);
-        const uint64_t next = memo_.size() + flat_memo_.size();
-        if (op == 0x94) {
-            ++p;
-        } else if (op == 'q' && has(p, 2) && p[1] == next) {
-            p += 2;
-        } else if (op == 'r' && has(p, 5) && u32(p + 1) == next) {
-            p += 5;
-        } else {
-            return op != 'q' && op != 'r';  // no memo put; an out-of-order one goes the generic way
-        }
-        flat_memo_.push_back(value);
-        return true;
-    }
-    bool memo_ref(const uint8_t*& p, int op, Ref& r) {
-        const size_t n = op == 'h' ? 1 : 4;
-        if (!has(p, n)) return false;
-        const uint64_t idx = n == 1 ? *p : u32(p);
-        if (idx >= memo_.size() || memo_[idx] == kNoRef) return false;  // also one of this item's own
-        r = memo_[idx];
-        p += n;
-        return true;
-    }
-    bool flat_string(const uint8_t*& p, int op, Ref& r) {
-        const size_t n = op == 0x8c ? 1 : 4;
-        if (!has(p, n)) return false;
-        const uint64_t len = n == 1 ? *p : u32(p);
-        if (!has(p, n + len) || len > limits_.max_string_bytes || doc_.text_.size() + len > 0xFFFFFFFFull) return false;
-        p += n;
-        r = make(Type::string);
-        doc_.values_[r].off = uint32_t(doc_.text_.size());
-        doc_.values_[r].len = uint32_t(len);
-        doc_.text_.insert(doc_.text_.end(), p, p + len);
-        p += len;
-        return memo_opt(p, r);
-    }
-    bool flat_integer(const uint8_t*& p, int op, int64_t& v) {
-        if (op == 0x8a) {  // LONG1: a length byte, then the bytes
-            if (!has(p, 1) || !has(p, 1 + size_t(*p))) return false;
-            const size_t n = *p;
-            if (n - 1 < 8 && has(p, 9)) {
-                // 1 to 8 bytes (addresses, times), 8 readable: one load and a sign-extending
-                // shift. long_value()'s copy of n bytes is a rep movsb and a stalled reload here,
-                // 6 % of an import's samples.
-                uint64_t bits;
-                std::memcpy(&bits, p + 1, 8);
-                const unsigned unused = unsigned(64 - 8 * n);
-                v = int64_t(bits << unused) >> unused;
-            } else if (!long_value(p + 1, n, v)) {
-                return false;
-            }
-            p += 1 + n;
-            return true;
-        }
-        const size_t n = op == 'K' ? 1 : op == 'M' ? 2 : 4;
-        if (!has(p, n)) return false;
-        v = op == 'K' ? int64_t(p[0]) : op == 'M' ? int64_t(p[0] | p[1] << 8) : int64_t(int32_t(u32(p)));
-        p += n;
-        return true;
     }
 
     // Appends stack_[from, from+n) to a container as one batch.
@@ -718,8 +607,8 @@ private:
     std::vector<uint32_t> memo_log_;  // memo indices written, in order (only with a sink)
     std::vector<Ref> streamed_;       // lists whose items the sink takes
     std::unordered_map<int64_t, Ref> shared_tokens_;
-    std::vector<FlatField> flat_fields_;
-    std::vector<Ref> flat_items_, flat_memo_;
+    static constexpr int64_t kSmallTokens = 1 << 20;
+    std::vector<Ref> small_tokens_;  // shared_tokens_' values of small tokens, by token
     Release release_;
     std::vector<uint8_t> scratch_state_;
     std::vector<Ref> scratch_work_, scratch_remap_, scratch_items_;
@@ -730,6 +619,12 @@ private:
     size_t chunk_offset_ = 0;  // of chunk_ in the whole input, for messages
     ChunkSource* more_;
     std::vector<uint8_t> straddle_;
+    static constexpr size_t kBridgeBytes = 8192;
+    std::vector<uint8_t> bridge_;
+    bool in_bridge_ = false;
+    size_t bridge_tail_ = 0, bridge_head_ = 0;  // bytes of the chunk before it, and of the one after
+    std::string_view bridge_next_;              // the chunk after it (empty: the input ended there)
+    std::exception_ptr bridge_error_;           // what the source threw instead of a chunk
     const std::string& name_;
     Sink* sink_;
     const ReadLimits& limits_;
@@ -739,7 +634,23 @@ private:
     std::vector<Mark> marks_;
     std::vector<Ref> memo_;
     uint64_t memo_count_ = 0;
+    uint64_t memo_epoch_ = 0;  // see DirectInput::memo_epoch
+
+    friend class DirectInput;
 };
+
+const Document& DirectInput::doc() const { return parser_->doc_; }
+void DirectInput::keep_as_token(uint32_t index, int64_t token) {
+    (*memo_)[index] = parser_->token_ref(token);
+    parser_->memo_log_.push_back(index);
+}
+void DirectInput::undo_puts(size_t size) {
+    if (size == memo_size_) return;
+    *memo_count_ -= memo_size_ - size;
+    memo_->resize(size);
+    memo_size_ = size;
+    ++*epoch_;  // the indices will hold other values
+}
 
 Document parse(std::string_view bytes, const std::string& name, Sink* sink, const ReadLimits& limits) {
     return Parser(bytes, nullptr, sink, name, limits).run();

@@ -12,6 +12,7 @@
 
 #include "common/gzip_stream.h"
 #include "common/limits.h"
+#include "importers/pickle_direct.h"
 
 namespace vramscope::pickle {
 
@@ -28,7 +29,6 @@ enum class Type : uint8_t { none, boolean, integer, big_integer, floating, strin
 
 // Index of a value in its Document, or, with the top bit set, a small integer held in the Ref
 // itself: snapshots hold millions of small ints (sizes, lines, streams) that need no storage.
-using Ref = uint32_t;
 inline constexpr Ref kImmediate = 0x80000000u;
 inline constexpr Ref kForgotten = 0xFFFFFFFEu;  // never an immediate: -1 and -2 are stored as values
 
@@ -87,23 +87,6 @@ private:
     Ref root_ = 0;
 };
 
-// A value of a dict read straight from the bytes (Sink::take_flat): a value of the Document
-// (what the memo gave, or a string just stored), an integer, or a list of Document values held
-// in the parser, which is never stored.
-struct FlatValue {
-    enum class Kind : uint8_t { ref, integer, refs };
-    Kind kind = Kind::ref;
-    Ref ref = 0;
-    int64_t integer = 0;
-    uint32_t first = 0, count = 0;  // refs: [first, first + count) of the items passed along
-    int64_t token = -1;             // refs: the sink may set it to keep the list as this token
-    uint32_t memo = UINT32_MAX;     // refs: the list's memo put among the item's (parser's own)
-};
-struct FlatField {
-    Ref key;
-    FlatValue value;
-};
-
 // What a Sink lets the parser drop of the values it took.
 struct Release {
     std::vector<Ref> forget;                        // a later GET yields `forgotten` (a token stays)
@@ -117,16 +100,11 @@ struct Release {
 class Sink {
 public:
     virtual ~Sink() = default;
-    // The fast path, for the later batches of a list whose items take() took: an item that is a
-    // flat dict (keys and values from the memo, integers, strings, lists of memo values) is
-    // offered as its fields, read straight from the bytes, with no Document values built for it.
-    // Return true to take it: the dict and its lists are then forgotten (a list whose token the
-    // sink set becomes that token), and so are the strings put in `release.forget`. False: the
-    // parser reads it the generic way, and the rest of its batch too.
-    virtual bool take_flat(const Document&, Ref /*list*/, FlatField*, size_t /*n*/, const Ref* /*items*/,
-                           size_t /*offset*/, Release& /*release*/) {
-        return false;
-    }
+    // The fast path, for the later batches of a list whose items take() took: decode the items
+    // that follow straight from `in` (a DirectInput: the bytes and the memo), as many as it can,
+    // stopping before the first it cannot read, with `in.p` at that item and the memo as it was
+    // before it; returns how many it took. The parser reads the rest the generic way.
+    virtual size_t take_direct(DirectInput& /*in*/, Ref /*list*/) { return 0; }
     // Gets batches of one or more items; `offset` is where the opcode that completed the batch
     // begins, for messages. Return true to take the items (the list then only counts them); put
     // in `release` the values taken that the parser may drop or replace by a token. A reader

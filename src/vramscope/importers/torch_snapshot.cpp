@@ -10,7 +10,9 @@
 #include "common/file.h"
 #include "common/gzip_stream.h"
 #include "common/read_ahead.h"
+#include "importers/entry_decoder.h"
 #include "importers/pickle.h"
+#include "importers/snapshot_keys.h"
 #include "importers/validate.h"
 #include "trace/reader.h"
 
@@ -18,52 +20,15 @@ namespace vramscope {
 namespace {
 
 using pickle::Document;
-using pickle::FlatField;
-using pickle::FlatValue;
 using pickle::Ref;
 using pickle::Type;
-
-// Snapshot dicts repeat a dozen key strings millions of times, and pickle's memo makes each
-// repeat the same value: resolve a key value to its field once, then compare ids.
-enum class Key : uint8_t { other, action, addr, size, stream, time_us, frames, device_free, filename, line, name };
-
-class KeyCache {
-public:
-    void forget_from(Ref first) {
-        for (auto& [ref, k] : seen_)
-            if (ref >= first && !(ref & pickle::kImmediate)) ref = kNoKey;
-    }
-    Key operator()(const Document& doc, Ref key) {
-        auto& [ref, k] = seen_[key & (seen_.size() - 1)];
-        if (ref == key) return k;
-        ref = key;
-        k = resolve(doc, key);
-        return k;
-    }
-
-private:
-    static Key resolve(const Document& doc, Ref key) {
-        if (doc[key].type != Type::string) return Key::other;
-        static constexpr std::pair<std::string_view, Key> kNames[] = {
-            {"action", Key::action},           {"addr", Key::addr},         {"size", Key::size},
-            {"stream", Key::stream},           {"time_us", Key::time_us},   {"frames", Key::frames},
-            {"device_free", Key::device_free}, {"filename", Key::filename}, {"line", Key::line},
-            {"name", Key::name}};
-        for (const auto& [name, id] : kNames)
-            if (doc.str(key) == name) return id;
-        return Key::other;
-    }
-
-    static constexpr Ref kNoKey = 0xFFFFFFFFu;
-    std::vector<std::pair<Ref, Key>> seen_ = std::vector<std::pair<Ref, Key>>(1024, {kNoKey, Key::other});
-};
 
 // Builds a Trace from a snapshot. As a pickle::Sink it takes the trace entries while the parser
 // reads them (a million entries never exist as a document at once); run() then reads the rest.
 class SnapshotImporter : public pickle::Sink {
 public:
-    SnapshotImporter(Trace& trace, const std::string& name, const ReadLimits& limits)
-        : t_(trace), name_(name), limits_(limits) {
+    SnapshotImporter(Trace& trace, const std::string& name, const ReadLimits& limits, bool direct)
+        : t_(trace), name_(name), limits_(limits), direct_(direct) {
         last_time_.fill(kNoTime);
     }
 
@@ -84,32 +49,38 @@ public:
         return true;
     }
 
-    // Later entries of a list take() took, read by the parser straight from the bytes.
-    [[gnu::flatten]] bool take_flat(const Document& doc, Ref list, FlatField* fields, size_t n, const Ref* items,
-                                    size_t offset, pickle::Release& release) override {
-        doc_ = &doc;
-        offset_ = offset;
+    // Later entries of a list take() took, straight from the bytes (EntryDecoder): each field
+    // read as read_entry() reads it.
+    [[gnu::flatten]] size_t take_direct(pickle::DirectInput& in, Ref list) override {
+        doc_ = &in.doc();
         const size_t ordinal = ordinal_of(list);
-        if (ordinal == streamed_lists_.size()) return false;
-        std::array<Key, 32> keys;
-        if (n > keys.size()) return false;
-        for (size_t i = 0; i < n; ++i) {
-            keys[i] = key_(*doc_, fields[i].key);
-            EventKind kind;
-            bool annotate = false;  // an annotation among the entries is read from its dict: not here
-            if (keys[i] == Key::action && fields[i].value.kind == FlatValue::Kind::ref &&
-                !action_of(fields[i].value.ref, kind, annotate) && annotate)
-                return false;
+        if (!direct_ || ordinal == streamed_lists_.size()) return 0;
+        size_t taken = 0;
+        for (const uint8_t* at = in.p; decoder_.decode(in, key_, decoded_); at = in.p) {
+            if (is_annotation(decoded_)) {  // read from its dict (read_entry): not here
+                in.undo_puts(decoded_.memo_before);
+                in.p = at;
+                break;
+            }
+            offset_ = in.offset(at);
+            Entry entry{uint8_t(ordinal)};
+            auto field = [&](Key k) {  // one call per key: each inlined for its key
+                if (decoded_.has(k)) read_field(entry, k, decoded_[k], decoded_.frame_refs.data(), nullptr);
+            };
+            field(Key::action), field(Key::addr), field(Key::size), field(Key::stream), field(Key::time_us);
+            field(Key::frames), field(Key::device_free);
+            add_entry(entry);
+            if (entry.frames_token >= 0 && decoded_.frames_list != DecodedEntry::kNoList)
+                in.keep_as_token(decoded_.frames_list, entry.frames_token);
+            ++taken;
         }
-        Entry entry{uint8_t(ordinal)};
-        size_t frames = n;
-        for (size_t i = 0; i < n; ++i) {
-            read_field(entry, keys[i], fields[i].value, items, &release);
-            if (keys[i] == Key::frames) frames = i;
-        }
-        add_entry(entry);
-        if (entry.frames_token >= 0 && frames < n) fields[frames].value.token = entry.frames_token;
-        return true;
+        return taken;
+    }
+    bool is_annotation(const DecodedEntry& d) {
+        EventKind kind;
+        bool annotate = false;
+        return d.has(Key::action) && d[Key::action].kind == FieldValue::Kind::ref &&
+               !action_of(d[Key::action].ref, kind, annotate) && annotate;
     }
 
     // The list's place among those take() took (their count if it is none of them).
@@ -164,13 +135,21 @@ public:
                 ++device;
             });
         }
-        std::erase_if(t_.events, [&](const Event& e) { return device_of[e.device] == kNotATrace; });
-        for (Event& e : t_.events) e.device = uint8_t(device_of[e.device]);
+        // Two passes over every event, unless each list taken is the device of its ordinal (the
+        // usual case: a single device, or all of them in order).
+        bool ordinal_is_device = true;
+        for (size_t k = 0; k < device_of.size(); ++k) ordinal_is_device = ordinal_is_device && device_of[k] == int(k);
+        if (!ordinal_is_device) {
+            std::erase_if(t_.events, [&](const Event& e) { return device_of[e.device] == kNotATrace; });
+            for (Event& e : t_.events) e.device = uint8_t(device_of[e.device]);
+        }
         for (const auto& list_and_device : stored) {
             const uint8_t device = list_and_device.second;
             doc_->for_each_item(list_and_device.first, [&](Ref e) { read_entry(e, device); });
         }
-        order_events();
+        // What add_entry() tallied holds unless events moved to other devices or went.
+        if (!ordinal_is_device) rescan_events();
+        order_events(events_in_order_);
         compute_baselines();
         if (unknown_actions_)
             t_.warnings.push_back(name_ + ": skipped " + std::to_string(unknown_actions_) +
@@ -260,12 +239,12 @@ private:
         bool cut = false;
         int64_t token() const { return int64_t(stack) | int64_t(cut) << 32; }
     };
-    StackRead read_stack(const FlatValue& frames, const Ref* items) {
-        if (frames.kind == FlatValue::Kind::refs) {
+    StackRead read_stack(const FieldValue& frames, const Ref* items) {
+        if (frames.kind == FieldValue::Kind::refs) {
             refs_.assign(items + frames.first, items + frames.first + frames.count);
             return stack_of_refs();
         }
-        if (frames.kind != FlatValue::Kind::ref) return {};
+        if (frames.kind != FieldValue::Kind::ref) return {};
         const pickle::Value v = (*doc_)[frames.ref];
         if (v.type == Type::forgotten) throw pickle::NeedsWholeDocument();
         if (v.type == Type::token) return {uint32_t(v.i), bool(v.i >> 32)};
@@ -275,7 +254,7 @@ private:
         return stack_of_refs();
     }
     uint32_t stack_of(Ref frames) {
-        FlatValue list;
+        FieldValue list;
         list.ref = frames;
         const StackRead s = read_stack(list, nullptr);
         cut_stacks_ += s.cut;
@@ -358,10 +337,10 @@ private:
         explicit Entry(uint8_t device) { ev.device = device; }
         Event ev;
         Ref action = 0;
-        FlatValue frames;
+        FieldValue frames;
         bool has_action = false, has_frames = false, has_addr = false, has_size = false, has_time = false;
         int64_t device_free = 0, size = 0;
-        const Ref* frame_items = nullptr;  // where frames' items are, for FlatValue::Kind::refs
+        const Ref* frame_items = nullptr;  // where frames' items are, for FieldValue::Kind::refs
         int64_t frames_token = -1;  // the stack, when read from a list: what the list stays as
     };
 
@@ -372,7 +351,7 @@ private:
         if ((*doc_)[e].type != Type::dict) return faults_.add("trace entries that are not dicts");
         Entry entry(device);
         doc_->for_each_pair(e, [&](Ref k, Ref v) {
-            FlatValue value;
+            FieldValue value;
             value.ref = v;
             read_field(entry, key_(*doc_, k), value, nullptr, release);
         });
@@ -382,15 +361,15 @@ private:
         else release->forget.push_back(entry.frames.ref);
     }
 
-    bool is_number(const FlatValue& v) const {
-        return v.kind == FlatValue::Kind::integer || (v.kind == FlatValue::Kind::ref && is_number(v.ref));
+    bool is_number(const FieldValue& v) const {
+        return v.kind == FieldValue::Kind::integer || (v.kind == FieldValue::Kind::ref && is_number(v.ref));
     }
-    int64_t number(const FlatValue& v) const {
-        return v.kind == FlatValue::Kind::integer ? v.integer : v.kind == FlatValue::Kind::ref ? number(v.ref) : 0;
+    int64_t number(const FieldValue& v) const {
+        return v.kind == FieldValue::Kind::integer ? v.integer : v.kind == FieldValue::Kind::ref ? number(v.ref) : 0;
     }
 
-    void read_field(Entry& entry, Key key, const FlatValue& v, const Ref* items, pickle::Release* release) {
-        const bool ref = v.kind == FlatValue::Kind::ref;
+    void read_field(Entry& entry, Key key, const FieldValue& v, const Ref* items, pickle::Release* release) {
+        const bool ref = v.kind == FieldValue::Kind::ref;
         // A field this reads, whose value an earlier entry let go: only the whole document has
         // it. (Frames are checked where they are read: frees share their alloc's, unread.)
         if (ref && key != Key::other && key != Key::frames && (*doc_)[v.ref].type == Type::forgotten)
@@ -421,7 +400,7 @@ private:
         }
     }
 
-    // `e`: the entry's dict, for an annotation (take_flat leaves those to read_entry).
+    // `e`: the entry's dict, for an annotation (take_direct leaves those to read_entry).
     void add_entry(Entry& entry, Ref e = pickle::kForgotten) {
         Event& ev = entry.ev;
         bool annotate = false;
@@ -435,8 +414,8 @@ private:
         ev.size = uint64_t(entry.size);
         // A list is read whatever the event (entries share them: a segment's with the block
         // allocated in it), so that the parser can keep it as its stack alone.
-        const bool list = entry.has_frames && (entry.frames.kind == FlatValue::Kind::refs ||
-                                               (entry.frames.kind == FlatValue::Kind::ref &&
+        const bool list = entry.has_frames && (entry.frames.kind == FieldValue::Kind::refs ||
+                                               (entry.frames.kind == FieldValue::Kind::ref &&
                                                 (*doc_)[entry.frames.ref].type == Type::list));
         if (list || (entry.has_frames && has_stack(ev.kind))) {
             const StackRead s = read_stack(entry.frames, entry.frame_items);
@@ -446,9 +425,11 @@ private:
         // A completion right after its request, at the same instant, is one `free`.
         if (ev.kind == EventKind::free_completed && !t_.events.empty() && completes(t_.events.back(), ev) &&
             t_.events.back().time_us == ev.time_us) {
-            t_.events.back().kind = EventKind::free;
+            t_.events.back().kind = EventKind::free;  // a free_requested, which added nothing
+            tally(t_.events.back(), false);
             return;
         }
+        tally(ev, true);
         t_.events.push_back(ev);
         if (__builtin_expect((t_.events.size() & 0xFFF) == 0, 0)) check_held();
     }
@@ -508,10 +489,10 @@ private:
     static bool before(const Event& a, const Event& b) {
         return a.time_us != b.time_us ? a.time_us < b.time_us : rank(a.kind) < rank(b.kind);
     }
-    void order_events() {
+    void order_events(bool in_order) {
         std::stable_sort(notes_.begin(), notes_.end(), before);
         std::vector<Event>& ev = t_.events;
-        if (!std::is_sorted(ev.begin(), ev.end(), before)) std::stable_sort(ev.begin(), ev.end(), before);
+        if (!in_order) std::stable_sort(ev.begin(), ev.end(), before);
         // Merge from the back, in place: no second copy of the events.
         size_t i = ev.size(), j = notes_.size();
         ev.resize(ev.size() + notes_.size());
@@ -521,27 +502,48 @@ private:
         }
     }
 
-    // The trace may start after the program did (or the ring buffer wrapped): what was allocated
-    // before its first event is the final state minus what the trace added.
-    void compute_baselines() {
-        // Unsigned, so hostile sizes wrap instead of overflowing; validate_events() faults them.
-        // By an event's device (8 bits): no hash lookup per event.
-        std::array<uint64_t, 256> alloc_delta{}, reserved_delta{};
-        for (const Event& e : t_.events) {
-            switch (e.kind) {
-            case EventKind::alloc: alloc_delta[e.device] += e.size; break;
-            case EventKind::free_completed:
-            case EventKind::free: alloc_delta[e.device] -= e.size; break;
-            case EventKind::segment_alloc:
-            case EventKind::segment_map: reserved_delta[e.device] += e.size; break;
-            case EventKind::segment_free:
-            case EventKind::segment_unmap: reserved_delta[e.device] -= e.size; break;
-            default: break;
-            }
+    // What the events add to each device, by an event's device (8 bits: no hash lookup per event).
+    // Unsigned, so hostile sizes wrap instead of overflowing; validate_events() faults them.
+    // What the events add to each device, by an event's device (8 bits: no hash lookup per event).
+    // Unsigned, so hostile sizes wrap instead of overflowing; validate_events() faults them.
+    struct Deltas {
+        std::array<uint64_t, 256> allocated{}, reserved{};
+    };
+    static void add_delta(Deltas& d, const Event& e) {
+        switch (e.kind) {
+        case EventKind::alloc: d.allocated[e.device] += e.size; break;
+        case EventKind::free_completed:
+        case EventKind::free: d.allocated[e.device] -= e.size; break;
+        case EventKind::segment_alloc:
+        case EventKind::segment_map: d.reserved[e.device] += e.size; break;
+        case EventKind::segment_free:
+        case EventKind::segment_unmap: d.reserved[e.device] -= e.size; break;
+        default: break;
         }
-        for (DeviceInfo& d : t_.devices) {  // 0 to 255: device_of() left the others out
-            d.baseline_allocated = uint64_t(std::max<int64_t>(0, int64_t(allocated_[d.device] - alloc_delta[d.device])));
-            d.baseline_reserved = uint64_t(std::max<int64_t>(0, int64_t(reserved_[d.device] - reserved_delta[d.device])));
+    }
+    // The events' deltas and time order, kept as add_entry() adds them (a pass over hundreds of
+    // MB afterwards cost more): an event `e` is added, or the last one became `e`.
+    void tally(const Event& e, bool added) {
+        if (added && !t_.events.empty()) events_in_order_ = events_in_order_ && !before(e, t_.events.back());
+        add_delta(deltas_, e);
+    }
+    void rescan_events() {
+        deltas_ = {};
+        events_in_order_ = true;
+        for (size_t i = 0; i < t_.events.size(); ++i) {
+            events_in_order_ = events_in_order_ && !(i > 0 && before(t_.events[i], t_.events[i - 1]));
+            add_delta(deltas_, t_.events[i]);
+        }
+    }
+
+    // The trace may start after the program did (or the ring buffer wrapped): what was allocated
+    // before its first event is the final state minus what the trace added (annotations add
+    // nothing).
+    void compute_baselines() {
+        for (DeviceInfo& info : t_.devices) {  // 0 to 255: device_of() left the others out
+            const uint16_t k = info.device;
+            info.baseline_allocated = uint64_t(std::max<int64_t>(0, int64_t(allocated_[k] - deltas_.allocated[k])));
+            info.baseline_reserved = uint64_t(std::max<int64_t>(0, int64_t(reserved_[k] - deltas_.reserved[k])));
         }
     }
 
@@ -555,14 +557,19 @@ private:
     Trace& t_;
     const std::string& name_;
     const ReadLimits& limits_;
+    const bool direct_;  // take_direct() reads entries (ImportPath::direct)
     size_t offset_ = 0;  // of the batch being taken, for messages
     FaultTally faults_;
     std::array<int64_t, 256> last_time_;  // per list, to see time run back
     size_t cut_stacks_ = 0;
     std::unordered_map<Ref, uint32_t> string_cache_;
     KeyCache key_;
+    EntryDecoder decoder_;
+    DecodedEntry decoded_;
     std::vector<Action> actions_;
     std::vector<Event> notes_;      // annotations, merged into the events in time order
+    Deltas deltas_;                 // what t_.events add to each device (tally())
+    bool events_in_order_ = true;   // t_.events in time order (tally())
     uint64_t last_stream_handle_ = 0;
     uint16_t last_stream_ = 0;      // Trace::streams[0] is stream 0
     std::vector<Ref> streamed_lists_;  // device trace lists whose entries were taken while parsing
@@ -586,7 +593,7 @@ namespace {
 // Parses with the importer as the parser's sink; a pickle that refers back to a taken entry (no
 // torch snapshot does) is parsed again whole.
 template <class Parse>
-Trace import_with(const std::string& name, size_t pickle_bytes, const ReadLimits& limits, Parse&& parse) {
+Trace import_with(const std::string& name, size_t pickle_bytes, const ReadLimits& limits, ImportPath path, Parse&& parse) {
     auto import = [&](bool stream) {
         Trace trace;
         trace.source = name;
@@ -596,10 +603,11 @@ Trace import_with(const std::string& name, size_t pickle_bytes, const ReadLimits
         // of them, so the events are never copied as they grow (a copy doubled the peak memory
         // of a file of small entries). Untouched capacity costs only address space.
         trace.events.reserve(std::min<size_t>(pickle_bytes / 40, limits.max_held_bytes / sizeof(Event)));
-        SnapshotImporter importer(trace, name, limits);
+        SnapshotImporter importer(trace, name, limits, path == ImportPath::direct);
         importer.run(parse(stream ? &importer : nullptr));
         return trace;
     };
+    if (path == ImportPath::whole_document) return import(false);
     try {
         return import(true);
     } catch (const pickle::NeedsWholeDocument&) {
@@ -631,14 +639,14 @@ Trace load_gzip(std::string_view bytes, const std::string& path, const ReadLimit
 }
 }  // namespace
 
-Trace import_torch_snapshot(std::string_view bytes, const std::string& name, const ReadLimits& limits) {
-    return import_with(name, bytes.size(), limits,
+Trace import_torch_snapshot(std::string_view bytes, const std::string& name, const ReadLimits& limits, ImportPath path) {
+    return import_with(name, bytes.size(), limits, path,
                        [&](pickle::Sink* sink) { return pickle::parse(bytes, name, sink, limits); });
 }
 
 Trace import_torch_snapshot(const std::function<std::unique_ptr<ChunkSource>()>& open, const std::string& name,
-                            size_t size_hint, const ReadLimits& limits) {
-    return import_with(name, size_hint, limits, [&](pickle::Sink* sink) {
+                            size_t size_hint, const ReadLimits& limits, ImportPath path) {
+    return import_with(name, size_hint, limits, path, [&](pickle::Sink* sink) {
         const std::unique_ptr<ChunkSource> chunks = open();
         std::string_view first;
         chunks->next(first);
