@@ -44,7 +44,7 @@ for f in sorted(glob.glob("tests/data/*.pickle.gz")):
     small = pickle.dumps(snap)
     open(f"{seeds}/snapshot/small_{name}.pickle", "wb").write(small)
     # Batches of 8 (Python's own pickler writes 1,000): later batches take the importer's fast
-    # path (pickle::Sink::take_flat), which a small input otherwise never reaches.
+    # path (pickle::Sink::take_direct), which a small input otherwise never reaches.
     batched = io.BytesIO()
     pickler = pickle._Pickler(batched, protocol=4)
     pickler._BATCHSIZE = 8
