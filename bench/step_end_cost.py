@@ -1,0 +1,59 @@
+"""What a step end costs the training thread under capture: the time spent in Capture.end_step
+(the drain of the events the worker has not taken yet, NVML's read, the live monitor's judging,
+the reporter), step by step, beside the step itself, on capture_overhead.py's transformer.
+
+  python bench/step_end_cost.py --steps 150          # VRAMSCOPE_DRIVER=0 turns driver capture off
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from capture_overhead import workload  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=150)
+    ap.add_argument("--warmup", type=int, default=20)
+    a = ap.parse_args()
+    import torch
+    import vramscope
+    from vramscope.capture import session
+
+    step = workload("transformer")
+    spent: list[float] = []
+    end_step = session.Capture.end_step
+
+    def timed(self, unit):
+        t0 = time.perf_counter()
+        try:
+            return end_step(self, unit)
+        finally:
+            spent.append(time.perf_counter() - t0)
+
+    session.Capture.end_step = timed
+    capture = vramscope.track(os.path.join(tempfile.mkdtemp(), "cost.vscope"), summary=False, live_warnings=False).start()
+    steps = []
+    for i in range(a.warmup + a.steps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        step()
+        torch.cuda.synchronize()
+        steps.append(time.perf_counter() - t0)
+    capture.stop()
+    ends, whole = [1e3 * s for s in spent[a.warmup:]], [1e3 * s for s in steps[a.warmup:]]
+    print(f"step {statistics.median(whole):.2f} ms (median of {len(whole)}); its step end "
+          f"{statistics.median(ends):.3f} ms median, {statistics.mean(ends):.3f} mean, {max(ends):.3f} max "
+          f"({100 * statistics.mean(ends) / statistics.median(whole):.2f} % of the step)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
