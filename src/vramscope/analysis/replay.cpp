@@ -37,10 +37,9 @@ size_t Replay::add_device(uint8_t device) {
     return i;
 }
 
-uint32_t Replay::site_of(uint8_t device, uint32_t stack, Memory memory) {
+// A site not in site_of_stack_ yet (or not torch's, or on another device).
+uint32_t Replay::find_site(uint8_t device, uint32_t stack, Memory memory) {
     const bool cached = device == stack_device_ && memory == Memory::torch;
-    if (cached && stack < site_of_stack_.size() && site_of_stack_[stack] != UINT32_MAX)
-        return site_of_stack_[stack];
     const uint32_t frame = resolver.site(stack);
     auto [it, added] = site_index_.try_emplace(uint64_t(memory) << 40 | uint64_t(device) << 32 | frame, uint32_t(sites.size()));
     if (added) {
@@ -75,23 +74,31 @@ uint32_t Replay::holder_of(uint8_t device, Memory memory, uint32_t stack) {
 
 // A new live block at `key` of `map`: its slot in pool_, or kMissing when the address is live
 // already and the replay checks (a fault: the first block stays, the one its free will name).
-uint32_t Replay::place(AddressMap& map, uint64_t key) {
-    const uint32_t slot = free_slots_.empty() ? uint32_t(pool_.size()) : free_slots_.back();
+[[gnu::always_inline]] inline uint32_t Replay::place(AddressMap& map, uint64_t key) {
+    if (free_slots_.empty()) [[unlikely]] {  // a slot more, free until taken
+        free_slots_.push_back(uint32_t(pool_.size()));
+        pool_.emplace_back();
+    }
+    const uint32_t slot = free_slots_.back();
     const uint32_t old = map.put(key, slot);
-    if (old != AddressMap::kMissing && checks_) {
+    if (old != AddressMap::kMissing) [[unlikely]] return placed_again(map, key, slot, old);
+    free_slots_.pop_back();
+    return slot;
+}
+
+uint32_t Replay::placed_again(AddressMap& map, uint64_t key, uint32_t slot, uint32_t old) {
+    if (checks_) {
         map.put(key, old);
         return AddressMap::kMissing;
     }
-    if (slot == pool_.size()) pool_.emplace_back();
-    else free_slots_.pop_back();
-    // An address allocated again without a free (unchecked): the older block is forgotten, as a map would.
-    if (old != AddressMap::kMissing) free_slots_.push_back(old);
+    // Unchecked: the older block is forgotten, as a map would.
+    free_slots_.back() = old;
     return slot;
 }
 
 // What a site holds at step ends changes only when it allocates or frees: the value it had
 // since its last change is written down once, when it changes again in a later step.
-void Replay::change(HeldSeries& s, int64_t bytes) {
+[[gnu::always_inline]] inline void Replay::change(HeldSeries& s, int64_t bytes) {
     s.record_held(step_);
     s.live += bytes;
     s.touched = step_;
@@ -154,7 +161,7 @@ void SiteSeries::add_survivor(const LiveAlloc& a, uint32_t window, uint32_t unti
     aged_deltas.emplace_back(until, -double(a.size));
 }
 
-void Replay::released(const LiveAlloc& a) {
+[[gnu::always_inline]] inline void Replay::released(const LiveAlloc& a) {
     SiteSeries& s = sites[a.site];
     change(s, -int64_t(a.size));
     // Freed after its window: a survivor. It was allocated in a full step, so it is judged.
@@ -168,34 +175,88 @@ void Replay::start() {
     for (const DeviceInfo& d : context.devices) device_slot(uint8_t(d.device));
 }
 
-void Replay::take(const Event& e) {
-    if (stopped_) {
-        if (checks_) checks_->see(context, e);
-        return;
-    }
-    if (checks_) {
-        const bool has_address = checks_->check_fields(context, e);
-        if (checks_->faulted()) [[unlikely]] {  // a fault in the event itself (time, size): never replayed
-            stop();
-            if (has_address) checks_->check_addresses(e);
-            return;
-        }
-    }
-    start();
-    process(e);
-    events_since_cut_ = true;
+// The validator's checks of the event itself; false at a fault (the event is never replayed).
+[[gnu::always_inline]] inline bool Replay::checked(const Event& e) {
+    const bool has_address = checks_->check_fields(context, e);
+    if (!checks_->faulted()) [[likely]] return true;
+    faulted(e, has_address);
+    return false;
+}
+
+void Replay::faulted(const Event& e, bool has_address) {
+    stop();
+    if (has_address) checks_->check_addresses(e);
 }
 
 // Later events change nothing. The validator sees them alone, from a copy of the live blocks: the
 // replay's stay as they were, for the findings.
 void Replay::stop() {
     stopped_ = true;
+    steady_ = false;
     if (checks_)
         for (const LiveAlloc& a : live_allocs()) {
             const Memory memory = sites[a.site].memory;
             if (memory == Memory::torch) checks_->adopt(block_key(a.device, a.addr), a.size);
             else checks_->adopt_external(external_key(memory == Memory::pinned, a.addr), a.size);
         }
+}
+
+[[gnu::always_inline]] inline void Replay::allocate(const Event& e) {
+    const uint32_t slot = place(live_, block_key(e.device, e.addr));
+    if (slot == AddressMap::kMissing) {
+        checks_->allocated_again();
+        stop();
+        return;
+    }
+    DeviceState& s = state_[device_slot(e.device)];
+    const uint32_t site = site_of(e.device, e.stack);
+    pool_[slot] = LiveAlloc{e.addr, e.size, seq_++, e.stack, site, step_, e.stream, e.device, false};
+    change(sites[site], int64_t(e.size));
+    sites[site].last_stack = e.stack;
+    s.allocated += int64_t(e.size);
+    if (e.stream >= s.by_stream.size()) s.by_stream.resize(context.streams.size(), 0);
+    s.by_stream[e.stream] += int64_t(e.size);
+    s.peak = std::max(s.peak, s.allocated);
+    if (checks_) {
+        checks_->allocated(e);
+        if (checks_->faulted()) stop();  // after this event
+    }
+}
+
+[[gnu::always_inline]] inline void Replay::release(const Event& e) {
+    DeviceState& s = state_[device_slot(e.device)];
+    const uint32_t a = live_.take(block_key(e.device, e.addr));
+    if (a != AddressMap::kMissing) {
+        const LiveAlloc& block = pool_[a];
+        if (checks_) checks_->released(e.device, block.size);
+        if (block.requested) s.pending -= int64_t(block.size);
+        s.by_stream[block.stream] -= int64_t(block.size);
+        released(block);
+        free_slots_.push_back(a);
+    }
+    s.allocated -= int64_t(e.size);
+}
+
+void Replay::take_any(const Event& e) {
+    if (stopped_) {
+        if (checks_) checks_->see(context, e);
+        return;
+    }
+    if (checks_ && !checked(e)) return;
+    start();
+    process(e);
+    events_since_cut_ = true;
+    steady_ = !stopped_ && has_block_events;
+}
+
+// An allocation or a free once the run is under way (steady_): what process() would do, less
+// its tests for the first events.
+void Replay::take_block(const Event& e) {
+    if (checks_ && !checked(e)) return;
+    entries += 1 + (e.kind == EventKind::free);
+    events_since_cut_ = true;
+    if (e.kind == EventKind::alloc) allocate(e);
+    else release(e);
 }
 
 void Replay::process(const Event& e) {
@@ -207,28 +268,7 @@ void Replay::process(const Event& e) {
     }
     has_block_events |= is_block_event(e.kind);
     switch (e.kind) {
-    case EventKind::alloc: {
-        const uint32_t slot = place(live_, key);
-        if (slot == AddressMap::kMissing) {
-            checks_->allocated_again();
-            stop();
-            break;
-        }
-        DeviceState& s = state_[device_slot(e.device)];
-        const uint32_t site = site_of(e.device, e.stack);
-        pool_[slot] = LiveAlloc{e.addr, e.size, seq_++, e.stack, site, step_, e.stream, e.device, false};
-        change(sites[site], int64_t(e.size));
-        sites[site].last_stack = e.stack;
-        s.allocated += int64_t(e.size);
-        if (e.stream >= s.by_stream.size()) s.by_stream.resize(context.streams.size(), 0);
-        s.by_stream[e.stream] += int64_t(e.size);
-        s.peak = std::max(s.peak, s.allocated);
-        if (checks_) {
-            checks_->allocated(e);
-            if (checks_->faulted()) stop();  // after this event
-        }
-        break;
-    }
+    case EventKind::alloc: allocate(e); break;
     case EventKind::free_requested: {
         const uint32_t a = live_.get(key);
         if (a != AddressMap::kMissing && !pool_[a].requested) {
@@ -238,20 +278,7 @@ void Replay::process(const Event& e) {
         break;
     }
     case EventKind::free_completed:
-    case EventKind::free: {
-        DeviceState& s = state_[device_slot(e.device)];
-        const uint32_t a = live_.take(key);
-        if (a != AddressMap::kMissing) {
-            const LiveAlloc& block = pool_[a];
-            if (checks_) checks_->released(e.device, block.size);
-            if (block.requested) s.pending -= int64_t(block.size);
-            s.by_stream[block.stream] -= int64_t(block.size);
-            released(block);
-            free_slots_.push_back(a);
-        }
-        s.allocated -= int64_t(e.size);
-        break;
-    }
+    case EventKind::free: release(e); break;
     case EventKind::segment_alloc:
     case EventKind::segment_map: state_[device_slot(e.device)].reserved += int64_t(e.size); break;
     case EventKind::segment_free:
@@ -287,7 +314,7 @@ void Replay::external_alloc(const Event& e) {
         return;
     }
     DeviceState& s = state_[device_slot(e.device)];
-    const uint32_t site = site_of(e.device, e.stack, memory);
+    const uint32_t site = find_site(e.device, e.stack, memory);
     pool_[slot] = LiveAlloc{e.addr, e.size, seq_++, e.stack, site, step_, e.stream, e.device, false};
     change(sites[site], int64_t(e.size));
     sites[site].last_stack = e.stack;

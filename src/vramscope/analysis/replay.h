@@ -87,8 +87,13 @@ public:
     // range has ended, `checks` goes on alone with a copy of the live blocks.
     Replay(const Trace& context, uint32_t window, uint64_t last_step, EventValidator* checks = nullptr);
     // The next event: replayed, or once the replay has stopped, only checked. The context's tables
-    // (stacks, streams, devices) hold what it refers to.
-    [[gnu::flatten]] void take(const Event& e);
+    // (stacks, streams, devices) hold what it refers to. Inline: once a run is under way, its
+    // allocations and frees (nearly all its events) go straight to their own short path.
+    void take(const Event& e) {
+        constexpr uint32_t kBlock = 1u << int(EventKind::alloc) | 1u << int(EventKind::free_completed) | 1u << int(EventKind::free);
+        if (steady_ && (kBlock >> int(e.kind) & 1)) [[likely]] return take_block(e);
+        take_any(e);
+    }
     // The step ends here (analysis/step_cuts.h says where).
     void end_step();
     // False once the step range asked for has ended: later events change nothing.
@@ -120,10 +125,17 @@ private:
     size_t device_slot(uint8_t device) {
         return slot_of_device_[device] >= 0 ? size_t(slot_of_device_[device]) : add_device(device);
     }
-    size_t add_device(uint8_t device);
-    uint32_t site_of(uint8_t device, uint32_t stack, Memory memory = Memory::torch);
+    [[gnu::noinline]] size_t add_device(uint8_t device);
+    // Torch's allocations on the first device are the hot path: their sites by stack id.
+    uint32_t site_of(uint8_t device, uint32_t stack) {
+        if (device == stack_device_ && stack < site_of_stack_.size() && site_of_stack_[stack] != UINT32_MAX) [[likely]]
+            return site_of_stack_[stack];
+        return find_site(device, stack, Memory::torch);
+    }
+    [[gnu::noinline]] uint32_t find_site(uint8_t device, uint32_t stack, Memory memory);
     uint32_t holder_of(uint8_t device, Memory memory, uint32_t stack);
     uint32_t place(AddressMap& map, uint64_t key);
+    [[gnu::noinline, gnu::cold]] uint32_t placed_again(AddressMap& map, uint64_t key, uint32_t slot, uint32_t old);
     // Rare beside torch's events: kept out of take()'s flattened hot path.
     [[gnu::noinline]] void external_alloc(const Event& e);
     [[gnu::noinline]] void external_free(const Event& e);
@@ -132,7 +144,13 @@ private:
     void cut();
     void hold_timeline_bytes(uint64_t n);
     void forget_steps_before_memory();
+    [[gnu::noinline]] void take_any(const Event& e);
+    [[gnu::noinline]] void take_block(const Event& e);
+    bool checked(const Event& e);
+    [[gnu::noinline, gnu::cold]] void faulted(const Event& e, bool has_address);
     void process(const Event& e);
+    void allocate(const Event& e);
+    void release(const Event& e);
     void stop();
     void released(const LiveAlloc& a);
 
@@ -140,6 +158,7 @@ private:
     const uint64_t last_step_;
     EventValidator* const checks_;
     bool stopped_ = false;  // and checks_, if any, keeps its own live blocks
+    bool steady_ = false;   // started, block events seen, not stopped: take_block() may take them
     std::vector<DeviceState> state_;
     std::array<int16_t, 256> slot_of_device_;
     std::unordered_map<uint64_t, uint32_t> site_index_;  // memory << 40 | device << 32 | site frame
