@@ -136,7 +136,7 @@ private:
     uint32_t holder_of(uint8_t device, Memory memory, uint32_t stack);
     uint32_t place(AddressMap& map, uint64_t key);
     [[gnu::noinline, gnu::cold]] uint32_t placed_again(AddressMap& map, uint64_t key, uint32_t slot, uint32_t old);
-    // Rare beside torch's events: kept out of take()'s flattened hot path.
+    // Rare beside torch's events: kept out of take_any()'s code.
     [[gnu::noinline]] void external_alloc(const Event& e);
     [[gnu::noinline]] void external_free(const Event& e);
     void change(HeldSeries& s, int64_t bytes);

@@ -33,7 +33,7 @@ void StepFinder::see_any(const Event& e) {
         if (kind == AnnotationKinds::zero_grad) zero_grad_ends_.push_back(i);
     } else if (e.kind == EventKind::alloc) {
         for (; waiting_for_alloc_ < optimizer_ends_.size(); ++waiting_for_alloc_) optimizer_ends_[waiting_for_alloc_].next_alloc = i;
-        period_[period_key(e)].see(i);
+        recurrence(e).see(i);
         // Each run of allocations made under torch/optim/ is one optimizer.step(); the step ends
         // where the next allocation from elsewhere begins.
         if (e.stack) {
@@ -108,8 +108,9 @@ bool StepFinder::from_period(Steps& out) const {
         }
     };
     std::map<uint32_t, Anchor> by_count;
-    for (const auto& [key, recurs] : period_)
+    each_period([&](uint64_t key, const Recurrence& recurs) {
         if (recurs.count >= 3) by_count[recurs.count].see(key, recurs);
+    });
     if (by_count.empty()) return false;
     auto coverage = [&](uint32_t c) { return uint64_t(c) * by_count.at(c).sites; };
     uint32_t period = by_count.begin()->first;
@@ -124,10 +125,11 @@ bool StepFinder::from_period(Steps& out) const {
     }
     const Recurrence& inner = *by_count.at(period).recurs;
     std::map<uint32_t, Anchor> outer_by_count;
-    for (const auto& [key, r] : period_)
+    each_period([&](uint64_t key, const Recurrence& r) {
         if (r.count >= kMinOuterUnits && r.count < period && r.min_gap >= inner.max_gap &&
             r.first <= inner.first + r.max_gap && inner.last <= r.last + r.max_gap)
             outer_by_count[r.count].see(key, r);
+    });
     Anchor chosen = by_count.at(period);
     uint64_t outer_coverage = 0;
     for (const auto& [c, a] : outer_by_count)
