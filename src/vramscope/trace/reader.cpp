@@ -54,11 +54,6 @@ public:
         base_ = begin;
         handed_on = 0;
         size_t start = t_.events.size();
-        const struct Trim {
-            ChunkDecoder& d;
-            ~Trim() { d.trim(); }
-        } trim_at_exit{*this};
-        next_ = room_end_ = t_.events.data() + start;
         const uint8_t* p = begin;
         uint8_t device = 0;
         uint16_t stream = 0;
@@ -66,19 +61,10 @@ public:
         std::fill(last_addr_.begin(), last_addr_.end(), 0);
         int64_t time = 0;
         while (p < end) {
-            // Room for the two events a record may add; with `batch`, room up to one past the
-            // batch's end, so that its end finds no room.
-            if (room_end_ - next_ < 2) [[unlikely]] {
-                size_t n = size_t(next_ - t_.events.data());
-                if (batch && n - start >= batch) {
-                    trim();
-                    handed_on += n - start;
-                    sink(t_);  // mid-chunk: its answer waits for the chunk's end
-                    start = n = t_.events.size();
-                }
-                t_.events.resize(batch ? start + batch + 1 : n + kRoom, Event{});  // filled: resize() without one made each a call
-                next_ = t_.events.data() + n;
-                room_end_ = t_.events.data() + t_.events.size();
+            if (batch && t_.events.size() - start >= batch) {
+                handed_on += t_.events.size() - start;
+                sink(t_);  // mid-chunk: its answer waits for the chunk's end
+                start = t_.events.size();
             }
             const uint8_t* at = p;
             uint8_t tag = *p++;
@@ -153,17 +139,11 @@ public:
             default: decode_event(tag, p, end, at, device, stream, last_addr, time);
             }
         }
-        trim();
         return handed_on + (t_.events.size() - start);
     }
     uint64_t handed_on = 0;  // of the chunk in hand, to the sink
 
 private:
-    // Events are written through next_ into room made ahead (zeroed, as Event{}): emplace_back()
-    // was a call per event. trim() leaves Trace::events holding the events decoded, no more.
-    static constexpr size_t kRoom = 1024;
-    void trim() { t_.events.resize(size_t(next_ - t_.events.data())); room_end_ = next_; }
-
     // A string shares its predecessor's prefix: each the whole previous one plus a byte would make
     // strings quadratic in the file's size. What they decode to is held to the limits instead,
     // twice (StackTable keeps each string and its index's key).
@@ -242,7 +222,7 @@ private:
     [[gnu::always_inline]] void event(State st, const uint8_t*& p, const uint8_t* end, int64_t& time) {
         const uint8_t tag = st.tag;
         const uint8_t* at = st.at;
-        Event& e = *next_++;
+        Event& e = t_.events.emplace_back();
         e.kind = kKind;
         e.device = st.device;
         e.stream = st.stream;
@@ -279,10 +259,10 @@ private:
             guess_.update(kKind, e.addr, e.size, file_stack);
             if constexpr (kForm == Form::pair) {
                 time = wrapping_add(time, int64_t(num(p, end, at)));
-                Event& completed = *next_++;  // there is room for two
-                completed = e;
+                Event completed = e;  // a copy: the next emplace may move e
                 completed.kind = EventKind::free_completed;
                 completed.time_us = time;
+                t_.events.push_back(completed);
                 guess_.update(EventKind::free_completed, completed.addr, completed.size, 0);
             }
         }
@@ -330,8 +310,6 @@ private:
     std::vector<std::pair<uint8_t, uint16_t>> contexts_;  // (device, stream index)
     std::vector<uint64_t> last_addr_;                     // per context
     format::Predictors guess_;  // the writer's, replayed
-    Event* next_ = nullptr;      // where the next event goes, in Trace::events
-    Event* room_end_ = nullptr;  // the end of the room made for it
 };
 
 }  // namespace
