@@ -223,6 +223,15 @@ void Replay::stop() {
     }
 }
 
+// The block waits for other streams before it is back with the allocator.
+[[gnu::always_inline]] inline void Replay::request(const Event& e) {
+    const uint32_t a = live_.get(block_key(e.device, e.addr));
+    if (a != AddressMap::kMissing && !pool_[a].requested) {
+        pool_[a].requested = true;
+        state_[device_slot(e.device)].pending += int64_t(pool_[a].size);
+    }
+}
+
 [[gnu::always_inline]] inline void Replay::release(const Event& e) {
     DeviceState& s = state_[device_slot(e.device)];
     const uint32_t a = live_.take(block_key(e.device, e.addr));
@@ -249,18 +258,18 @@ void Replay::take_any(const Event& e) {
     steady_ = !stopped_ && has_block_events;
 }
 
-// An allocation or a free once the run is under way (steady_): what process() would do, less
+// A block event once the run is under way (steady_): what process() would do, less
 // its tests for the first events.
 void Replay::take_block(const Event& e) {
     if (checks_ && !checked(e)) return;
     entries += 1 + (e.kind == EventKind::free);
     events_since_cut_ = true;
     if (e.kind == EventKind::alloc) allocate(e);
+    else if (e.kind == EventKind::free_requested) request(e);
     else release(e);
 }
 
 void Replay::process(const Event& e) {
-    const uint64_t key = block_key(e.device, e.addr);
     entries += 1 + (e.kind == EventKind::free);
     if (!has_memory_events && (is_block_event(e.kind) || is_segment_event(e.kind) || is_external_event(e.kind))) {
         has_memory_events = true;
@@ -269,14 +278,7 @@ void Replay::process(const Event& e) {
     has_block_events |= is_block_event(e.kind);
     switch (e.kind) {
     case EventKind::alloc: allocate(e); break;
-    case EventKind::free_requested: {
-        const uint32_t a = live_.get(key);
-        if (a != AddressMap::kMissing && !pool_[a].requested) {
-            pool_[a].requested = true;
-            state_[device_slot(e.device)].pending += int64_t(pool_[a].size);
-        }
-        break;
-    }
+    case EventKind::free_requested: request(e); break;
     case EventKind::free_completed:
     case EventKind::free: release(e); break;
     case EventKind::segment_alloc:

@@ -90,7 +90,8 @@ public:
     // (stacks, streams, devices) hold what it refers to. Inline: once a run is under way, its
     // allocations and frees (nearly all its events) go straight to their own short path.
     void take(const Event& e) {
-        constexpr uint32_t kBlock = 1u << int(EventKind::alloc) | 1u << int(EventKind::free_completed) | 1u << int(EventKind::free);
+        constexpr uint32_t kBlock = 1u << int(EventKind::alloc) | 1u << int(EventKind::free_requested) |
+                                    1u << int(EventKind::free_completed) | 1u << int(EventKind::free);
         if (steady_ && (kBlock >> int(e.kind) & 1)) [[likely]] return take_block(e);
         take_any(e);
     }
@@ -150,6 +151,7 @@ private:
     [[gnu::noinline, gnu::cold]] void faulted(const Event& e, bool has_address);
     void process(const Event& e);
     void allocate(const Event& e);
+    void request(const Event& e);
     void release(const Event& e);
     void stop();
     void released(const LiveAlloc& a);
