@@ -72,20 +72,6 @@ uint32_t Replay::holder_of(uint8_t device, Memory memory, uint32_t stack) {
     return it->second = holder->second;
 }
 
-// A new live block at `key` of `map`: its slot in pool_, or kMissing when the address is live
-// already and the replay checks (a fault: the first block stays, the one its free will name).
-[[gnu::always_inline]] inline uint32_t Replay::place(AddressMap& map, uint64_t key) {
-    if (free_slots_.empty()) [[unlikely]] {  // a slot more, free until taken
-        free_slots_.push_back(uint32_t(pool_.size()));
-        pool_.emplace_back();
-    }
-    const uint32_t slot = free_slots_.back();
-    const uint32_t old = map.put(key, slot);
-    if (old != AddressMap::kMissing) [[unlikely]] return placed_again(map, key, slot, old);
-    free_slots_.pop_back();
-    return slot;
-}
-
 uint32_t Replay::placed_again(AddressMap& map, uint64_t key, uint32_t slot, uint32_t old) {
     if (checks_) {
         map.put(key, old);
@@ -94,15 +80,6 @@ uint32_t Replay::placed_again(AddressMap& map, uint64_t key, uint32_t slot, uint
     // Unchecked: the older block is forgotten, as a map would.
     free_slots_.back() = old;
     return slot;
-}
-
-// What a site holds at step ends changes only when it allocates or frees: the value it had
-// since its last change is written down once, when it changes again in a later step.
-[[gnu::always_inline]] inline void Replay::change(HeldSeries& s, int64_t bytes) {
-    s.record_held(step_);
-    s.live += bytes;
-    s.touched = step_;
-    s.ever_touched = true;
 }
 
 void Replay::end_step() {
@@ -161,26 +138,11 @@ void SiteSeries::add_survivor(const LiveAlloc& a, uint32_t window, uint32_t unti
     aged_deltas.emplace_back(until, -double(a.size));
 }
 
-[[gnu::always_inline]] inline void Replay::released(const LiveAlloc& a) {
-    SiteSeries& s = sites[a.site];
-    change(s, -int64_t(a.size));
-    // Freed after its window: a survivor. It was allocated in a full step, so it is judged.
-    if (step_ > uint64_t(a.step) + window_) s.add_survivor(a, window_, step_);
-}
-
 // The devices the trace declared come first, with their baselines.
 void Replay::start() {
     if (started_) return;
     started_ = true;
     for (const DeviceInfo& d : context.devices) device_slot(uint8_t(d.device));
-}
-
-// The validator's checks of the event itself; false at a fault (the event is never replayed).
-[[gnu::always_inline]] inline bool Replay::checked(const Event& e) {
-    const bool has_address = checks_->check_fields(context, e);
-    if (!checks_->faulted()) [[likely]] return true;
-    faulted(e, has_address);
-    return false;
 }
 
 void Replay::faulted(const Event& e, bool has_address) {
@@ -201,51 +163,6 @@ void Replay::stop() {
         }
 }
 
-[[gnu::always_inline]] inline void Replay::allocate(const Event& e) {
-    const uint32_t slot = place(live_, block_key(e.device, e.addr));
-    if (slot == AddressMap::kMissing) {
-        checks_->allocated_again();
-        stop();
-        return;
-    }
-    DeviceState& s = state_[device_slot(e.device)];
-    const uint32_t site = site_of(e.device, e.stack);
-    pool_[slot] = LiveAlloc{e.addr, e.size, seq_++, e.stack, site, step_, e.stream, e.device, false};
-    change(sites[site], int64_t(e.size));
-    sites[site].last_stack = e.stack;
-    s.allocated += int64_t(e.size);
-    if (e.stream >= s.by_stream.size()) s.by_stream.resize(context.streams.size(), 0);
-    s.by_stream[e.stream] += int64_t(e.size);
-    s.peak = std::max(s.peak, s.allocated);
-    if (checks_) {
-        checks_->allocated(e);
-        if (checks_->faulted()) stop();  // after this event
-    }
-}
-
-// The block waits for other streams before it is back with the allocator.
-[[gnu::always_inline]] inline void Replay::request(const Event& e) {
-    const uint32_t a = live_.get(block_key(e.device, e.addr));
-    if (a != AddressMap::kMissing && !pool_[a].requested) {
-        pool_[a].requested = true;
-        state_[device_slot(e.device)].pending += int64_t(pool_[a].size);
-    }
-}
-
-[[gnu::always_inline]] inline void Replay::release(const Event& e) {
-    DeviceState& s = state_[device_slot(e.device)];
-    const uint32_t a = live_.take(block_key(e.device, e.addr));
-    if (a != AddressMap::kMissing) {
-        const LiveAlloc& block = pool_[a];
-        if (checks_) checks_->released(e.device, block.size);
-        if (block.requested) s.pending -= int64_t(block.size);
-        s.by_stream[block.stream] -= int64_t(block.size);
-        released(block);
-        free_slots_.push_back(a);
-    }
-    s.allocated -= int64_t(e.size);
-}
-
 void Replay::take_any(const Event& e) {
     if (stopped_) {
         if (checks_) checks_->see(context, e);
@@ -256,17 +173,6 @@ void Replay::take_any(const Event& e) {
     process(e);
     events_since_cut_ = true;
     steady_ = !stopped_ && has_block_events;
-}
-
-// A block event once the run is under way (steady_): what process() would do, less
-// its tests for the first events.
-void Replay::take_block(const Event& e) {
-    if (checks_ && !checked(e)) return;
-    entries += 1 + (e.kind == EventKind::free);
-    events_since_cut_ = true;
-    if (e.kind == EventKind::alloc) allocate(e);
-    else if (e.kind == EventKind::free_requested) request(e);
-    else release(e);
 }
 
 void Replay::process(const Event& e) {
