@@ -54,6 +54,7 @@ public:
         base_ = begin;
         handed_on = 0;
         size_t start = t_.events.size();
+        left_ = batch ? ptrdiff_t(batch) : PTRDIFF_MAX;
         const uint8_t* p = begin;
         uint8_t device = 0;
         uint16_t stream = 0;
@@ -61,10 +62,11 @@ public:
         std::fill(last_addr_.begin(), last_addr_.end(), 0);
         int64_t time = 0;
         while (p < end) {
-            if (batch && t_.events.size() - start >= batch) {
+            if (left_ <= 0) [[unlikely]] {
                 handed_on += t_.events.size() - start;
                 sink(t_);  // mid-chunk: its answer waits for the chunk's end
                 start = t_.events.size();
+                left_ = ptrdiff_t(batch);
             }
             const uint8_t* at = p;
             uint8_t tag = *p++;
@@ -223,6 +225,7 @@ private:
         const uint8_t tag = st.tag;
         const uint8_t* at = st.at;
         Event& e = t_.events.emplace_back();
+        --left_;
         e.kind = kKind;
         e.device = st.device;
         e.stream = st.stream;
@@ -263,6 +266,7 @@ private:
                 completed.kind = EventKind::free_completed;
                 completed.time_us = time;
                 t_.events.push_back(completed);
+                --left_;
                 guess_.update(EventKind::free_completed, completed.addr, completed.size, 0);
             }
         }
@@ -310,6 +314,9 @@ private:
     std::vector<std::pair<uint8_t, uint16_t>> contexts_;  // (device, stream index)
     std::vector<uint64_t> last_addr_;                     // per context
     format::Predictors guess_;  // the writer's, replayed
+    // Events the sink takes in: counted down as they are decoded (the vector's size per record
+    // cost eight instructions).
+    ptrdiff_t left_ = 0;
 };
 
 }  // namespace
