@@ -170,35 +170,36 @@ private:
             shift = 0;
         }
         static_assert(kFirstLaterKind + kLaterKinds == kEventKindCount, "a kind without a tag, or a tag without a kind");
-        static_assert(kLaterKinds == 5 && tag_later_kinds + kLaterKinds == 31, "the cases below: a tag each");
+        static_assert(kEventKindCount == 19, "the cases below: a kind each");
         const State st{tag, shift, at, device, stream, last_addr};
         using K = EventKind;
+        constexpr auto tag_of = [](EventKind k) { return tag_of_kind(uint8_t(k)); };
         switch (tag & kTypeMask) {
-        case 0: return event<K::alloc, Form::plain>(st, p, end, time);
-        case 1: return event<K::free_requested, Form::plain>(st, p, end, time);
-        case 2: return event<K::free_completed, Form::plain>(st, p, end, time);
-        case 3: return rare_event<K::segment_alloc>(st, p, end, time);
-        case 4: return rare_event<K::segment_free>(st, p, end, time);
-        case 5: return rare_event<K::segment_map>(st, p, end, time);
-        case 6: return rare_event<K::segment_unmap>(st, p, end, time);
-        case 7: return rare_event<K::oom>(st, p, end, time);
-        case 8: return rare_event<K::step>(st, p, end, time);
-        case 9: return rare_event<K::microbatch>(st, p, end, time);
-        case 10: return rare_event<K::annotation_start>(st, p, end, time);
-        case 11: return rare_event<K::annotation_end>(st, p, end, time);
-        case 12: return rare_event<K::snapshot>(st, p, end, time);
-        case 13: return event<K::free, Form::plain>(st, p, end, time);
+        case tag_of(K::alloc): return event<K::alloc, Form::plain>(st, p, end, time);
+        case tag_of(K::free_requested): return event<K::free_requested, Form::plain>(st, p, end, time);
+        case tag_of(K::free_completed): return event<K::free_completed, Form::plain>(st, p, end, time);
+        case tag_of(K::segment_alloc): return rare_event<K::segment_alloc>(st, p, end, time);
+        case tag_of(K::segment_free): return rare_event<K::segment_free>(st, p, end, time);
+        case tag_of(K::segment_map): return rare_event<K::segment_map>(st, p, end, time);
+        case tag_of(K::segment_unmap): return rare_event<K::segment_unmap>(st, p, end, time);
+        case tag_of(K::oom): return rare_event<K::oom>(st, p, end, time);
+        case tag_of(K::step): return rare_event<K::step>(st, p, end, time);
+        case tag_of(K::microbatch): return rare_event<K::microbatch>(st, p, end, time);
+        case tag_of(K::annotation_start): return rare_event<K::annotation_start>(st, p, end, time);
+        case tag_of(K::annotation_end): return rare_event<K::annotation_end>(st, p, end, time);
+        case tag_of(K::snapshot): return rare_event<K::snapshot>(st, p, end, time);
+        case tag_of(K::free): return event<K::free, Form::plain>(st, p, end, time);
         case tag_free_pair_later: return event<K::free_requested, Form::pair>(st, p, end, time);
         case tag_alloc_reused: return event<K::alloc, Form::reused>(st, p, end, time);
         default: break;
         }
         // The kinds of memory outside torch's allocator came with version 3: in an older file their tags are damage.
         if (later_kinds_) switch (tag & kTypeMask) {
-            case tag_later_kinds + 0: return rare_event<K::external_alloc>(st, p, end, time);
-            case tag_later_kinds + 1: return rare_event<K::external_free>(st, p, end, time);
-            case tag_later_kinds + 2: return rare_event<K::pinned_alloc>(st, p, end, time);
-            case tag_later_kinds + 3: return rare_event<K::pinned_free>(st, p, end, time);
-            case tag_later_kinds + 4: return rare_event<K::device_usage>(st, p, end, time);
+            case tag_of(K::external_alloc): return rare_event<K::external_alloc>(st, p, end, time);
+            case tag_of(K::external_free): return rare_event<K::external_free>(st, p, end, time);
+            case tag_of(K::pinned_alloc): return rare_event<K::pinned_alloc>(st, p, end, time);
+            case tag_of(K::pinned_free): return rare_event<K::pinned_free>(st, p, end, time);
+            case tag_of(K::device_usage): return rare_event<K::device_usage>(st, p, end, time);
             default: break;
             }
         throw ChunkError{size_t(at - base_), "unknown record tag"};
@@ -219,7 +220,7 @@ private:
 
     // The mirror of TraceWriter::emit_block_locked: same field order, same guesses. The block
     // events' are inlined into decode() (a call per event cost a tenth of its instructions), the
-    // rarer kinds' called (rare_event), so that decode() stays small enough to inline its helpers.
+    // rarer kinds' called (rare_event), to keep decode()'s code small.
     template <EventKind kKind, Form kForm>
     [[gnu::always_inline]] void event(State st, const uint8_t*& p, const uint8_t* end, int64_t& time) {
         const uint8_t tag = st.tag;
