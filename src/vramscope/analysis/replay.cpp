@@ -37,10 +37,9 @@ size_t Replay::add_device(uint8_t device) {
     return i;
 }
 
-uint32_t Replay::site_of(uint8_t device, uint32_t stack, Memory memory) {
+// A site not in site_of_stack_ yet (or not torch's, or on another device).
+uint32_t Replay::find_site(uint8_t device, uint32_t stack, Memory memory) {
     const bool cached = device == stack_device_ && memory == Memory::torch;
-    if (cached && stack < site_of_stack_.size() && site_of_stack_[stack] != UINT32_MAX)
-        return site_of_stack_[stack];
     const uint32_t frame = resolver.site(stack);
     auto [it, added] = site_index_.try_emplace(uint64_t(memory) << 40 | uint64_t(device) << 32 | frame, uint32_t(sites.size()));
     if (added) {
@@ -73,29 +72,14 @@ uint32_t Replay::holder_of(uint8_t device, Memory memory, uint32_t stack) {
     return it->second = holder->second;
 }
 
-// A new live block at `key` of `map`: its slot in pool_, or kMissing when the address is live
-// already and the replay checks (a fault: the first block stays, the one its free will name).
-uint32_t Replay::place(AddressMap& map, uint64_t key) {
-    const uint32_t slot = free_slots_.empty() ? uint32_t(pool_.size()) : free_slots_.back();
-    const uint32_t old = map.put(key, slot);
-    if (old != AddressMap::kMissing && checks_) {
+uint32_t Replay::placed_again(AddressMap& map, uint64_t key, uint32_t slot, uint32_t old) {
+    if (checks_) {
         map.put(key, old);
         return AddressMap::kMissing;
     }
-    if (slot == pool_.size()) pool_.emplace_back();
-    else free_slots_.pop_back();
-    // An address allocated again without a free (unchecked): the older block is forgotten, as a map would.
-    if (old != AddressMap::kMissing) free_slots_.push_back(old);
+    // Unchecked: the older block is forgotten, as a map would.
+    free_slots_.back() = old;
     return slot;
-}
-
-// What a site holds at step ends changes only when it allocates or frees: the value it had
-// since its last change is written down once, when it changes again in a later step.
-void Replay::change(HeldSeries& s, int64_t bytes) {
-    s.record_held(step_);
-    s.live += bytes;
-    s.touched = step_;
-    s.ever_touched = true;
 }
 
 void Replay::end_step() {
@@ -154,13 +138,6 @@ void SiteSeries::add_survivor(const LiveAlloc& a, uint32_t window, uint32_t unti
     aged_deltas.emplace_back(until, -double(a.size));
 }
 
-void Replay::released(const LiveAlloc& a) {
-    SiteSeries& s = sites[a.site];
-    change(s, -int64_t(a.size));
-    // Freed after its window: a survivor. It was allocated in a full step, so it is judged.
-    if (step_ > uint64_t(a.step) + window_) s.add_survivor(a, window_, step_);
-}
-
 // The devices the trace declared come first, with their baselines.
 void Replay::start() {
     if (started_) return;
@@ -168,28 +145,16 @@ void Replay::start() {
     for (const DeviceInfo& d : context.devices) device_slot(uint8_t(d.device));
 }
 
-void Replay::take(const Event& e) {
-    if (stopped_) {
-        if (checks_) checks_->see(context, e);
-        return;
-    }
-    if (checks_) {
-        const bool has_address = checks_->check_fields(context, e);
-        if (checks_->faulted()) [[unlikely]] {  // a fault in the event itself (time, size): never replayed
-            stop();
-            if (has_address) checks_->check_addresses(e);
-            return;
-        }
-    }
-    start();
-    process(e);
-    events_since_cut_ = true;
+void Replay::faulted(const Event& e, bool has_address) {
+    stop();
+    if (has_address) checks_->check_addresses(e);
 }
 
 // Later events change nothing. The validator sees them alone, from a copy of the live blocks: the
 // replay's stay as they were, for the findings.
 void Replay::stop() {
     stopped_ = true;
+    steady_ = false;
     if (checks_)
         for (const LiveAlloc& a : live_allocs()) {
             const Memory memory = sites[a.site].memory;
@@ -198,8 +163,19 @@ void Replay::stop() {
         }
 }
 
+void Replay::take_any(const Event& e) {
+    if (stopped_) {
+        if (checks_) checks_->see(context, e);
+        return;
+    }
+    if (checks_ && !checked(e)) return;
+    start();
+    process(e);
+    events_since_cut_ = true;
+    steady_ = !stopped_ && has_block_events;
+}
+
 void Replay::process(const Event& e) {
-    const uint64_t key = block_key(e.device, e.addr);
     entries += 1 + (e.kind == EventKind::free);
     if (!has_memory_events && (is_block_event(e.kind) || is_segment_event(e.kind) || is_external_event(e.kind))) {
         has_memory_events = true;
@@ -207,51 +183,10 @@ void Replay::process(const Event& e) {
     }
     has_block_events |= is_block_event(e.kind);
     switch (e.kind) {
-    case EventKind::alloc: {
-        const uint32_t slot = place(live_, key);
-        if (slot == AddressMap::kMissing) {
-            checks_->allocated_again();
-            stop();
-            break;
-        }
-        DeviceState& s = state_[device_slot(e.device)];
-        const uint32_t site = site_of(e.device, e.stack);
-        pool_[slot] = LiveAlloc{e.addr, e.size, seq_++, e.stack, site, step_, e.stream, e.device, false};
-        change(sites[site], int64_t(e.size));
-        sites[site].last_stack = e.stack;
-        s.allocated += int64_t(e.size);
-        if (e.stream >= s.by_stream.size()) s.by_stream.resize(context.streams.size(), 0);
-        s.by_stream[e.stream] += int64_t(e.size);
-        s.peak = std::max(s.peak, s.allocated);
-        if (checks_) {
-            checks_->allocated(e);
-            if (checks_->faulted()) stop();  // after this event
-        }
-        break;
-    }
-    case EventKind::free_requested: {
-        const uint32_t a = live_.get(key);
-        if (a != AddressMap::kMissing && !pool_[a].requested) {
-            pool_[a].requested = true;
-            state_[device_slot(e.device)].pending += int64_t(pool_[a].size);
-        }
-        break;
-    }
+    case EventKind::alloc: allocate(e); break;
+    case EventKind::free_requested: request(e); break;
     case EventKind::free_completed:
-    case EventKind::free: {
-        DeviceState& s = state_[device_slot(e.device)];
-        const uint32_t a = live_.take(key);
-        if (a != AddressMap::kMissing) {
-            const LiveAlloc& block = pool_[a];
-            if (checks_) checks_->released(e.device, block.size);
-            if (block.requested) s.pending -= int64_t(block.size);
-            s.by_stream[block.stream] -= int64_t(block.size);
-            released(block);
-            free_slots_.push_back(a);
-        }
-        s.allocated -= int64_t(e.size);
-        break;
-    }
+    case EventKind::free: release(e); break;
     case EventKind::segment_alloc:
     case EventKind::segment_map: state_[device_slot(e.device)].reserved += int64_t(e.size); break;
     case EventKind::segment_free:
@@ -287,7 +222,7 @@ void Replay::external_alloc(const Event& e) {
         return;
     }
     DeviceState& s = state_[device_slot(e.device)];
-    const uint32_t site = site_of(e.device, e.stack, memory);
+    const uint32_t site = find_site(e.device, e.stack, memory);
     pool_[slot] = LiveAlloc{e.addr, e.size, seq_++, e.stack, site, step_, e.stream, e.device, false};
     change(sites[site], int64_t(e.size));
     sites[site].last_stack = e.stack;

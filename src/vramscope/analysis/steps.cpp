@@ -18,33 +18,34 @@ AnnotationKinds::Kind AnnotationKinds::of(uint32_t name) {
     return Kind(kind);
 }
 
-void StepFinder::see_any(const Event& e) {
+void StepFinder::see_mark(const Event& e) {
     const size_t i = index_++;
     if (e.kind == EventKind::step) {
         markers_.push_back(i);
         auto named = std::find_if(marker_names_.begin(), marker_names_.end(), [&](const auto& n) { return n.first == e.name; });
         if (named == marker_names_.end()) marker_names_.emplace_back(e.name, 1);
         else ++named->second;
-    } else if (!markers_.empty()) {
-        return;  // markers win: nothing else is needed any more
-    } else if (e.kind == EventKind::annotation_end) {
+    } else {  // an annotation's end, before any marker (markers win: nothing else is needed then)
         const AnnotationKinds::Kind kind = annotations_.of(e.name);
         if (kind == AnnotationKinds::optimizer_step) optimizer_ends_.push_back({i, e.name, e.device, SIZE_MAX});
         if (kind == AnnotationKinds::zero_grad) zero_grad_ends_.push_back(i);
-    } else if (e.kind == EventKind::alloc) {
-        for (; waiting_for_alloc_ < optimizer_ends_.size(); ++waiting_for_alloc_) optimizer_ends_[waiting_for_alloc_].next_alloc = i;
-        period_[period_key(e)].see(i);
-        // Each run of allocations made under torch/optim/ is one optimizer.step(); the step ends
-        // where the next allocation from elsewhere begins.
-        if (e.stack) {
-            const bool optimizer = optimizer_stack(e.stack);
-            if (in_optimizer_run_ && !optimizer) optimizer_frame_ends_.push_back(i - 1);
-            in_optimizer_run_ = optimizer;
-        }
     }
 }
 
-bool StepFinder::optimizer_stack(uint32_t stack) {
+void StepFinder::see_alloc(const Event& e) {
+    const size_t i = index_++;
+    for (; waiting_for_alloc_ < optimizer_ends_.size(); ++waiting_for_alloc_) optimizer_ends_[waiting_for_alloc_].next_alloc = i;
+    recurrence(e).see(i);
+    // Each run of allocations made under torch/optim/ is one optimizer.step(); the step ends
+    // where the next allocation from elsewhere begins.
+    if (e.stack) {
+        const bool optimizer = optimizer_stack(e.stack);
+        if (in_optimizer_run_ && !optimizer) optimizer_frame_ends_.push_back(i - 1);
+        in_optimizer_run_ = optimizer;
+    }
+}
+
+bool StepFinder::look_for_optimizer(uint32_t stack) {
     if (stack >= in_optimizer_.size()) in_optimizer_.resize(std::max<size_t>(stack + 1, in_optimizer_.size() * 2), -1);
     int8_t& known = in_optimizer_[stack];
     if (known < 0) {
@@ -108,8 +109,9 @@ bool StepFinder::from_period(Steps& out) const {
         }
     };
     std::map<uint32_t, Anchor> by_count;
-    for (const auto& [key, recurs] : period_)
+    each_period([&](uint64_t key, const Recurrence& recurs) {
         if (recurs.count >= 3) by_count[recurs.count].see(key, recurs);
+    });
     if (by_count.empty()) return false;
     auto coverage = [&](uint32_t c) { return uint64_t(c) * by_count.at(c).sites; };
     uint32_t period = by_count.begin()->first;
@@ -124,10 +126,11 @@ bool StepFinder::from_period(Steps& out) const {
     }
     const Recurrence& inner = *by_count.at(period).recurs;
     std::map<uint32_t, Anchor> outer_by_count;
-    for (const auto& [key, r] : period_)
+    each_period([&](uint64_t key, const Recurrence& r) {
         if (r.count >= kMinOuterUnits && r.count < period && r.min_gap >= inner.max_gap &&
             r.first <= inner.first + r.max_gap && inner.last <= r.last + r.max_gap)
             outer_by_count[r.count].see(key, r);
+    });
     Anchor chosen = by_count.at(period);
     uint64_t outer_coverage = 0;
     for (const auto& [c, a] : outer_by_count)

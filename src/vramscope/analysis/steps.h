@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/address_map.h"
 #include "events/trace.h"
 #include "findings/vocabulary.h"
 
@@ -74,10 +75,11 @@ private:
 class StepFinder {
 public:
     explicit StepFinder(const StackTable& stacks) : stacks_(stacks), annotations_(stacks) {}
-    // The next event (its stack already in the table). Inline: once markers are seen, it only counts.
+    // The next event (its stack already in the table). Inline: most events it only counts.
     void see(const Event& e) {
-        if (!markers_.empty() && e.kind != EventKind::step) ++index_;
-        else see_any(e);
+        if (e.kind == EventKind::step || (e.kind == EventKind::annotation_end && markers_.empty())) see_mark(e);
+        else if (e.kind == EventKind::alloc && markers_.empty()) see_alloc(e);
+        else ++index_;
     }
     // The best source; an inferred period comes back as period_anchor, without ends.
     Steps finish() const;
@@ -104,8 +106,13 @@ private:
             last = i;
         }
     };
-    void see_any(const Event& e);
-    bool optimizer_stack(uint32_t stack);
+    void see_mark(const Event& e);  // a step marker, or an annotation's end before any
+    [[gnu::noinline]] void see_alloc(const Event& e);  // before any marker
+    bool optimizer_stack(uint32_t stack) {
+        if (stack < in_optimizer_.size() && in_optimizer_[stack] >= 0) [[likely]] return in_optimizer_[stack] == 1;
+        return look_for_optimizer(stack);
+    }
+    [[gnu::noinline]] bool look_for_optimizer(uint32_t stack);
     bool from_optimizer_annotations(Steps& out) const;
     bool from_period(Steps& out) const;
     std::string marker_unit() const;
@@ -122,7 +129,29 @@ private:
     std::vector<int8_t> in_optimizer_;  // by stack id: -1 unknown, 0 no, 1 under torch/optim/
     bool in_optimizer_run_ = false;
     std::vector<size_t> optimizer_frame_ends_;
-    std::unordered_map<uint64_t, Recurrence> period_;
+    // How each period key recurs: an allocation's stack (the usual key, by id), or its size where
+    // it has none (in an AddressMap: unordered_map's lookup divided, per allocation). Together a
+    // tenth of a streamed analysis when they were one unordered_map.
+    std::vector<Recurrence> period_of_stack_;
+    std::vector<std::pair<uint64_t, Recurrence>> period_of_size_;  // (key, how), in order of first use
+    AddressMap size_periods_;                                       // key -> index into period_of_size_
+    Recurrence& recurrence(const Event& e) {
+        if (!e.stack) {
+            const uint64_t key = period_key(e);
+            const uint32_t i = size_periods_.get(key);
+            if (i != AddressMap::kMissing) return period_of_size_[i].second;
+            size_periods_.put(key, uint32_t(period_of_size_.size()));
+            return period_of_size_.emplace_back(key, Recurrence{}).second;
+        }
+        if (e.stack >= period_of_stack_.size()) period_of_stack_.resize(std::max<size_t>(e.stack + 1, period_of_stack_.size() * 2));
+        return period_of_stack_[e.stack];
+    }
+    // Each key that recurred, with how: fn(key, recurrence), in no particular order.
+    template <class Fn> void each_period(Fn fn) const {
+        for (size_t stack = 0; stack < period_of_stack_.size(); ++stack)
+            if (period_of_stack_[stack].count) fn(uint64_t(stack), period_of_stack_[stack]);
+        for (const auto& [key, r] : period_of_size_) fn(key, r);
+    }
 };
 
 // The steps of a trace in memory, ends placed for every source.

@@ -38,22 +38,22 @@ bool parse_event_kind(std::string_view name, EventKind& out);
 // And back (our own spelling for the kinds torch has no action for).
 std::string_view event_kind_name(EventKind kind);
 
-inline bool is_block_event(EventKind k) { return k <= EventKind::free_completed || k == EventKind::free; }
+constexpr bool is_block_event(EventKind k) { return k <= EventKind::free_completed || k == EventKind::free; }
 // The block is back with the allocator.
-inline bool is_release(EventKind k) { return k == EventKind::free_completed || k == EventKind::free; }
-inline bool is_segment_event(EventKind k) {
+constexpr bool is_release(EventKind k) { return k == EventKind::free_completed || k == EventKind::free; }
+constexpr bool is_segment_event(EventKind k) {
     return k >= EventKind::segment_alloc && k <= EventKind::segment_unmap;
 }
 // Memory outside torch's caching allocator, on the device or pinned on the host.
-inline bool is_external_event(EventKind k) { return k >= EventKind::external_alloc && k <= EventKind::pinned_free; }
-inline bool is_external_alloc(EventKind k) { return k == EventKind::external_alloc || k == EventKind::pinned_alloc; }
+constexpr bool is_external_event(EventKind k) { return k >= EventKind::external_alloc && k <= EventKind::pinned_free; }
+constexpr bool is_external_alloc(EventKind k) { return k == EventKind::external_alloc || k == EventKind::pinned_alloc; }
 // Kinds with an address and size (for oom: bytes free on the device, and bytes asked; for
 // device_usage: the bytes only).
-inline bool carries_address(EventKind k) {
+constexpr bool carries_address(EventKind k) {
     return k <= EventKind::oom || k == EventKind::free || is_external_event(k) || k == EventKind::device_usage;
 }
 // Kinds recorded with the stack that caused them; frees are identified by their alloc instead.
-inline bool has_stack(EventKind k) {
+constexpr bool has_stack(EventKind k) {
     return (k <= EventKind::oom && k != EventKind::free_requested && !is_release(k)) || is_external_alloc(k);
 }
 

@@ -54,6 +54,7 @@ public:
         base_ = begin;
         handed_on = 0;
         size_t start = t_.events.size();
+        left_ = batch ? ptrdiff_t(batch) : PTRDIFF_MAX;
         const uint8_t* p = begin;
         uint8_t device = 0;
         uint16_t stream = 0;
@@ -61,10 +62,11 @@ public:
         std::fill(last_addr_.begin(), last_addr_.end(), 0);
         int64_t time = 0;
         while (p < end) {
-            if (batch && t_.events.size() - start >= batch) {
+            if (left_ <= 0) [[unlikely]] {
                 handed_on += t_.events.size() - start;
                 sink(t_);  // mid-chunk: its answer waits for the chunk's end
                 start = t_.events.size();
+                left_ = ptrdiff_t(batch);
             }
             const uint8_t* at = p;
             uint8_t tag = *p++;
@@ -157,65 +159,123 @@ private:
                                                     " MiB (the limit; --max-memory raises it)"};
     }
 
-    // The mirror of TraceWriter::emit_block_locked: same field order, same guesses. Inlined into
-    // decode(): a call per event cost a tenth of its instructions.
+    // An event record: its tag says its kind and how its fields are stored (format.h). Each kind
+    // has a decoder of its own (event<>), where what the kind decides is decided at compile time.
     [[gnu::always_inline]] void decode_event(uint8_t tag, const uint8_t*& p, const uint8_t* end, const uint8_t* at, uint8_t device,
-                      uint16_t stream, uint64_t* last_addr, int64_t& time) {
+                                             uint16_t stream, uint64_t* last_addr, int64_t& time) {
         unsigned shift = kAlignShift;
         if (tag == tag_unaligned) {
             if (p >= end) throw ChunkError{size_t(at - base_), "record cut short"};
             tag = *p++;
             shift = 0;
         }
-        const uint8_t type = tag & kTypeMask;
-        const bool pair = type == tag_free_pair_later;
-        const bool reused = type == tag_alloc_reused;
         static_assert(kFirstLaterKind + kLaterKinds == kEventKindCount, "a kind without a tag, or a tag without a kind");
-        const int kind = pair ? int(EventKind::free_requested) : reused ? int(EventKind::alloc) : kind_of_tag(type);
+        static_assert(kEventKindCount == 19, "the cases below: a kind each");
+        const State st{tag, shift, at, device, stream, last_addr};
+        using K = EventKind;
+        constexpr auto tag_of = [](EventKind k) { return tag_of_kind(uint8_t(k)); };
+        switch (tag & kTypeMask) {
+        case tag_of(K::alloc): return event<K::alloc, Form::plain>(st, p, end, time);
+        case tag_of(K::free_requested): return event<K::free_requested, Form::plain>(st, p, end, time);
+        case tag_of(K::free_completed): return event<K::free_completed, Form::plain>(st, p, end, time);
+        case tag_of(K::segment_alloc): return rare_event<K::segment_alloc>(st, p, end, time);
+        case tag_of(K::segment_free): return rare_event<K::segment_free>(st, p, end, time);
+        case tag_of(K::segment_map): return rare_event<K::segment_map>(st, p, end, time);
+        case tag_of(K::segment_unmap): return rare_event<K::segment_unmap>(st, p, end, time);
+        case tag_of(K::oom): return rare_event<K::oom>(st, p, end, time);
+        case tag_of(K::step): return rare_event<K::step>(st, p, end, time);
+        case tag_of(K::microbatch): return rare_event<K::microbatch>(st, p, end, time);
+        case tag_of(K::annotation_start): return rare_event<K::annotation_start>(st, p, end, time);
+        case tag_of(K::annotation_end): return rare_event<K::annotation_end>(st, p, end, time);
+        case tag_of(K::snapshot): return rare_event<K::snapshot>(st, p, end, time);
+        case tag_of(K::free): return event<K::free, Form::plain>(st, p, end, time);
+        case tag_free_pair_later: return event<K::free_requested, Form::pair>(st, p, end, time);
+        case tag_alloc_reused: return event<K::alloc, Form::reused>(st, p, end, time);
+        default: break;
+        }
         // The kinds of memory outside torch's allocator came with version 3: in an older file their tags are damage.
-        if (kind < 0 || (kind >= kFirstLaterKind && !later_kinds_)) throw ChunkError{size_t(at - base_), "unknown record tag"};
+        if (later_kinds_) switch (tag & kTypeMask) {
+            case tag_of(K::external_alloc): return rare_event<K::external_alloc>(st, p, end, time);
+            case tag_of(K::external_free): return rare_event<K::external_free>(st, p, end, time);
+            case tag_of(K::pinned_alloc): return rare_event<K::pinned_alloc>(st, p, end, time);
+            case tag_of(K::pinned_free): return rare_event<K::pinned_free>(st, p, end, time);
+            case tag_of(K::device_usage): return rare_event<K::device_usage>(st, p, end, time);
+            default: break;
+            }
+        throw ChunkError{size_t(at - base_), "unknown record tag"};
+    }
+
+    // How an event record stores its fields: as its kind's (plain), a free_requested with its
+    // free_completed later (pair), or an alloc at the predicted address (reused).
+    enum class Form { plain, pair, reused };
+    // What decode_event() knows of a record before its fields.
+    struct State {
+        uint8_t tag;
+        unsigned shift;         // of addresses and sizes: 0 when unaligned
+        const uint8_t* at;      // the record's first byte
+        uint8_t device;
+        uint16_t stream;
+        uint64_t* last_addr;    // of the current context
+    };
+
+    // The mirror of TraceWriter::emit_block_locked: same field order, same guesses. The block
+    // events' are inlined into decode() (a call per event cost a tenth of its instructions), the
+    // rarer kinds' called (rare_event), to keep decode()'s code small.
+    template <EventKind kKind, Form kForm>
+    [[gnu::always_inline]] void event(State st, const uint8_t*& p, const uint8_t* end, int64_t& time) {
+        const uint8_t tag = st.tag;
+        const uint8_t* at = st.at;
         Event& e = t_.events.emplace_back();
-        e.kind = EventKind(kind);
-        e.device = device;
-        e.stream = stream;
+        --left_;
+        e.kind = kKind;
+        e.device = st.device;
+        e.stream = st.stream;
         if (!(tag & kSameTime)) time = wrapping_add(time, unzigzag(num(p, end, at)));
         e.time_us = time;
-        if (!carries_address(e.kind)) {
+        if constexpr (!carries_address(kKind)) {
             e.name = ref(strings_, num(p, end, at), at);
-            return;
-        }
-        if (!last_addr) throw ChunkError{size_t(at - base_), "event before its device and stream"};
-        const bool is_alloc = e.kind == EventKind::alloc;
-        auto get_addr = [&]() __attribute__((always_inline)) {
-            if (reused) {
-                e.addr = guess_.alloc_address(e.size);
-            } else if (!is_alloc && !has_stack(e.kind) && (tag & kGuessed)) {
-                if (p >= end) throw ChunkError{size_t(at - base_), "record cut short"};
-                const uint8_t j = *p++;
-                if (j >= format::Predictors::kRecent) throw ChunkError{size_t(at - base_), "recent-allocation index out of range"};
-                e.addr = guess_.recent(j);
-            } else {
-                e.addr = uint64_t(wrapping_add(int64_t(*last_addr >> shift), unzigzag(num(p, end, at)))) << shift;
+        } else {
+            if (!st.last_addr) throw ChunkError{size_t(at - base_), "event before its device and stream"};
+            constexpr bool is_alloc = kKind == EventKind::alloc;
+            auto get_addr = [&]() __attribute__((always_inline)) {
+                if constexpr (kForm == Form::reused) {
+                    e.addr = guess_.alloc_address(e.size);
+                } else {
+                    if (!is_alloc && !has_stack(kKind) && (tag & kGuessed)) {
+                        if (p >= end) throw ChunkError{size_t(at - base_), "record cut short"};
+                        const uint8_t j = *p++;
+                        if (j >= format::Predictors::kRecent) throw ChunkError{size_t(at - base_), "recent-allocation index out of range"};
+                        e.addr = guess_.recent(j);
+                    } else {
+                        e.addr = uint64_t(wrapping_add(int64_t(*st.last_addr >> st.shift), unzigzag(num(p, end, at)))) << st.shift;
+                    }
+                }
+                *st.last_addr = e.addr;
+            };
+            if constexpr (!is_alloc) get_addr();
+            uint64_t file_stack = 0;
+            if constexpr (has_stack(kKind)) {
+                file_stack = (tag & kGuessed) ? guess_.next_stack() : num(p, end, at);
+                e.stack = ref(stacks_, file_stack, at);
             }
-            *last_addr = e.addr;
-        };
-        if (!is_alloc) get_addr();
-        uint64_t file_stack = 0;
-        if (has_stack(e.kind)) {
-            file_stack = (tag & kGuessed) ? guess_.next_stack() : num(p, end, at);
-            e.stack = ref(stacks_, file_stack, at);
+            e.size = (tag & kSizeKnown) ? guess_.size(kKind, e.addr, file_stack) : num(p, end, at) << st.shift;
+            if constexpr (is_alloc) get_addr();
+            guess_.update(kKind, e.addr, e.size, file_stack);
+            if constexpr (kForm == Form::pair) {
+                time = wrapping_add(time, int64_t(num(p, end, at)));
+                Event completed = e;  // a copy: the next emplace may move e
+                completed.kind = EventKind::free_completed;
+                completed.time_us = time;
+                t_.events.push_back(completed);
+                --left_;
+                guess_.update(EventKind::free_completed, completed.addr, completed.size, 0);
+            }
         }
-        e.size = (tag & kSizeKnown) ? guess_.size(e.kind, e.addr, file_stack) : num(p, end, at) << shift;
-        if (is_alloc) get_addr();
-        guess_.update(e.kind, e.addr, e.size, file_stack);
-        if (pair) {
-            time = wrapping_add(time, int64_t(num(p, end, at)));
-            Event completed = e;  // a copy: the next emplace may move e
-            completed.kind = EventKind::free_completed;
-            completed.time_us = time;
-            t_.events.push_back(completed);
-            guess_.update(EventKind::free_completed, completed.addr, completed.size, 0);
-        }
+    }
+
+    template <EventKind kKind>
+    [[gnu::noinline]] void rare_event(State st, const uint8_t*& p, const uint8_t* end, int64_t& time) {
+        event<kKind, Form::plain>(st, p, end, time);
     }
 
     // Most fields fit one byte, nearly all the rest two: those inline, longer ones out of line.
@@ -240,7 +300,7 @@ private:
         p += n;
         return s;
     }
-    uint32_t ref(const std::vector<uint32_t>& ids, uint64_t id, const uint8_t* at) {
+    [[gnu::always_inline]] uint32_t ref(const std::vector<uint32_t>& ids, uint64_t id, const uint8_t* at) {
         if (id >= ids.size()) throw ChunkError{size_t(at - base_), "reference to an undefined id"};
         return ids[id];
     }
@@ -255,6 +315,9 @@ private:
     std::vector<std::pair<uint8_t, uint16_t>> contexts_;  // (device, stream index)
     std::vector<uint64_t> last_addr_;                     // per context
     format::Predictors guess_;  // the writer's, replayed
+    // Events the sink takes in: counted down as they are decoded (the vector's size per record
+    // cost eight instructions).
+    ptrdiff_t left_ = 0;
 };
 
 }  // namespace
