@@ -23,9 +23,10 @@ bool built_with(Inflater inflater);
 using ReadInput = std::function<size_t(char* out, size_t capacity)>;
 
 // The compressed bytes a decoder reads: a buffer whole in memory, or input read into a window of
-// a few MiB. The window is topped up while more than one call of the decoder can take remains
-// ahead of it, so a decoder meets the input's end only where the input ends: what it reads, and
-// the offsets of its errors, are those of the whole buffer, wherever the reads stopped.
+// a few MiB. The window is topped up before less than one decoder call's worth is left in it, so
+// a decoder meets the input's end only where the input ends: ISA-L's output before an error
+// depends on where its input ran out, and the offsets and bytes before an error are those of the
+// whole buffer, wherever the reads stopped.
 class GzipInput {
 public:
     explicit GzipInput(std::string_view whole) : data_(whole.data()), size_(whole.size()) {}
@@ -33,8 +34,8 @@ public:
     GzipInput(const GzipInput&) = delete;
     GzipInput& operator=(const GzipInput&) = delete;
 
-    // The bytes from `next` on (a pointer into what the last call gave): a window moves them to
-    // its start first and reads more when fewer than kLookahead remain.
+    // The bytes from `next` on (a pointer into what the last call gave; nullptr: the start): a
+    // window moves them to its start first and reads more when fewer than kLookahead remain.
     std::string_view from(const char* next);
     uint64_t offset(const char* next) const { return base_ + uint64_t(next - data_); }
 
