@@ -197,6 +197,64 @@ TEST(HostileFile, ReadAheadGivesTheWholeFileAndStopsWhenLeftEarly) {
     std::remove(path.c_str());
 }
 
+// A gzip'd file is read in pieces as it is inflated (a window of 4 MiB, topped up as the decoder
+// goes): what it reads, and every error with its offset, must be what the whole file in memory
+// gives, at a cut or a flipped bit anywhere, before, across or after a top-up.
+TEST(HostileGzip, AFileReadInPiecesReadsAndFailsAsTheWholeFileInMemory) {
+    std::string plain(8 << 20, '\0');  // 3 parts in 4 incompressible: 6 MiB compressed, two top-ups
+    uint64_t x = 88172645463325252u;
+    for (size_t i = 0; i < plain.size(); ++i) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        plain[i] = (i >> 18) % 4 == 3 ? "snapshot"[i % 8] : char(x);
+    }
+    const std::string one = gz(plain);
+    ASSERT_GT(one.size(), 6u << 20);
+    std::vector<std::string> inputs = {one, one + gz("second member"), one + "garbage!", one + "garbage and more garbage"};
+    for (size_t cut : {size_t(10), size_t(4 << 20) - 1, size_t(4 << 20), size_t(4 << 20) + 1, one.size() / 2, one.size() - 3, one.size() - 9})
+        inputs.push_back(one.substr(0, cut));
+    for (size_t at : {size_t(100), size_t(5 << 19), size_t(4 << 20) - 2, size_t(4 << 20) + 2, size_t(6 << 20), one.size() - 8, one.size() - 1}) {
+        inputs.push_back(one);
+        inputs.back()[at] ^= 0x10;
+    }
+    const std::string path = ::testing::TempDir() + "/pieces_" + std::to_string(::getpid()) + ".gz";
+    auto read = [](GzipStream& stream, std::string& why) {
+        std::string out;
+        why = error_of([&] {
+            std::string_view chunk;
+            while (stream.next(chunk)) out += chunk;
+        });
+        return out;
+    };
+    for (const Inflater inflater : {Inflater::zlib, Inflater::isal}) {
+        if (!built_with(inflater)) continue;
+        SCOPED_TRACE(inflater == Inflater::isal ? "isal" : "zlib");
+        for (size_t k = 0; k < inputs.size(); ++k) {
+            write_file(path, inputs[k], "test input");
+            GzipStream memory(inputs[k], path, UINT64_MAX, inflater);
+            GzipStream file(std::make_unique<FileChunks>(path, UINT64_MAX, 0), path, UINT64_MAX, inflater);
+            EXPECT_EQ(file.expected_bytes(), memory.expected_bytes()) << k;
+            std::string why_memory, why_file;
+            EXPECT_TRUE(read(file, why_file) == read(memory, why_memory)) << k;
+            EXPECT_EQ(why_file, why_memory) << k;
+            EXPECT_EQ(why_memory.empty(), k < 2) << k << ": " << why_memory;
+        }
+    }
+    // End to end: the file through load_any, the same bytes through load_bytes.
+    const std::string small = gz(kEmptySnapshot);
+    std::vector<std::string> damaged = {small + "garbage", small + gz("more"), small.substr(0, small.size() / 2), gz("not a pickle")};
+    for (size_t back : {8u, 1u}) {
+        damaged.push_back(small);
+        damaged.back()[small.size() - back] ^= 1;
+    }
+    for (const std::string& bytes : damaged) {
+        write_file(path, bytes, "test input");
+        const std::string why = error_of([&] { load_bytes(bytes, path); });
+        EXPECT_NE(why, "");
+        EXPECT_EQ(error_of([&] { load_any(path); }), why);
+    }
+    std::remove(path.c_str());
+}
+
 namespace {
 std::string written(int steps, size_t chunk_bytes) {
     vramscope::testing::TraceBuilder b;

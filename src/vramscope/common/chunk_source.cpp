@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
@@ -9,6 +10,13 @@
 #include "common/progress.h"
 
 namespace vramscope {
+
+Bytes read_all(ChunkSource& chunks) {
+    Bytes out;
+    std::string_view chunk;
+    while (chunks.next(chunk)) out.insert(out.end(), chunk.begin(), chunk.end());
+    return out;
+}
 
 FileChunks::FileChunks(const std::string& path, uint64_t max_bytes, size_t block)
     : path_(path), max_bytes_(max_bytes) {
@@ -22,6 +30,13 @@ bool FileChunks::next(std::string_view& chunk) {
     const size_t used = read_into(block_.data(), block_.size());
     chunk = std::string_view(block_.data(), used);
     return used > 0;
+}
+
+std::string FileChunks::last_bytes(size_t n) const {
+    std::string out(size_t(std::min<uint64_t>(n, size_)), '\0');
+    const ssize_t k = ::pread(fd_, out.data(), out.size(), off_t(size_ - out.size()));
+    out.resize(k > 0 ? size_t(k) : 0);
+    return out;
 }
 
 size_t FileChunks::read_into(char* out, size_t capacity) {

@@ -22,6 +22,9 @@ public:
     virtual uint64_t expected_bytes() const { return 0; }
 };
 
+// All the chunks, one after the other.
+Bytes read_all(ChunkSource& chunks);
+
 // A buffer handed out in pieces of a fixed size: how tests and the fuzzer put chunk boundaries
 // everywhere a gzip stream might.
 class FixedChunks : public ChunkSource {
@@ -61,6 +64,8 @@ public:
     size_t read_into(char* out, size_t capacity);
     uint64_t expected_bytes() const override { return size_; }
     uint64_t size() const { return size_; }  // as the file was when opened
+    // The last n bytes as the file was when opened (fewer if it shrank), read in place.
+    std::string last_bytes(size_t n) const;
 
 private:
     std::string path_;

@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -149,19 +148,5 @@ bool same_file(const std::string& a, const std::string& b) {
 }
 
 bool is_gzip(std::string_view b) { return b.size() >= 2 && uint8_t(b[0]) == 0x1f && uint8_t(b[1]) == 0x8b; }
-
-std::string gunzip_prefix(std::string_view gz, size_t n) {
-    std::string out(n, '\0');
-    z_stream z{};
-    if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) return {};
-    z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(gz.data()));
-    z.avail_in = uInt(std::min<size_t>(gz.size(), 0x7fffffff));
-    z.next_out = reinterpret_cast<Bytef*>(out.data());
-    z.avail_out = uInt(n);
-    const int rc = inflate(&z, Z_SYNC_FLUSH);
-    out.resize(rc == Z_OK || rc == Z_STREAM_END ? n - z.avail_out : 0);
-    inflateEnd(&z);
-    return out;
-}
 
 }  // namespace vramscope

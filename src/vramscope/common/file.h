@@ -56,7 +56,4 @@ bool same_file(const std::string& a, const std::string& b);
 
 bool is_gzip(std::string_view bytes);
 
-// The first bytes (up to n) of the gzip'd content, to tell what it is; empty if unreadable.
-std::string gunzip_prefix(std::string_view gz, size_t n);
-
 }  // namespace vramscope

@@ -3,26 +3,40 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
 
 namespace vramscope {
 
 #ifdef VRAMSCOPE_HAVE_ISAL
-std::unique_ptr<Decoder> make_isal_decoder(std::string_view gz);  // inflate_isal.cpp
+std::unique_ptr<Decoder> make_isal_decoder(std::unique_ptr<GzipInput> gz);  // inflate_isal.cpp
 uint32_t isal_crc32(const uint8_t* data, size_t n);               // inflate_isal.cpp
 constexpr bool kHaveIsal = true;
 #else
 constexpr bool kHaveIsal = false;
 #endif
 
+std::string_view GzipInput::from(const char* next) {
+    const size_t used = next ? size_t(next - data_) : 0;
+    if (read_ && !read_all_ && size_ - used < kLookahead) {
+        std::memmove(window_.data(), data_ + used, size_ - used);
+        base_ += used;
+        size_ -= used;
+        const size_t n = read_(window_.data() + size_, window_.size() - size_);
+        read_all_ = n < window_.size() - size_;
+        size_ += n;
+        return {window_.data(), size_};
+    }
+    return {data_ + used, size_ - used};
+}
+
 namespace {
 
 class ZlibDecoder : public Decoder {
 public:
-    explicit ZlibDecoder(std::string_view gz) : in_(gz) {
+    explicit ZlibDecoder(std::unique_ptr<GzipInput> gz) : in_(std::move(gz)) {
         if (inflateInit2(&z_, 16 + MAX_WBITS) != Z_OK) throw std::runtime_error("cannot start gzip decoder");
-        z_.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in_.data()));
-        z_.avail_in = uInt(std::min<size_t>(in_.size(), 0x7fffffff));
+        feed(in_->from(nullptr));
     }
     ~ZlibDecoder() override { inflateEnd(&z_); }
 
@@ -30,10 +44,11 @@ public:
         z_.next_out = reinterpret_cast<Bytef*>(out);
         z_.avail_out = uInt(capacity);
         while (z_.avail_out > 0 && !ended_) {
+            feed(in_->from(next_in()));
             const int rc = ::inflate(&z_, Z_NO_FLUSH);
-            if (z_.avail_in == 0 && consumed() < in_.size()) z_.avail_in = uInt(std::min<size_t>(in_.size() - consumed(), 0x7fffffff));
             if (rc == Z_STREAM_END) {
-                if (consumed() == in_.size()) ended_ = true;
+                feed(in_->from(next_in()));
+                if (z_.avail_in == 0) ended_ = true;
                 else inflateReset(&z_);  // the next member
                 continue;
             }
@@ -43,10 +58,16 @@ public:
         }
         return capacity - z_.avail_out;
     }
-    size_t consumed() const override { return size_t(reinterpret_cast<const char*>(z_.next_in) - in_.data()); }
+    size_t consumed() const override { return size_t(in_->offset(next_in())); }
 
 private:
-    std::string_view in_;
+    const char* next_in() const { return reinterpret_cast<const char*>(z_.next_in); }
+    void feed(std::string_view rest) {
+        z_.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(rest.data()));
+        z_.avail_in = uInt(std::min<size_t>(rest.size(), 0x7fffffff));
+    }
+
+    std::unique_ptr<GzipInput> in_;
     z_stream z_{};
 };
 
@@ -64,12 +85,12 @@ uint32_t crc32_of(const uint8_t* data, size_t n) {
 #endif
 }
 
-std::unique_ptr<Decoder> make_decoder(Inflater inflater, std::string_view gz) {
+std::unique_ptr<Decoder> make_decoder(Inflater inflater, std::unique_ptr<GzipInput> gz) {
     if (!built_with(inflater)) throw std::invalid_argument("this build has no ISA-L inflater");
 #ifdef VRAMSCOPE_HAVE_ISAL
-    if (inflater == Inflater::isal) return make_isal_decoder(gz);
+    if (inflater == Inflater::isal) return make_isal_decoder(std::move(gz));
 #endif
-    return std::make_unique<ZlibDecoder>(gz);
+    return std::make_unique<ZlibDecoder>(std::move(gz));
 }
 
 }  // namespace vramscope

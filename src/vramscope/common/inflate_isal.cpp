@@ -12,10 +12,9 @@ namespace {
 
 class IsalDecoder : public Decoder {
 public:
-    explicit IsalDecoder(std::string_view gz) : in_(gz) {
+    explicit IsalDecoder(std::unique_ptr<GzipInput> gz) : in_(std::move(gz)) {
         start_member();
-        state_.next_in = reinterpret_cast<uint8_t*>(const_cast<char*>(in_.data()));
-        state_.avail_in = uint32_t(std::min<size_t>(in_.size(), UINT32_MAX));
+        feed(in_->from(nullptr));
     }
 
     size_t inflate(char* out, size_t capacity, std::string& error) override {
@@ -23,17 +22,17 @@ public:
         state_.avail_out = uint32_t(std::min<size_t>(capacity, UINT32_MAX));
         const uint32_t asked = state_.avail_out;
         while (state_.avail_out > 0 && !ended_) {
+            feed(in_->from(next_in()));
             const uint32_t in_before = state_.avail_in, out_before = state_.avail_out;
             const int rc = isal_inflate(&state_);
             if (rc < 0) {
                 error = why(rc);
                 break;
             }
-            if (state_.avail_in == 0 && consumed() < in_.size())
-                state_.avail_in = uint32_t(std::min<size_t>(in_.size() - consumed(), UINT32_MAX));
             if (state_.block_state == ISAL_BLOCK_FINISH) {
                 ++members_ended_;
-                if (consumed() == in_.size()) ended_ = true;
+                feed(in_->from(next_in()));
+                if (state_.avail_in == 0) ended_ = true;
                 else start_member();
                 continue;
             }
@@ -46,9 +45,14 @@ public:
         }
         return asked - state_.avail_out;
     }
-    size_t consumed() const override { return size_t(reinterpret_cast<const char*>(state_.next_in) - in_.data()); }
+    size_t consumed() const override { return size_t(in_->offset(next_in())); }
 
 private:
+    const char* next_in() const { return reinterpret_cast<const char*>(state_.next_in); }
+    void feed(std::string_view rest) {
+        state_.next_in = reinterpret_cast<uint8_t*>(const_cast<char*>(rest.data()));
+        state_.avail_in = uint32_t(std::min<size_t>(rest.size(), UINT32_MAX));
+    }
     // The state of a fresh member, its input where the last one's ended and its output where
     // the last one's stopped (isal_inflate_init clears both).
     void start_member() {
@@ -69,14 +73,14 @@ private:
         }
     }
 
-    std::string_view in_;
+    std::unique_ptr<GzipInput> in_;
     inflate_state state_{};
     size_t members_ended_ = 0;
 };
 
 }  // namespace
 
-std::unique_ptr<Decoder> make_isal_decoder(std::string_view gz) { return std::make_unique<IsalDecoder>(gz); }
+std::unique_ptr<Decoder> make_isal_decoder(std::unique_ptr<GzipInput> gz) { return std::make_unique<IsalDecoder>(std::move(gz)); }
 
 uint32_t isal_crc32(const uint8_t* data, size_t n) { return crc32_gzip_refl(0, data, n); }
 

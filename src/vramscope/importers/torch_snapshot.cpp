@@ -622,20 +622,20 @@ Trace load_plain(std::string_view bytes, const std::string& path, const ReadLimi
                                     "(plain or gzip)");
 }
 
-Trace load_gzip(std::string_view bytes, const std::string& path, const ReadLimits& limits) {
+// `open` gives the gzip'd input from its start, `head` its first decoded bytes, `gz_bytes` its size.
+Trace load_gzip(const std::function<std::unique_ptr<GzipStream>()>& open, const std::string& head, uint64_t gz_bytes,
+                const std::string& path, const ReadLimits& limits) {
     // Told by its first decoded bytes, before inflating more: a gzip of anything else is refused
     // at once, however large it would inflate.
-    const std::string head = gunzip_prefix(bytes, 16);
     if (has_vscope_magic(head)) {
-        const Bytes plain = gunzip(bytes, path, limits.max_decoded_bytes);
+        const Bytes plain = read_all(*open());
         return parse_trace(view(plain), path, limits);
     }
     if (!looks_like_pickle(head))
         throw std::runtime_error(path + ": offset 0: gzip data whose content is neither a .vscope trace nor a "
                                         "torch memory snapshot pickle");
     // Each parse (a second one only if the sink must be dropped) reads its own stream.
-    return import_torch_snapshot([&] { return std::make_unique<GzipStream>(bytes, path, limits.max_decoded_bytes); },
-                                 path, 16 * bytes.size(), limits);
+    return import_torch_snapshot(open, path, 16 * gz_bytes, limits);
 }
 }  // namespace
 
@@ -655,7 +655,9 @@ Trace import_torch_snapshot(const std::function<std::unique_ptr<ChunkSource>()>&
 }
 
 Trace load_bytes(std::string_view bytes, const std::string& name, const ReadLimits& limits) {
-    Trace t = is_gzip(bytes) ? load_gzip(bytes, name, limits) : load_plain(bytes, name, limits);
+    Trace t = is_gzip(bytes) ? load_gzip([&] { return std::make_unique<GzipStream>(bytes, name, limits.max_decoded_bytes); },
+                                         gunzip_prefix(bytes, 16), bytes.size(), name, limits)
+                             : load_plain(bytes, name, limits);
     validate_events(t);
     return t;
 }
@@ -667,8 +669,16 @@ Trace load_any(const std::string& path, const ReadLimits& limits) {
         std::string_view h;
         if (probe.next(h)) head = h;
     }
-    // A .vscope file and a plain pickle stream through in fixed blocks: no whole-file buffer.
-    // gzip'd input is inflated on a second thread from the compressed file in memory.
+    // A .vscope file and a plain pickle stream through in fixed blocks, a gzip'd file is read in
+    // pieces as it is inflated: no whole-file buffer.
+    if (is_gzip(head)) {
+        FileChunks start(path, limits.max_decoded_bytes, 1 << 16);
+        Trace t = load_gzip([&] { return std::make_unique<GzipStream>(std::make_unique<FileChunks>(path, limits.max_decoded_bytes, 0),
+                                                                      path, limits.max_decoded_bytes); },
+                            gunzip_prefix(start, 16), start.size(), path, limits);
+        validate_events(t);
+        return t;
+    }
     if (!has_vscope_magic(head) && !looks_like_pickle(head)) {
         const Bytes file = read_file(path, limits.max_decoded_bytes);
         return load_bytes(view(file), path, limits);
