@@ -1,7 +1,8 @@
-// The lock on one hook thread's event buffer. Its owner takes it at every allocator event, the
-// drain once every few milliseconds to swap the buffer out: a pthread mutex costs two library
-// calls and two atomic read-modify-writes per event, this an exchange and a plain store, and it
-// is only ever held for a push or a swap, so a waiter spins briefly and then yields.
+// A lock held only for a push or a swap: the driver events' buffer (driver_event() from any
+// thread, the drain every few milliseconds) and a hook queue's spare chunks. A pthread mutex costs
+// two library calls and two atomic read-modify-writes a use, this an exchange and a plain store;
+// a waiter spins briefly and then yields. The allocator hook's own path takes no lock at all
+// (capture/chunk_queue.h).
 #pragma once
 #include <atomic>
 #include <thread>
