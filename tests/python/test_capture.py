@@ -215,6 +215,29 @@ def test_a_free_keeps_its_place_when_its_completion_waited(tmp_path):
         ("free_requested", b), ("free_completed", b)]
 
 
+def test_a_request_waits_only_for_its_own_device_and_is_written_if_the_capture_ends_first(tmp_path):
+    """A free request waits in its device's lane for that device's next call: another device's
+    events pass it, its completion joins it, and a request nothing followed is written at close."""
+    path, exported = tmp_path / "waiting.vscope", tmp_path / "waiting.pickle"
+    kind = _core.EventKind
+    recorder = _core.Recorder(str(path))
+    recorder.activate()
+    a, b, c = 0x1000_0000, 0x2000_0000, 0x3000_0000
+    for k, device, addr in [(kind.alloc, 0, a), (kind.alloc, 0, c), (kind.free_requested, 0, a), (kind.alloc, 1, b),
+                            (kind.free_completed, 0, a), (kind.free_requested, 0, c)]:
+        _core.feed_allocator_event(k, device, addr, MiB)
+    recorder.deactivate()
+    recorder.close()
+    from vramscope.commands import main
+
+    assert main(["export", str(path), "--memory-viz", str(exported)]) == 0
+    with open(exported, "rb") as f:
+        traces = pickle.load(f)["device_traces"]
+    assert [(e["action"], e["addr"]) for e in traces[0]] == [
+        ("alloc", a), ("alloc", c), ("free_requested", a), ("free_completed", a), ("free_requested", c)]
+    assert [(e["action"], e["addr"]) for e in traces[1]] == [("alloc", b)]
+
+
 def test_an_unwritable_path_is_a_clear_error():
     with pytest.raises(RuntimeError, match="/no/such/dir/x.vscope: cannot create trace file"):
         _core.Recorder("/no/such/dir/x.vscope")

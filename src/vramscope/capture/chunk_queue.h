@@ -73,7 +73,7 @@ public:
     }
 
 private:
-    Chunk* link_after(Chunk* full) {
+    [[gnu::cold, gnu::noinline]] Chunk* link_after(Chunk* full) {
         Chunk* c = nullptr;
         {
             std::lock_guard lock(spare_lock_);

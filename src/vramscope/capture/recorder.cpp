@@ -179,10 +179,10 @@ void Recorder::driver_event(EventKind kind, uint8_t device, uint64_t addr, uint6
             e.stack = intern_driver_stack(frames.data(), n, library, call);
         }
         std::lock_guard lock(driver_.lock);
-        std::atomic<uint64_t>& next = lane_seq_[lane(e)].next;
-        q.seq = next.load(std::memory_order_relaxed);
+        uint64_t& next = driver_seq_[device];
+        q.seq = next;
         driver_.events.push_back(q);
-        next.store(q.seq + 1, std::memory_order_relaxed);  // numbered once nothing can fail
+        ++next;  // numbered once nothing can fail
     } catch (const std::exception& ex) {
         fail(std::string("capture stopped: ") + ex.what());
     } catch (...) {
@@ -299,6 +299,17 @@ void Recorder::allocator_event(EventKind kind, uint8_t device, uint64_t addr, ui
         if (!t || t->recorder != id_) [[unlikely]] {
             if (!(t = join_thread())) return fail("capture stopped: out of memory");
         }
+        DeviceLane& lane = device_lanes_[device];
+        if (lane.has_pending.load(std::memory_order_relaxed)) {
+            lane.has_pending.store(false, std::memory_order_relaxed);
+            Queued request = lane.pending;
+            if (kind == EventKind::free_completed && addr == request.event.addr && size == request.event.size &&
+                stream == lane.pending_stream) {
+                request.event.kind = EventKind::free;
+                return t->events.push(request);
+            }
+            t->events.push(request);  // the block waits on other streams: its completion comes later
+        }
         Queued q{Event{}, 0};
         Event& e = q.event;
         e.kind = kind;
@@ -328,9 +339,12 @@ void Recorder::allocator_event(EventKind kind, uint8_t device, uint64_t addr, ui
         }
         // Numbered, then queued: a number taken by an event that never arrives (bad_alloc, which
         // stops the capture) holds its device back only until close() drains everything.
-        std::atomic<uint64_t>& next = lane_seq_[device].next;
-        q.seq = next.load(std::memory_order_relaxed);
-        next.store(q.seq + 1, std::memory_order_relaxed);
+        q.seq = lane.next++;
+        if (kind == EventKind::free_requested) {
+            lane.pending = q;
+            lane.pending_stream = stream;
+            return lane.has_pending.store(true, std::memory_order_release);
+        }
         t->events.push(q);
         if (kind == EventKind::oom) flush();  // on disk before the exception reaches anyone
     } catch (const std::exception& ex) {
@@ -352,6 +366,10 @@ void Recorder::drain_locked(bool all) {
         for (size_t k = 0; k < queues_.size(); ++k) queues_[k]->take(taken_[k]);
         std::lock_guard driver(driver_.lock);
         std::swap(driver_.events, taken_.back());
+    }
+    if (all) {  // the free requests still waiting for their devices' next call
+        for (DeviceLane& d : device_lanes_)
+            if (d.has_pending.exchange(false, std::memory_order_acquire)) taken_.back().push_back(d.pending);
     }
     // The usual case, one thread allocating: its events are in order already.
     const std::vector<Queued>* only = nullptr;

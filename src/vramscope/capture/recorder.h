@@ -8,7 +8,8 @@
 // numbered in its device's order. The caller serialises the calls for one device (torch's
 // allocator lock does), so that number is a plain increment: the path has no atomic
 // read-modify-write and no lock, and the shared stack table is locked only for a stack the thread
-// has not met. A worker thread drains the queues every 2 ms, device by device in number order,
+// has not met. A free request waits in its device's lane for the device's next call, which is
+// nearly always its completion: the two are queued as one `free`. A worker thread drains the queues every 2 ms, device by device in number order,
 // into the file and the sinks (a step end drains what is left first; a stack met since the last
 // drain reaches the sinks before the events that name it), and hands the file its chunk every
 // half second, so SIGKILL loses at most that. Any internal fault stops the capture (the run goes
@@ -151,11 +152,13 @@ private:
         RawFrame frames[kMaxFrames];  // a walk's copy, for a stack the cache did not hold
     };
     // The calling thread's, set up for this recorder on its first event (kept off the hot path).
-    HookThread* join_thread() noexcept;
-    bool learn_stream(HookThread& t, uint64_t handle, uint16_t& index);
+    // The hook's rare paths are kept out of line and apart (cold), so that the lines of code an
+    // event runs through are few: between two events a step runs enough of torch to push them out.
+    [[gnu::cold]] HookThread* join_thread() noexcept;
+    [[gnu::cold]] bool learn_stream(HookThread& t, uint64_t handle, uint16_t& index);
     // A stack the thread's cache did not hold: walked again for its frames (the same: the thread
     // is still inside the allocator), found or added in the shared table, kept in `slot`.
-    bool learn_stack(HookThread& t, ThreadStack& slot, const StackKey& key, const char* node);
+    [[gnu::cold]] bool learn_stack(HookThread& t, ThreadStack& slot, const StackKey& key, const char* node);
     uint32_t stack_of(uint64_t hash, const RawFrame* frames, size_t n, const char* node);
     uint32_t intern(const RawFrame* frames, size_t n, const char* node);
     // A driver allocation's stack: the library's frame, then the Python frames.
@@ -173,7 +176,7 @@ private:
     void merge_in_order(bool all);
     void record(const Queued& q);  // into the file, and the batch the sinks get at the drain's end
     void hand_to_sinks();
-    void fail(const std::string& why) noexcept;
+    [[gnu::cold]] void fail(const std::string& why) noexcept;
     void worker();
 
     // What every event reads, together.
@@ -191,12 +194,20 @@ private:
         SpinLock lock;  // driver_event() from any thread, the drain
         std::vector<Queued> events;
     } driver_;
-    // The next number of each device's allocator lane, each alone in its line (devices' hooks run
-    // at once on different threads); the driver's lanes are numbered under driver_.lock.
-    struct alignas(64) LaneCounter {
-        std::atomic<uint64_t> next{0};
+    // Each device's allocator lane, alone in its line (devices' hooks run at once on different
+    // threads), touched only by the device's hook calls, which torch serialises: the next number,
+    // and the free request just made. torch completes a free in the same call unless the block
+    // waits on other streams, so the next call usually completes it: then the two go as one
+    // `free` (one event queued, not two, the request's time); any other call sends it on first.
+    struct alignas(64) DeviceLane {
+        uint64_t next = 0;
+        uint64_t pending_stream = 0;  // the request's stream handle
+        Queued pending{};
+        std::atomic<bool> has_pending{false};  // release/acquire: close() reads it from its thread
     };
-    std::array<LaneCounter, kLanes> lane_seq_;
+    static_assert(sizeof(DeviceLane) == 64);
+    std::array<DeviceLane, 256> device_lanes_;
+    std::array<uint64_t, 256> driver_seq_{};  // the driver's lanes' next numbers, under driver_.lock
     std::atomic<uint64_t> allocations_{0}, external_allocations_{0};  // recorded, counted by the drain
 
     mutable std::mutex mutex_;  // the drain, the sinks

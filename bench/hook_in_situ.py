@@ -1,0 +1,164 @@
+"""What the recorder costs inside a real training step, measured where it is paid: the hook's sink is
+called through a C wrapper that counts cycles around each call (lfence, rdtsc), so every event's
+cost is taken with the caches as the step left them, not as a loop leaves them. Beside it, each
+thread's CPU time per step (/proc's schedstat: the recorder's worker among them) and the step
+itself. The variants take turns a step at a time, as in capture_overhead.py --alternate:
+
+  none        the hook idle
+  null        the wrapper around a sink that does nothing (torch's side and the wrapper)
+  no-stacks   the wrapper around vramscope's sink, Python stacks off
+  vramscope   the wrapper around vramscope's sink, Python stacks on
+
+For each: the median step, ns per event of each kind inside the sink (less the null sink's), the
+sink's time per step, and which threads other than the training thread ran how long per step.
+
+  python bench/hook_in_situ.py --cycles 100 --warmup 20 --out $OUT/in_situ.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from capture_overhead import in_process, null_sink  # noqa: E402
+
+from vramscope.capture.hook import load_allocator_hook  # noqa: E402
+
+WRAPPER = r"""
+#include <stdint.h>
+#include <x86intrin.h>
+typedef void (*sink_fn)(int, int, uint64_t, uint64_t, uint64_t, const char*);
+static sink_fn target;
+uint64_t ticks_in[16], calls[16], with_node[16];
+void set_target(uint64_t t) { target = (sink_fn)(uintptr_t)t; }
+uint64_t now_ticks(void) { return __rdtsc(); }
+void timed(int k, int d, uint64_t a, uint64_t s, uint64_t st, const char* n) {
+    _mm_lfence();
+    uint64_t t0 = __rdtsc();
+    _mm_lfence();
+    target(k, d, a, s, st, n);
+    _mm_lfence();
+    uint64_t t1 = __rdtsc();
+    ticks_in[k & 15] += t1 - t0;
+    calls[k & 15] += 1;
+    with_node[k & 15] += n != 0;
+}
+"""
+
+VARIANTS = ["none", "null", "no-stacks", "vramscope"]
+
+
+def wrapper() -> ctypes.CDLL:
+    build = os.path.join(tempfile.gettempdir(), f"vramscope_in_situ_{os.getuid()}")
+    os.makedirs(build, exist_ok=True)
+    source, lib = os.path.join(build, "wrapper.c"), os.path.join(build, "wrapper.so")
+    with open(source, "w") as f:
+        f.write(WRAPPER)
+    subprocess.run([os.environ.get("CC", "cc"), "-O2", "-shared", "-fPIC", "-o", lib, source], check=True)
+    return ctypes.CDLL(lib)
+
+
+def thread_ns() -> dict[int, int]:
+    """Every thread's CPU time so far, ns, by thread id."""
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                out[int(tid)] = int(f.read().split()[0])
+        except OSError:
+            pass
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cycles", type=int, default=100)
+    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--out")
+    a = ap.parse_args()
+    import torch
+    from vramscope import _core
+
+    lib = wrapper()
+    lib.now_ticks.restype = ctypes.c_uint64
+    k0, t0 = lib.now_ticks(), time.perf_counter()
+    time.sleep(0.2)
+    ns_per_tick = (time.perf_counter() - t0) * 1e9 / (lib.now_ticks() - k0)
+    ticks = (ctypes.c_uint64 * 16).in_dll(lib, "ticks_in")
+    calls = (ctypes.c_uint64 * 16).in_dll(lib, "calls")
+    with_node = (ctypes.c_uint64 * 16).in_dll(lib, "with_node")
+    timed = ctypes.cast(lib.timed, ctypes.c_void_p).value
+    step, enter, done = in_process("transformer", a.warmup)
+    sink, nothing = _core.allocator_sink(), null_sink()
+    hook = load_allocator_hook()  # the capture's own: one library, one sink pointer
+
+    def enter_variant(v: str) -> None:
+        enter("vramscope" if v == "vramscope" else "vramscope-no-stacks" if v != "none" else "none")
+        if v != "none":
+            lib.set_target(ctypes.c_uint64(nothing if v == "null" else sink))
+            hook.install(timed)
+
+    rows = {v: {"step_ms": [], "ticks": [[0] * 16], "calls": [[0] * 16], "node": [[0] * 16], "threads": []} for v in VARIANTS}
+    for c in range(a.cycles):
+        for v in VARIANTS[c % len(VARIANTS):] + VARIANTS[: c % len(VARIANTS)]:
+            enter_variant(v)
+            before = (list(ticks), list(calls), list(with_node))
+            cpu0 = thread_ns()
+            torch.cuda.synchronize()
+            s0 = time.perf_counter()
+            step()
+            torch.cuda.synchronize()
+            s1 = time.perf_counter()
+            cpu1 = thread_ns()
+            r = rows[v]
+            r["step_ms"].append(1e3 * (s1 - s0))
+            for key, now, was in (("ticks", ticks, before[0]), ("calls", calls, before[1]), ("node", with_node, before[2])):
+                r[key][0] = [x + (n - w) for x, n, w in zip(r[key][0], now, was)]
+            r["threads"].append({tid: cpu1[tid] - cpu0.get(tid, 0) for tid in cpu1 if cpu1[tid] - cpu0.get(tid, 0) > 0})
+    done()
+    kinds = {int(k.value): k.name for k in _core.EventKind.__members__.values()}
+    out = {"ns_per_tick": ns_per_tick, "variants": {}}
+    base = statistics.median(rows["none"]["step_ms"])
+    for v in VARIANTS:
+        r = rows[v]
+        n = len(r["step_ms"])
+        per_kind = {}
+        for k in range(16):
+            if r["calls"][0][k]:
+                per_kind[kinds.get(k, str(k))] = {
+                    "events_per_step": r["calls"][0][k] / n,
+                    "with_node_per_step": r["node"][0][k] / n,
+                    "ns_per_event": r["ticks"][0][k] * ns_per_tick / r["calls"][0][k],
+                }
+        sink_ms = sum(r["ticks"][0]) * ns_per_tick / n / 1e6
+        # Threads by CPU time per step, summed over the variant's steps (the training thread first).
+        by_thread: dict[int, float] = {}
+        for t in r["threads"]:
+            for tid, ns in t.items():
+                by_thread[tid] = by_thread.get(tid, 0) + ns / n / 1e6
+        top = sorted(by_thread.items(), key=lambda kv: -kv[1])[:6]
+        out["variants"][v] = {"step_ms": statistics.median(r["step_ms"]), "ratio": statistics.median(r["step_ms"]) / base,
+                              "sink_ms_per_step": sink_ms, "per_kind": per_kind,
+                              "thread_cpu_ms_per_step": {str(tid): round(ms, 3) for tid, ms in top}}
+        print(f"{v:10s} step {statistics.median(r['step_ms']):7.2f} ms  x{statistics.median(r['step_ms']) / base:.3f}  "
+              f"in the sink {sink_ms:.3f} ms/step  threads ms/step: "
+              + " ".join(f"{tid}:{ms:.2f}" for tid, ms in top))
+        for name, pk in per_kind.items():
+            print(f"    {name:16s} {pk['events_per_step']:8.1f}/step ({pk['with_node_per_step']:.1f} with a node) "
+                  f"{pk['ns_per_event']:8.1f} ns each")
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(out, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
