@@ -3,13 +3,14 @@
 # tree built into a folder of its own (kept in .bench-trees/ between calls), the allocator hook
 # compiled once, then bench/recorder_cost.py for each, then bench/capture_overhead.py --alternate
 # in fresh processes, the trees taking turns, and each tree's processes pooled.
-#   bash bench/capture_side_by_side.sh OLD_SOURCE OUT [ROUNDS] [CYCLES] [OLD_EVERY]
+#   bash bench/capture_side_by_side.sh OLD_SOURCE OUT [ROUNDS] [CYCLES] [OLD_EVERY] [COST_PAIRS]
 # OLD_SOURCE: the older tree's source folder (git archive REV | tar -x -C DIR). A round runs this
-# tree once and, every OLD_EVERY-th round (default 1), the old one. Results: OUT/{new,old}-N.json,
+# tree once and, every OLD_EVERY-th round (default 1), the old one; recorder_cost.py runs COST_PAIRS
+# times per tree and cache state (default 2), trees alternating. Results: OUT/{new,old}-N.json,
 # OUT/pooled-{new,old}.json, OUT/recorder_cost.txt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-old_source=$1 out=$2 rounds=${3:-3} cycles=${4:-200} old_every=${5:-1}
+old_source=$1 out=$2 rounds=${3:-3} cycles=${4:-200} old_every=${5:-1} cost_pairs=${6:-2}
 mkdir -p "$out" .bench-trees
 build() {  # TREE SOURCE
   [ -d ".bench-trees/$1/vramscope" ] && return
@@ -23,9 +24,9 @@ for tree in new old; do  # compile (or find) the allocator hook, and the C pump,
   PYTHONPATH=.bench-trees/$tree python3 -c "import torch; torch.cuda.init(); from vramscope.capture.hook import load_allocator_hook as l; l()" >/dev/null 2>&1 || true
 done
 for evict in 0 4096; do  # caches warm, then 4 MiB written between allocations (cold, as in training)
-  for tree in new old new old; do
+  for ((p = 0; p < cost_pairs; ++p)); do for tree in new old; do
     echo "$tree, evict $evict KiB: $(PYTHONPATH=.bench-trees/$tree python3 bench/recorder_cost.py --pairs 1000000 --repeats 7 --evict-kib $evict)"
-  done
+  done; done
 done | tee -a "$out/recorder_cost.txt"
 first=$(find "$out" -name 'new-*.json' | wc -l)
 for ((r = first; r < first + rounds; ++r)); do
