@@ -17,8 +17,13 @@ build() {  # TREE SOURCE
   python3 -m pip install -q --no-build-isolation --no-deps --target ".bench-trees/$1" "$2" >"$out/build-$1.log" 2>&1
 }
 build old "$old_source" & build new . & wait
-for tree in new old; do  # which vramscope each tree's processes import
-  (cd bench && PYTHONPATH=../.bench-trees/$tree python3 -c "import torch, vramscope; print('$tree:', vramscope.__file__, vramscope.track)")
+for tree in new old; do  # each tree's processes must import that tree's vramscope, or the two compare one
+  # (seen on the GPU host: a vramscope installed in site-packages won over PYTHONPATH for both trees)
+  (cd bench && PYTHONPATH=../.bench-trees/$tree python3 -c "
+import os, sys, vramscope
+print('$tree:', vramscope.__file__)
+sys.exit(0 if os.path.realpath(vramscope.__file__).startswith(os.path.realpath('../.bench-trees/$tree') + os.sep) else 1)") \
+    || { echo "the $tree tree's processes import another vramscope (pip uninstall -y vramscope first)"; exit 1; }
 done
 for tree in new old; do  # compile (or find) the allocator hook, and the C pump, before timing
   PYTHONPATH=.bench-trees/$tree python3 -c "import torch; torch.cuda.init(); from vramscope.capture.hook import load_allocator_hook as l; l()" >/dev/null 2>&1 || true
