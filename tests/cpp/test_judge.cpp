@@ -87,6 +87,46 @@ TEST(Judge, NoiseAroundALevelIsNeverALeak) {
     EXPECT_FALSE(is_leak(judge(v).shape));
 }
 
+// The live monitor leaves unjudged a site whose recent step ends are all alike (most sites of a
+// training run): it may, because the rule calls nothing without a rise a leak, at any length.
+TEST(Judge, StepEndsAllAlikeAreNeverALeak) {
+    for (size_t n = 1; n <= kRecentSteps + 8; ++n)
+        for (const double held : {0.0, 4096.0, 50 * MiB}) {
+            const std::vector<double> v(n, held);
+            EXPECT_FALSE(judge_site(v, v, kMinSteps).leaks()) << n << " step ends of " << held;
+            EXPECT_FALSE(judge_site(std::vector<double>(n, 0.0), v, kMinSteps).leaks()) << n << " step ends of " << held;
+        }
+}
+
+// What the monitor says of a site over its life: confirmed while it climbs, withdrawn once it has
+// been flat for long enough (it is judged while reported, however steady), confirmed again when it
+// climbs again after a steady spell longer than the steps the monitor keeps.
+TEST(Judge, LiveMonitorJudgesAgainWhatChangesAfterASteadySpell) {
+    LiveMonitor monitor;
+    constexpr uint32_t site = 7;
+    uint64_t addr = 0x7f0000000000;
+    std::vector<std::pair<uint64_t, Shape>> said;  // (step, shape)
+    auto step = [&](bool grows) {
+        if (grows) monitor.alloc(0, addr += 1 << 20, 1 << 20, site);
+        monitor.alloc(0, 0x10000000, 4096, site + 1);  // a batch's buffer: gone by every step end
+        monitor.release(0, 0x10000000);
+        for (const LiveLeak& l : monitor.end_step()) said.emplace_back(monitor.steps(), l.shape);
+    };
+    for (int i = 0; i < 30; ++i) step(true);
+    for (int i = 0; i < 100; ++i) step(false);
+    for (int i = 0; i < 30; ++i) step(true);
+    ASSERT_EQ(said.size(), 3u);
+    EXPECT_TRUE(is_leak(said[0].second));
+    EXPECT_LE(said[0].first, 30u);
+    EXPECT_EQ(said[1].second, Shape::bounded);
+    EXPECT_GT(said[1].first, 30u);
+    EXPECT_LE(said[1].first, 130u);
+    EXPECT_TRUE(is_leak(said[2].second));
+    EXPECT_GT(said[2].first, 130u);
+    ASSERT_EQ(monitor.leaking().size(), 1u);
+    EXPECT_EQ(monitor.leaking()[0].site, site);
+}
+
 TEST(Judge, OomProjection) {
     EXPECT_EQ(projected_oom_step(10, 100, 40, 20), 13u);
     EXPECT_FALSE(projected_oom_step(10, 0, 40, 20));

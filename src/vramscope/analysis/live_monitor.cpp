@@ -122,10 +122,17 @@ std::vector<LiveLeak> LiveMonitor::end_step() {
                 it->second.count = std::min<size_t>(step_ - warmup_ - 1, kRecentSteps);
             }
             Series& s = it->second;
-            s.aged[s.count % kRecentSteps] = double(std::max<int64_t>(0, aged));
-            s.held[s.count % kRecentSteps] = double(std::max<int64_t>(0, all));
+            const double aged_now = double(std::max<int64_t>(0, aged)), held_now = double(std::max<int64_t>(0, all));
+            const size_t last = (s.count + kRecentSteps - 1) % kRecentSteps;
+            s.steady = s.count > 0 && s.aged[last] == aged_now && s.held[last] == held_now ? s.steady + 1 : 1;
+            s.aged[s.count % kRecentSteps] = aged_now;
+            s.held[s.count % kRecentSteps] = held_now;
             ++s.count;
             if (s.count < min_steps_) continue;
+            // Step ends all alike have no rise, and the judge calls nothing without one a leak
+            // (judge.h): a site not reported stays as it is, unjudged. Most sites of a training
+            // run are such (parameters, optimizer state, a batch's buffers gone by the step end).
+            if (!s.reported && s.steady >= std::min(s.count, kRecentSteps)) continue;
             const SiteJudgement site = judge_recent(s);
             const Judgement& j = site.leak();
             const uint8_t device = uint8_t(k >> 56);

@@ -73,6 +73,7 @@ private:
         std::array<double, kRecentSteps> aged{};  // ring: bytes at step ends of blocks a step old or more
         std::array<double, kRecentSteps> held{};  // ring: all bytes at step ends
         size_t count = 0;                         // step ends recorded (ring holds the last kRecentSteps)
+        size_t steady = 0;                        // the last step ends that held what the one before did, itself included
         bool reported = false;  // confirmed as a leak, not withdrawn since
         LiveLeak last;          // what was said when it was confirmed
         double recent_rate = 0;  // its recent slope while it leaks: the OOM projection's, as offline
