@@ -139,13 +139,10 @@ def null_sink() -> int:
     recorder."""
     import ctypes
 
-    build = os.path.join(tempfile.gettempdir(), f"vramscope_null_sink_{os.getuid()}")
-    os.makedirs(build, exist_ok=True)
-    source, lib = os.path.join(build, "null_sink.c"), os.path.join(build, "null_sink.so")
-    with open(source, "w") as f:
-        f.write("#include <stdint.h>\nvoid null_sink(int k, int d, uint64_t a, uint64_t s, uint64_t st, const char* n) {}\n")
-    subprocess.run([os.environ.get("CC", "cc"), "-O2", "-shared", "-fPIC", "-o", lib, source], check=True)
-    null_sink.lib = ctypes.CDLL(lib)  # kept loaded for the process
+    from c_library import c_library
+
+    null_sink.lib = c_library(  # kept loaded for the process
+        "null_sink", "#include <stdint.h>\nvoid null_sink(int k, int d, uint64_t a, uint64_t s, uint64_t st, const char* n) {}\n")
     return ctypes.cast(null_sink.lib.null_sink, ctypes.c_void_p).value
 
 

@@ -22,12 +22,11 @@ import ctypes
 import json
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from c_library import c_library  # noqa: E402
 from capture_overhead import in_process, null_sink  # noqa: E402
 
 from vramscope.capture.hook import load_allocator_hook  # noqa: E402
@@ -57,13 +56,7 @@ VARIANTS = ["none", "null", "no-stacks", "vramscope"]
 
 
 def wrapper() -> ctypes.CDLL:
-    build = os.path.join(tempfile.gettempdir(), f"vramscope_in_situ_{os.getuid()}")
-    os.makedirs(build, exist_ok=True)
-    source, lib = os.path.join(build, "wrapper.c"), os.path.join(build, "wrapper.so")
-    with open(source, "w") as f:
-        f.write(WRAPPER)
-    subprocess.run([os.environ.get("CC", "cc"), "-O2", "-shared", "-fPIC", "-o", lib, source], check=True)
-    return ctypes.CDLL(lib)
+    return c_library("in_situ_wrapper", WRAPPER)
 
 
 def thread_ns() -> dict[int, int]:

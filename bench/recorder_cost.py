@@ -16,10 +16,11 @@ import argparse
 import ctypes
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
+
+from c_library import c_library
 
 PUMP = r"""
 #include <stdint.h>
@@ -55,13 +56,7 @@ uint64_t pump(uint64_t sink, int64_t n, int alloc, int requested, int completed,
 
 
 def pump_library() -> ctypes.CDLL:
-    build = os.path.join(tempfile.gettempdir(), f"vramscope_pump_{os.getuid()}")
-    os.makedirs(build, exist_ok=True)
-    source, lib = os.path.join(build, "pump.c"), os.path.join(build, "pump.so")
-    with open(source, "w") as f:
-        f.write(PUMP)
-    subprocess.run([os.environ.get("CC", "cc"), "-O2", "-shared", "-fPIC", "-o", lib, source], check=True)
-    return ctypes.CDLL(lib)
+    return c_library("pump", PUMP)
 
 
 def deep(depth: int, fn):
