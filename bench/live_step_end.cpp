@@ -5,6 +5,7 @@
 // gradient block per site held across the step end and freed after it (zero_grad follows
 // optimizer.step()); one site leaks a block a step. Prints the median and 90th percentile of
 // end_step() over the steps after warm-up.
+//   cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=Release
 //   cmake --build build/release --target live_step_end && build/release/live_step_end [SITES] [STEPS]
 #include <algorithm>
 #include <chrono>
