@@ -2,8 +2,8 @@
 // on the training thread when a step marker is drained, so it is paid every step. A training-like
 // run is fed to it: SITES allocation sites, PERSISTENT blocks held throughout (parameters,
 // optimizer state), TRANSIENT blocks a step allocated and freed within it (activations), and a
-// gradient block per site held across the step end and freed after it (zero_grad follows
-// optimizer.step()); one site leaks a block a step. Prints the median and 90th percentile of
+// gradient block for every fourth site held across the step end and freed after it (zero_grad
+// follows optimizer.step()); one site leaks a block a step. Prints the median and 90th percentile of
 // end_step() over the steps after warm-up.
 //   cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=Release
 //   cmake --build build/release --target live_step_end && build/release/live_step_end [SITES] [STEPS]
