@@ -163,8 +163,14 @@ def in_process(name: str, warmup: int):
         step()
     capture = vramscope.track(tempfile.mktemp(suffix=".vscope"), summary=False, live_warnings=False).start()
     hook, recorder, sink, nothing = capture._hook, capture._recorder, _core.allocator_sink(), null_sink()
+    # A step end belongs to vramscope's steps only: the others are as near a run without vramscope
+    # as one process allows (the optimizer's hook still calls into a function that returns, and
+    # torch still builds its trace entries for the idle tracker).
+    end_step, capturing = capture._steps._end_step, [False]
+    capture._steps._end_step = lambda unit: end_step(unit) if capturing[0] else None
 
     def enter(variant: str) -> None:
+        capturing[0] = variant.startswith("vramscope")
         if variant.startswith("vramscope"):
             hook.install(sink)
         elif variant == "hook-to-null-sink":

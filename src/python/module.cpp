@@ -309,9 +309,17 @@ void bind_capture(nb::module_& m) {
                  return live_findings(c.monitor.take_said());
              },
              nb::arg("unit") = std::string(kUnnamedStepUnit),
-             "Ends a step of this unit (its marker's name: 'optimizer step', 'eval batch', ...); returns what "
-             "the live monitor confirmed or withdrew: [{line, site, device, shape, evidence, bytes_per_step, "
+             "Ends a step of this unit (its marker's name: 'optimizer step', 'eval batch', ...), queued: the "
+             "worker thread drains it. Returns what the live monitor confirmed or withdrew since the last call, "
+             "at the step ends drained so far: [{line, site, device, shape, evidence, bytes_per_step, "
              "since_step, projected_oom_step, blocks}].")
+        .def("said",
+             [](LiveCapture& c) {
+                 c.recorder.drain();
+                 return live_findings(c.monitor.take_said());
+             },
+             "What the live monitor confirmed or withdrew since the last call, every step end so far drained "
+             "first (same dicts as end_step).")
         .def("leaking",
              [](LiveCapture& c) {
                  c.recorder.drain();
@@ -355,7 +363,7 @@ void bind_capture(nb::module_& m) {
         .def("abandon", [](LiveCapture& c) { c.recorder.abandon(); })
         .def("fault", [](const LiveCapture& c) { return c.recorder.fault(); })
         .def_prop_ro("allocations", [](LiveCapture& c) { return c.recorder.allocations(); })
-        .def_prop_ro("steps", [](const LiveCapture& c) { return c.monitor.steps(); })
+        .def_prop_ro("steps", [](const LiveCapture& c) { return c.recorder.steps(); }, "Steps ended so far.")
         .def_prop_ro("path", [](const LiveCapture& c) { return c.recorder.path(); })
         .def("activate", [](LiveCapture& c) { g_active.store(&c.recorder, std::memory_order_release); },
              "Make this the recorder the allocator hook feeds.")

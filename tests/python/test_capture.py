@@ -32,7 +32,7 @@ def leaky_loop(recorder, steps=30, leak=MiB):
         _core.feed_allocator_event(ALLOC, 0, 0x1_0000_0000, 4 * MiB)
         _core.feed_allocator_event(FREE, 0, 0x1_0000_0000, 4 * MiB)
         lines += [said["line"] for said in recorder.end_step()]
-    return lines
+    return lines + [said["line"] for said in recorder.said()]  # the last step ends drain only now
 
 
 def keep_forever(addr, size):
@@ -74,6 +74,7 @@ def test_a_bounded_cache_is_not_reported(tmp_path):
             if step >= 6:
                 _core.feed_allocator_event(FREE, 0, 0x5000_0000 + (step - 6) * MiB, MiB)
             lines += recorder.end_step()
+        lines += recorder.said()
     finally:
         recorder.deactivate()
         recorder.close()
@@ -92,6 +93,7 @@ def test_a_cache_confirmed_while_it_filled_is_withdrawn_and_the_final_table_agre
             if step >= 16:
                 _core.feed_allocator_event(FREE, 0, 0x5000_0000 + (step - 16) * MiB, MiB)
             said += recorder.end_step()
+        said += recorder.said()
         last_word = recorder.leaking()
     finally:
         recorder.deactivate()
@@ -116,6 +118,7 @@ def test_growth_that_slows_but_goes_on_is_a_slowing_leak_live_and_final(tmp_path
                 keep_forever(addr, MiB)
                 addr += MiB
             said += recorder.end_step()
+        said += recorder.said()
     finally:
         recorder.deactivate()
         recorder.close()

@@ -245,6 +245,7 @@ class Capture:
         try:
             self.allocations = recorder.allocations
             fault = recorder.fault()
+            self._reporter.tell(recorder.said())  # the last step ends' word, drained only now
             leaking = recorder.leaking()
             recorder.close()
         except Exception as e:
@@ -328,7 +329,7 @@ class Capture:
         if recorder is None:
             return
         try:
-            said = recorder.end_step(unit.spelling)
+            said = recorder.end_step(unit.spelling)  # the monitor's word on earlier step ends: it drains apart
             self._reporter.tell(said)
             fault = recorder.fault() or (self._tensors.fault if self._tensors is not None else "")
         except Exception as e:

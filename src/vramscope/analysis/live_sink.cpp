@@ -66,11 +66,6 @@ std::vector<LiveFinding> LiveSink::leaking() const {
     return described(monitor_.leaking());
 }
 
-uint64_t LiveSink::steps() const {
-    std::lock_guard lock(mutex_);
-    return monitor_.steps();
-}
-
 std::optional<uint64_t> LiveSink::projected_oom_step() const {
     std::lock_guard lock(mutex_);
     return monitor_.projected_oom_step();

@@ -26,7 +26,6 @@ public:
     std::vector<LiveFinding> take_said();
     // The sites it holds as leaking now, with their newest blocks.
     std::vector<LiveFinding> leaking() const;
-    uint64_t steps() const;
     std::optional<uint64_t> projected_oom_step() const;
 
 private:

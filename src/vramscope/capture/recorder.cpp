@@ -204,15 +204,7 @@ std::string Recorder::watch_device(uint8_t device, std::string_view pci_bus_id) 
         for (const auto& r : usage_->read(DeviceUsage::Clock::now(), true))
             if (r.device == device) first.push_back(r);
     }
-    if (stopped_.load(std::memory_order_relaxed)) return "";
-    try {
-        std::lock_guard lock(mutex_);
-        drain_locked();
-        const std::vector<Event> events = usage_events(first);
-        for (EventSink* sink : sinks_) sink->events(events);
-    } catch (const std::exception& ex) {
-        fail(std::string("capture stopped: ") + ex.what());
-    }
+    if (!stopped_.load(std::memory_order_relaxed)) enqueue_marks(usage_events(first));
     return "";
 }
 
@@ -226,8 +218,7 @@ std::vector<DeviceUsage::Reading> Recorder::read_usage(bool every) {
     return usage_ ? usage_->read(DeviceUsage::Clock::now(), every) : std::vector<DeviceUsage::Reading>{};
 }
 
-// NVML's figures as events, stamped now, into the file (under mutex_, after a drain); returned
-// for the sinks.
+// NVML's figures as events, stamped now.
 std::vector<Event> Recorder::usage_events(const std::vector<DeviceUsage::Reading>& readings) {
     std::vector<Event> events;
     for (const DeviceUsage::Reading& r : readings) {
@@ -236,7 +227,6 @@ std::vector<Event> Recorder::usage_events(const std::vector<DeviceUsage::Reading
         e.device = r.device;
         e.size = r.bytes;
         e.time_us = clock_.now_us();
-        writer_->event(e);
         events.push_back(e);
     }
     return events;
@@ -339,7 +329,8 @@ void Recorder::allocator_event(EventKind kind, uint8_t device, uint64_t addr, ui
         }
         // Numbered, then queued: a number taken by an event that never arrives (bad_alloc, which
         // stops the capture) holds its device back only until close() drains everything.
-        q.seq = lane.next++;
+        q.seq = lane.next.load(std::memory_order_relaxed);
+        lane.next.store(q.seq + 1, std::memory_order_relaxed);  // one writer: torch's lock
         if (kind == EventKind::free_requested) {
             lane.pending = q;
             lane.pending_stream = stream;
@@ -354,9 +345,10 @@ void Recorder::allocator_event(EventKind kind, uint8_t device, uint64_t addr, ui
     }
 }
 
-// The threads' events into the file and the sinks: each device's in the order its allocator
-// numbered them, devices (and the driver's events) interleaved by time. An event numbered but not
-// yet in its thread's queue holds back the later ones of its device until the next drain.
+// The threads' events into the file and the sinks: each lane in the order it was numbered in,
+// lanes interleaved by time, a marker after exactly what its cuts say came before it. An event
+// numbered but not yet in its thread's queue holds back the later ones of its lane, and a marker
+// waiting for it, until the next drain.
 void Recorder::drain_locked(bool all) {
     {
         // Each queue's events as far as published, then the driver's, into vectors that keep their
@@ -371,16 +363,13 @@ void Recorder::drain_locked(bool all) {
         for (DeviceLane& d : device_lanes_)
             if (d.has_pending.exchange(false, std::memory_order_acquire)) taken_.back().push_back(d.pending);
     }
-    // The usual case, one thread allocating: its events are in order already.
+    // The usual case, one thread allocating and ending steps: its events are in order already.
     const std::vector<Queued>* only = nullptr;
     size_t nonempty = 0;
     for (const auto& t : taken_)
         if (!t.empty()) ++nonempty, only = &t;
-    if (nonempty == 1 && held_back_.empty() && (all || numbered_in_order(*only))) {
-        for (const Queued& q : *only) {
-            next_seq_[lane(q.event)] = q.seq + 1;
-            record(q);
-        }
+    if (nonempty == 1 && held_back_.empty() && (all || in_order(*only))) {
+        for (const Queued& q : *only) record(q);
     } else if (nonempty > 0 || !held_back_.empty()) {
         merge_in_order(all);
     }
@@ -388,16 +377,41 @@ void Recorder::drain_locked(bool all) {
     hand_to_sinks();
 }
 
-// Whether a thread's events continue every device's numbering with no gap.
-bool Recorder::numbered_in_order(const std::vector<Queued>& events) const {
+const Recorder::MarkGroup* Recorder::group_from(uint64_t from) {
+    std::lock_guard lock(marks_mutex_);
+    while (!mark_groups_.empty() && mark_groups_.front().last < next_seq_[kMarkerLane]) mark_groups_.pop_front();
+    for (const MarkGroup& g : mark_groups_)  // stays put: a deque grows without moving, and only this pops
+        if (g.last >= from) return &g;
+    return nullptr;
+}
+
+bool Recorder::cuts_met(const MarkGroup& g, const std::array<uint64_t, kLanes>& next) const {
+    for (const Cut& c : g.cuts)
+        if (next[c.lane] < c.seq) return false;
+    return true;
+}
+
+// Whether one queue's events may be recorded as they stand: every lane's numbering goes on with
+// no gap, no event comes before a marker it follows, and no marker before what it follows.
+bool Recorder::in_order(const std::vector<Queued>& events) {
     std::array<uint64_t, kLanes> next = next_seq_;
-    for (const Queued& q : events)
-        if (q.seq != next[lane(q.event)]++) return false;
+    const MarkGroup* g = group_from(next[kMarkerLane]);
+    for (const Queued& q : events) {
+        const size_t l = lane(q.event);
+        if (q.seq != next[l]++) return false;
+        if (l != kMarkerLane) {
+            if (g && q.seq >= g->cut(l)) return false;  // its marker is still on its way
+            continue;
+        }
+        if (!g || !cuts_met(*g, next)) return false;
+        if (q.seq == g->last) g = group_from(q.seq + 1);
+    }
     return true;
 }
 
 // Several threads, the driver's events, or a gap: every lane's events sorted by number, up to its
-// first gap, then the lanes' runs merged by time. A number met twice (a caller that broke the
+// first gap, then merged by time, an event never before a marker whose cut it is at or past, a
+// marker never before an event its cut names. A number met twice (a caller that broke the
 // one-call-at-a-time rule) passes rather than hold its lane back for the rest of the run.
 void Recorder::merge_in_order(bool all) {
     draining_.swap(held_back_);
@@ -406,30 +420,47 @@ void Recorder::merge_in_order(bool all) {
     std::sort(draining_.begin(), draining_.end(), [](const Queued& a, const Queued& b) {
         return lane(a.event) != lane(b.event) ? lane(a.event) < lane(b.event) : a.seq < b.seq;
     });
-    std::vector<std::pair<size_t, size_t>> runs;  // [begin, end) in draining_
+    struct Run {
+        size_t at, end, lane;
+    };
+    std::vector<Run> runs;
+    size_t marks = SIZE_MAX;  // the marker lane's run
+    std::array<uint64_t, kLanes> expect = next_seq_;
     for (size_t k = 0; k < draining_.size();) {
         const size_t l = lane(draining_[k].event);
         size_t end = k;
-        for (; end < draining_.size() && lane(draining_[end].event) == l && (all || draining_[end].seq <= next_seq_[l]); ++end)
-            next_seq_[l] = std::max(next_seq_[l], draining_[end].seq + 1);
-        runs.emplace_back(k, end);
-        size_t next = end;
-        while (next < draining_.size() && lane(draining_[next].event) == l) held_back_.push_back(draining_[next++]);
-        k = next;
+        for (; end < draining_.size() && lane(draining_[end].event) == l && (all || draining_[end].seq <= expect[l]); ++end)
+            expect[l] = std::max(expect[l], draining_[end].seq + 1);
+        if (l == kMarkerLane) marks = runs.size();
+        runs.push_back(Run{k, end, l});
+        k = end;
+        while (k < draining_.size() && lane(draining_[k].event) == l) held_back_.push_back(draining_[k++]);
     }
-    while (true) {  // the earliest head among the lanes' runs, one event at a time
-        size_t best = runs.size();
-        for (size_t r = 0; r < runs.size(); ++r)
-            if (runs[r].first < runs[r].second &&
-                (best == runs.size() || draining_[runs[r].first].event.time_us < draining_[runs[best].first].event.time_us))
-                best = r;
-        if (best == runs.size()) break;
-        record(draining_[runs[best].first++]);
+    const MarkGroup* g = group_from(next_seq_[kMarkerLane]);
+    while (true) {
+        const Queued* mark = marks < runs.size() && runs[marks].at < runs[marks].end ? &draining_[runs[marks].at] : nullptr;
+        size_t best = SIZE_MAX, blocked = SIZE_MAX;  // the earliest head free to go; the earliest held by a marker
+        for (size_t r = 0; r < runs.size(); ++r) {
+            if (r == marks || runs[r].at == runs[r].end) continue;
+            const Queued& q = draining_[runs[r].at];
+            size_t& pick = g && q.seq >= g->cut(runs[r].lane) ? blocked : best;
+            if (pick == SIZE_MAX || q.event.time_us < draining_[runs[pick].at].event.time_us) pick = r;
+        }
+        size_t take = best;
+        if (mark && (!g || cuts_met(*g, next_seq_))) take = marks;  // nothing that precedes it is left
+        else if (take == SIZE_MAX && all) take = mark ? marks : blocked;  // at close: what never came, never will
+        if (take == SIZE_MAX) break;
+        const Queued& q = draining_[runs[take].at++];
+        record(q);
+        if (take == marks && g && q.seq >= g->last) g = group_from(q.seq + 1);
     }
+    for (const Run& r : runs) held_back_.insert(held_back_.end(), draining_.begin() + ptrdiff_t(r.at), draining_.begin() + ptrdiff_t(r.end));
     draining_.clear();
 }
 
 void Recorder::record(const Queued& q) {
+    uint64_t& next = next_seq_[lane(q.event)];
+    next = std::max(next, q.seq + 1);
     if (q.event.kind == EventKind::alloc) allocations_.fetch_add(1, std::memory_order_relaxed);
     else if (is_external_alloc(q.event.kind)) external_allocations_.fetch_add(1, std::memory_order_relaxed);
     writer_->event(q.event);
@@ -452,28 +483,63 @@ void Recorder::hand_to_sinks() {
     batch_.clear();
 }
 
-void Recorder::write_marker(EventKind kind, std::string_view name, const std::vector<DeviceUsage::Reading>& usage) {
-    if (stopped_.load(std::memory_order_relaxed)) return;
+Event Recorder::mark(EventKind kind, std::string_view name) {
+    Event e;
+    e.kind = kind;
+    e.time_us = clock_.now_us();
+    std::lock_guard lock(intern_mutex_);
+    if (writer_) e.name = writer_->intern_string(name);
+    return e;
+}
+
+void Recorder::enqueue_marks(const std::vector<Event>& marks) {
+    if (marks.empty()) return;
     try {
-        std::lock_guard lock(mutex_);
-        drain_locked();
-        std::vector<Event> events = usage_events(usage);
-        Event e;
-        e.kind = kind;
-        e.time_us = clock_.now_us();
-        e.name = writer_->intern_string(name);
-        writer_->event(e);
-        events.push_back(e);
-        for (EventSink* sink : sinks_) sink->events(events);
+        HookThread* t = static_cast<HookThread*>(t_hook);
+        if (!t || t->recorder != id_) [[unlikely]] {
+            if (!(t = join_thread())) return fail("capture stopped: out of memory");
+        }
+        MarkGroup g;
+        for (size_t d = 0; d < device_lanes_.size(); ++d) {
+            // A free request still waiting is left after: it is queued when its device next calls.
+            const DeviceLane& l = device_lanes_[d];
+            const bool waiting = l.has_pending.load(std::memory_order_acquire);
+            if (const uint64_t next = l.next.load(std::memory_order_relaxed); next > waiting)
+                g.cuts.push_back(Cut{uint32_t(d), next - waiting});
+        }
+        {
+            std::lock_guard lock(driver_.lock);
+            for (size_t d = 0; d < driver_seq_.size(); ++d)
+                if (driver_seq_[d]) g.cuts.push_back(Cut{uint32_t(256 + d), driver_seq_[d]});
+        }
+        std::lock_guard lock(marks_mutex_);
+        for (const Event& e : marks) t->events.push(Queued{e, next_mark_++});
+        g.last = next_mark_ - 1;
+        mark_groups_.push_back(std::move(g));
     } catch (const std::exception& ex) {
         fail(std::string("capture stopped: ") + ex.what());
     }
 }
 
-void Recorder::marker(EventKind kind, std::string_view name) { write_marker(kind, name); }
+void Recorder::marker(EventKind kind, std::string_view name) {
+    if (stopped_.load(std::memory_order_relaxed)) return;
+    try {
+        enqueue_marks({mark(kind, name)});
+    } catch (const std::exception& ex) {
+        fail(std::string("capture stopped: ") + ex.what());
+    }
+}
 
 void Recorder::end_step(std::string_view unit) {
-    if (!stopped_.load(std::memory_order_relaxed)) write_marker(EventKind::step, unit, read_usage(false));
+    if (stopped_.load(std::memory_order_relaxed)) return;
+    try {
+        std::vector<Event> marks = usage_events(read_usage(false));
+        marks.push_back(mark(EventKind::step, unit));
+        enqueue_marks(marks);
+        steps_.fetch_add(1, std::memory_order_relaxed);
+    } catch (const std::exception& ex) {
+        fail(std::string("capture stopped: ") + ex.what());
+    }
 }
 
 void Recorder::drain() {
@@ -512,6 +578,7 @@ void Recorder::close() {
     if (healthy) {
         drain_locked(true);
         const std::vector<Event> events = usage_events(last);
+        for (const Event& e : events) writer_->event(e);
         for (EventSink* sink : sinks_) sink->events(events);
     }
     std::unique_ptr<TraceWriter> w;

@@ -9,22 +9,29 @@
 // allocator lock does), so that number is a plain increment: the path has no atomic
 // read-modify-write and no lock, and the shared stack table is locked only for a stack the thread
 // has not met. A free request waits in its device's lane for the device's next call, which is
-// nearly always its completion: the two are queued as one `free`. A worker thread drains the queues every 2 ms, device by device in number order,
-// into the file and the sinks (a step end drains what is left first; a stack met since the last
-// drain reaches the sinks before the events that name it), and hands the file its chunk every
-// half second, so SIGKILL loses at most that. Any internal fault stops the capture (the run goes
-// on) and is reported once through fault().
+// nearly always its completion: the two are queued as one `free`.
+//
+// A step end or marker is queued too, by the thread that ends the step, numbered in a lane of its
+// own with every other lane's next number as its cut: what was numbered before it comes before it
+// in the file, whichever thread's queue it sits in. So the training thread pays a few pushes at a
+// step end, not the drain, and the live monitor's word on a step reaches it at a later one.
+//
+// A worker thread drains the queues every 2 ms, each lane in number order, lanes merged by time
+// within the markers' cuts (a stack met since the last drain reaches the sinks before the events
+// that name it), and hands the file its chunk every half second, so SIGKILL loses at most that.
+// Any internal fault stops the capture (the run goes on) and is reported once through fault().
 //
 // Memory outside torch's allocator comes from the driver's memory calls (driver_calls.h) through
 // driver_event(), rare, off the hook's path, from any thread: one locked buffer of its own, numbered
 // in an order of its own per device, merged with the allocator's by time. NVML's figure for the
-// process (device_usage.h) is written before each step marker, at most once per 20 ms a device,
-// when a device is first watched, and at close.
+// process (device_usage.h) is queued before each step marker, at most once per 20 ms a device,
+// when a device is first watched, and written at close.
 #pragma once
 #include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -82,11 +89,13 @@ public:
     // The trace's meta "capture.nvml" (device_usage.h).
     std::string usage_state() const;
 
+    // Queues a marker (microbatch, annotation) after every event numbered before it.
     void marker(EventKind kind, std::string_view name);
-    // Writes the step marker, named by the step's unit ("optimizer step", "eval batch", ...: what
-    // Steps::unit reads back), after every event before it and NVML's figures.
+    // Queues NVML's figures, then the step marker, named by the step's unit ("optimizer step",
+    // "eval batch", ...: what Steps::unit reads back), after every event numbered before it.
     void end_step(std::string_view unit);
-    // Every event recorded so far into the sinks.
+    uint64_t steps() const { return steps_.load(std::memory_order_relaxed); }  // ended so far
+    // Every event recorded so far, markers included, into the file and the sinks.
     void drain();
 
     void flush();
@@ -125,10 +134,33 @@ private:
         uint64_t seq;  // in its lane's order (lane())
     };
     // Allocator events are numbered per device, the driver's per device apart from them (their
-    // calls are not under the allocator's lock): a drain orders each lane by number, then merges
-    // the lanes by time.
-    static constexpr size_t kLanes = 512;
-    static size_t lane(const Event& e) { return size_t(e.device) + (is_external_event(e.kind) ? 256 : 0); }
+    // calls are not under the allocator's lock), markers and NVML's figures in a lane of their own:
+    // a drain orders each lane by number, then merges the lanes by time within the markers' cuts.
+    static constexpr size_t kMarkerLane = 512;
+    static constexpr size_t kLanes = kMarkerLane + 1;
+    static constexpr bool is_mark(EventKind k) {
+        return k == EventKind::step || k == EventKind::microbatch || k == EventKind::annotation_start ||
+               k == EventKind::annotation_end || k == EventKind::device_usage;
+    }
+    static size_t lane(const Event& e) {
+        return is_mark(e.kind) ? kMarkerLane : size_t(e.device) + (is_external_event(e.kind) ? 256 : 0);
+    }
+    // Marker-lane events numbered up to `last` (from the previous group's on), and where they go:
+    // after each listed lane's events numbered below its cut, before the rest; a lane not listed
+    // had numbered none, so all of its events come after.
+    struct Cut {
+        uint32_t lane;
+        uint64_t seq;
+    };
+    struct MarkGroup {
+        uint64_t last;
+        std::vector<Cut> cuts;
+        uint64_t cut(size_t lane) const {
+            for (const Cut& c : cuts)
+                if (c.lane == lane) return c.seq;
+            return 0;
+        }
+    };
     using EventQueue = ChunkQueue<Queued>;
     // A stack as one hook thread met it last in its slot of the thread's direct-mapped cache: the
     // usual allocation finds its stack in one line, without a lock, a division or a copy of its
@@ -165,14 +197,20 @@ private:
     uint32_t intern_driver_stack(const RawFrame* frames, size_t n, std::string_view library, std::string_view call);
     SinkFrame frame_of(const RawFrame& f);
     uint16_t stream_index(uint64_t handle);
-    // The marker or step event, after everything before it and `usage`, into the file and the sinks.
-    void write_marker(EventKind kind, std::string_view name, const std::vector<DeviceUsage::Reading>& usage = {});
-    // NVML's figures now (asked outside the drain's lock: a read may take a millisecond).
+    // Numbered in the marker lane as one group, cut after what every other lane numbered so far,
+    // and queued on the calling thread's queue.
+    void enqueue_marks(const std::vector<Event>& marks);
+    Event mark(EventKind kind, std::string_view name);  // stamped now, its name interned
+    // NVML's figures now (asked outside the drain's lock: a read may take a millisecond), as events.
     std::vector<DeviceUsage::Reading> read_usage(bool every);
     std::vector<Event> usage_events(const std::vector<DeviceUsage::Reading>& readings);
-    // Everything when `all` (no hook is inside any more), else up to the first gap per device.
+    // Everything when `all` (no hook is inside any more), else up to the first gap per lane and
+    // the first marker still waiting for an event numbered before it.
     void drain_locked(bool all = false);
-    bool numbered_in_order(const std::vector<Queued>& events) const;
+    // The first group with marks numbered `from` on (groups recorded whole are let go); null: none.
+    const MarkGroup* group_from(uint64_t from);
+    bool cuts_met(const MarkGroup& g, const std::array<uint64_t, kLanes>& next) const;
+    bool in_order(const std::vector<Queued>& events);
     void merge_in_order(bool all);
     void record(const Queued& q);  // into the file, and the batch the sinks get at the drain's end
     void hand_to_sinks();
@@ -200,7 +238,7 @@ private:
     // waits on other streams, so the next call usually completes it: then the two go as one
     // `free` (one event queued, not two, the request's time); any other call sends it on first.
     struct alignas(64) DeviceLane {
-        uint64_t next = 0;
+        std::atomic<uint64_t> next{0};  // relaxed: a step end on another thread reads it as its cut
         uint64_t pending_stream = 0;  // the request's stream handle
         Queued pending{};
         std::atomic<bool> has_pending{false};  // release/acquire: close() reads it from its thread
@@ -216,6 +254,11 @@ private:
     std::vector<std::vector<Queued>> taken_;   // each queue's events, then the driver's, as the drain took them
     std::vector<Queued> draining_, held_back_;  // held back: behind an event still on its way
     std::array<uint64_t, kLanes> next_seq_{};  // the next number each lane's drain expects
+
+    std::mutex marks_mutex_;  // numbering the marker lane; its groups (the drain reads them)
+    uint64_t next_mark_ = 0;
+    std::deque<MarkGroup> mark_groups_;  // not yet recorded whole, in number order
+    std::atomic<uint64_t> steps_{0};
 
     mutable std::mutex intern_mutex_;  // the hook's caches, below
     std::unordered_map<uint64_t, uint32_t> stack_by_hash_;  // -> index in stacks_
