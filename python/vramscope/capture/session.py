@@ -236,6 +236,11 @@ class Capture:
         return recorder
 
     def stop(self, raise_on_leak: bool = False) -> None:
+        if self._recorder is not None:  # the last step ends' word, while the run's objects and hooks are there
+            try:
+                self._heard(self._recorder.said())
+            except Exception:
+                pass  # a fault is reported below
         recorder, self._recorder = self._recorder, None
         self._teardown()
         if recorder is None:
@@ -245,7 +250,6 @@ class Capture:
         try:
             self.allocations = recorder.allocations
             fault = recorder.fault()
-            self._reporter.tell(recorder.said())  # the last step ends' word, drained only now
             leaking = recorder.leaking()
             recorder.close()
         except Exception as e:
@@ -329,19 +333,23 @@ class Capture:
         if recorder is None:
             return
         try:
-            said = recorder.end_step(unit.spelling)  # the monitor's word on earlier step ends: it drains apart
-            self._reporter.tell(said)
+            said = recorder.end_step(unit.spelling)  # the monitor's word on the step ends before this one
             fault = recorder.fault() or (self._tensors.fault if self._tensors is not None else "")
         except Exception as e:
             said, fault = [], f"capture stopped ({type(e).__name__}: {e})"
         if fault:
             return self._step_aside(fault)
-        if confirmed := [live for live in said if live["shape"].is_leak]:
-            self._reporter.explain_live(confirmed, recorder.steps, self._own_work)
+        self._heard(said)
         if self.max_steps and recorder.steps >= self.max_steps:
             say(f"step limit reached ({self.max_steps:,} steps): the run stops here")
             self.stop()
             raise StepLimitReached(0)
+
+    def _heard(self, said: list[dict]) -> None:
+        """What the live monitor said: told, and each leak it confirmed explained while it is held."""
+        self._reporter.tell(said)
+        if confirmed := [live for live in said if live["shape"].is_leak]:
+            self._reporter.explain_live(confirmed, self._recorder.steps, self._own_work)
 
     def _own_work(self):
         """vramscope's own tensors on the training thread are not the run's."""

@@ -461,6 +461,7 @@ void Recorder::merge_in_order(bool all) {
 void Recorder::record(const Queued& q) {
     uint64_t& next = next_seq_[lane(q.event)];
     next = std::max(next, q.seq + 1);
+    if (q.event.kind == EventKind::step) steps_recorded_.fetch_add(1, std::memory_order_relaxed);
     if (q.event.kind == EventKind::alloc) allocations_.fetch_add(1, std::memory_order_relaxed);
     else if (is_external_alloc(q.event.kind)) external_allocations_.fetch_add(1, std::memory_order_relaxed);
     writer_->event(q.event);
@@ -533,6 +534,9 @@ void Recorder::marker(EventKind kind, std::string_view name) {
 void Recorder::end_step(std::string_view unit) {
     if (stopped_.load(std::memory_order_relaxed)) return;
     try {
+        // The monitor's word on the step before reaches the caller at this one at the latest: a
+        // worker that has not drained it yet (steps shorter than its period) is not waited for.
+        if (steps_recorded_.load(std::memory_order_relaxed) < steps_.load(std::memory_order_relaxed)) drain();
         std::vector<Event> marks = usage_events(read_usage(false));
         marks.push_back(mark(EventKind::step, unit));
         enqueue_marks(marks);

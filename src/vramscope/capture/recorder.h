@@ -14,7 +14,8 @@
 // A step end or marker is queued too, by the thread that ends the step, numbered in a lane of its
 // own with every other lane's next number as its cut: what was numbered before it comes before it
 // in the file, whichever thread's queue it sits in. So the training thread pays a few pushes at a
-// step end, not the drain, and the live monitor's word on a step reaches it at a later one.
+// step end, not the drain, and the live monitor's word on a step reaches it at the next one (the
+// worker has drained it by then, or that step end drains).
 //
 // A worker thread drains the queues every 2 ms, each lane in number order, lanes merged by time
 // within the markers' cuts (a stack met since the last drain reaches the sinks before the events
@@ -258,7 +259,7 @@ private:
     std::mutex marks_mutex_;  // numbering the marker lane; its groups (the drain reads them)
     uint64_t next_mark_ = 0;
     std::deque<MarkGroup> mark_groups_;  // not yet recorded whole, in number order
-    std::atomic<uint64_t> steps_{0};
+    std::atomic<uint64_t> steps_{0}, steps_recorded_{0};  // ended; drained
 
     mutable std::mutex intern_mutex_;  // the hook's caches, below
     std::unordered_map<uint64_t, uint32_t> stack_by_hash_;  // -> index in stacks_
