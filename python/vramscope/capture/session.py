@@ -349,6 +349,13 @@ class Capture:
         """What the live monitor said: told, and each leak it confirmed explained while it is held."""
         self._reporter.tell(said)
         if confirmed := [live for live in said if live["shape"].is_leak]:
+            # Its blocks as they are now: the word may come a step late, and a leak that grows by
+            # replacement (a state concatenated onto a copy of itself) has freed the ones it named.
+            from ..ownership.leaks import same_site
+
+            now = self._recorder.leaking()
+            for live in confirmed:
+                live["blocks"] = next((n["blocks"] for n in now if same_site(n, live)), live["blocks"])
             self._reporter.explain_live(confirmed, self._recorder.steps, self._own_work)
 
     def _own_work(self):
