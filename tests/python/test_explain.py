@@ -529,3 +529,42 @@ def test_device_owners_gpu():
     """)
     assert found["owners"] == ["torch.distributed.distributed_c10d._pg_map <dict key>  → ProcessGroup '3' (nccl, "
                                "1 rank); torch.distributed's group registry (_world.pg_map) holds 4 nccl groups"], found
+
+
+def test_a_state_grown_by_replacement_is_held_by_its_attribute_though_the_word_comes_a_step_late(tmp_path):
+    """A metric that concatenates each batch onto a copy of its state (torchmetrics' pattern, the
+    GPU fixture leak_metric_reclone): the block the monitor names at the step it confirms is freed by
+    the next step, when its word reaches the training thread. The search must use the site's blocks
+    as they are then, or it finds nothing (or an unrelated tensor at the reused address)."""
+    script = textwrap.dedent("""
+        import sys, torch
+        from vramscope.capture.session import Capture, Source
+        class Metric(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.scores = torch.empty(0, 512)
+            def forward(self, logits):
+                history = self.scores.clone()
+                self.scores = torch.cat([history, logits.detach()[:, :512].sigmoid()])
+                return self.scores.mean()
+        def main(path):
+            model = torch.nn.Linear(1024, 1024)
+            opt = torch.optim.AdamW(model.parameters())
+            metric = Metric()
+            with Capture(path, source=Source.live_tensors, summary=False, live_warnings=False) as capture:
+                for step in range(30):
+                    out = model(torch.randn(256, 1024))
+                    out.pow(2).mean().backward()
+                    opt.step()
+                    opt.zero_grad()
+                    metric(out)
+                    del out
+            for found in capture.live_owners:
+                print((found["owner_lines"] or [found["note"]])[0])
+        main(sys.argv[1])
+    """)
+    proc = subprocess.run([sys.executable, "-c", script, str(tmp_path / "reclone.vscope")], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() and all(line.startswith("main() local 'metric'.scores ")
+                                            for line in proc.stdout.splitlines()), proc.stdout + proc.stderr
