@@ -47,12 +47,28 @@ def main() -> int:
         step()
         torch.cuda.synchronize()
         steps.append(time.perf_counter() - t0)
-    capture.stop()
     ends, whole = [1e3 * s for s in spent[a.warmup:]], [1e3 * s for s in steps[a.warmup:]]
     print(f"step {statistics.median(whole):.2f} ms (median of {len(whole)}); its step end "
           f"{statistics.median(ends):.3f} ms median, {statistics.mean(ends):.3f} mean, {max(ends):.3f} max "
           f"({100 * statistics.mean(ends) / statistics.median(whole):.2f} % of the step)")
+    with_nvml, without = recorder_parts(capture._recorder, a.steps)
+    print(f"of it, the recorder's step end: {with_nvml:.1f} us with NVML's read, {without:.1f} us without "
+          f"(NVML is read at most once per 20 ms a device)")
+    capture.stop()
     return 0
+
+
+def recorder_parts(recorder, pairs: int) -> tuple[float, float]:
+    """The recorder's own step end (the C++ call alone), in µs: medians of `pairs` step ends 25 ms
+    after the last (NVML read), each followed at once by one that skips the read."""
+    first, second = [], []
+    for _ in range(pairs):
+        time.sleep(0.025)
+        for times in (first, second):
+            t0 = time.perf_counter()
+            recorder.end_step("optimizer step")
+            times.append(1e6 * (time.perf_counter() - t0))
+    return statistics.median(first), statistics.median(second)
 
 
 if __name__ == "__main__":
