@@ -534,8 +534,8 @@ void Recorder::marker(EventKind kind, std::string_view name) {
 void Recorder::end_step(std::string_view unit) {
     if (stopped_.load(std::memory_order_relaxed)) return;
     try {
-        // The monitor's word on the step before reaches the caller at this one at the latest: a
-        // worker that has not drained it yet (steps shorter than its period) is not waited for.
+        // The monitor's word on the step before reaches the caller at this one at the latest: when
+        // the worker has not drained that step yet (steps shorter than its period), this one does.
         if (steps_recorded_.load(std::memory_order_relaxed) < steps_.load(std::memory_order_relaxed)) drain();
         std::vector<Event> marks = usage_events(read_usage(false));
         marks.push_back(mark(EventKind::step, unit));
