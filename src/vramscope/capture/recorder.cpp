@@ -293,6 +293,7 @@ void Recorder::allocator_event(EventKind kind, uint8_t device, uint64_t addr, ui
         if (lane.has_pending.load(std::memory_order_relaxed)) {
             lane.has_pending.store(false, std::memory_order_relaxed);
             Queued request = lane.pending;
+            request.seq = lane.number();
             if (kind == EventKind::free_completed && addr == request.event.addr && size == request.event.size &&
                 stream == lane.pending_stream) {
                 request.event.kind = EventKind::free;
@@ -327,15 +328,14 @@ void Recorder::allocator_event(EventKind kind, uint8_t device, uint64_t addr, ui
                 e.stack = slot.stack;
             }
         }
-        // Numbered, then queued: a number taken by an event that never arrives (bad_alloc, which
-        // stops the capture) holds its device back only until close() drains everything.
-        q.seq = lane.next.load(std::memory_order_relaxed);
-        lane.next.store(q.seq + 1, std::memory_order_relaxed);  // one writer: torch's lock
         if (kind == EventKind::free_requested) {
             lane.pending = q;
             lane.pending_stream = stream;
             return lane.has_pending.store(true, std::memory_order_release);
         }
+        // Numbered, then queued: a number taken by an event that never arrives (bad_alloc, which
+        // stops the capture) holds its device back only until close() drains everything.
+        q.seq = lane.number();
         t->events.push(q);
         if (kind == EventKind::oom) flush();  // on disk before the exception reaches anyone
     } catch (const std::exception& ex) {
@@ -350,6 +350,7 @@ void Recorder::allocator_event(EventKind kind, uint8_t device, uint64_t addr, ui
 // numbered but not yet in its thread's queue holds back the later ones of its lane, and a marker
 // waiting for it, until the next drain.
 void Recorder::drain_locked(bool all) {
+    if (!writer_) return;  // closed while the caller waited for the lock
     {
         // Each queue's events as far as published, then the driver's, into vectors that keep their
         // capacity from drain to drain.
@@ -361,7 +362,11 @@ void Recorder::drain_locked(bool all) {
     }
     if (all) {  // the free requests still waiting for their devices' next call
         for (DeviceLane& d : device_lanes_)
-            if (d.has_pending.exchange(false, std::memory_order_acquire)) taken_.back().push_back(d.pending);
+            if (d.has_pending.exchange(false, std::memory_order_acquire)) {
+                Queued request = d.pending;
+                request.seq = d.number();
+                taken_.back().push_back(request);
+            }
     }
     // The usual case, one thread allocating and ending steps: its events are in order already.
     const std::vector<Queued>* only = nullptr;
@@ -500,20 +505,18 @@ void Recorder::enqueue_marks(const std::vector<Event>& marks) {
         if (!t || t->recorder != id_) [[unlikely]] {
             if (!(t = join_thread())) return fail("capture stopped: out of memory");
         }
+        // The cuts are read under the marks' lock: a drain looks for the open group under it after
+        // taking the queues, so what it recorded with no group to stop it is inside these cuts,
+        // and two threads' groups are numbered in the order of their cuts.
+        std::lock_guard lock(marks_mutex_);
         MarkGroup g;
-        for (size_t d = 0; d < device_lanes_.size(); ++d) {
-            // A free request still waiting is left after: it is queued when its device next calls.
-            const DeviceLane& l = device_lanes_[d];
-            const bool waiting = l.has_pending.load(std::memory_order_acquire);
-            if (const uint64_t next = l.next.load(std::memory_order_relaxed); next > waiting)
-                g.cuts.push_back(Cut{uint32_t(d), next - waiting});
-        }
+        for (size_t d = 0; d < device_lanes_.size(); ++d)  // a free request still waiting is not numbered yet
+            if (const uint64_t next = device_lanes_[d].next.load(std::memory_order_relaxed)) g.cuts.push_back(Cut{uint32_t(d), next});
         {
-            std::lock_guard lock(driver_.lock);
+            std::lock_guard driver(driver_.lock);
             for (size_t d = 0; d < driver_seq_.size(); ++d)
                 if (driver_seq_[d]) g.cuts.push_back(Cut{uint32_t(256 + d), driver_seq_[d]});
         }
-        std::lock_guard lock(marks_mutex_);
         for (const Event& e : marks) t->events.push(Queued{e, next_mark_++});
         g.last = next_mark_ - 1;
         mark_groups_.push_back(std::move(g));

@@ -238,11 +238,19 @@ private:
     // and the free request just made. torch completes a free in the same call unless the block
     // waits on other streams, so the next call usually completes it: then the two go as one
     // `free` (one event queued, not two, the request's time); any other call sends it on first.
+    // The request is numbered when it is sent on, so a step end's cut (`next`, read on another
+    // thread) never counts one that waits: counted, it would hold the marker until the device's
+    // next call, and every lane behind the marker with it.
     struct alignas(64) DeviceLane {
         std::atomic<uint64_t> next{0};  // relaxed: a step end on another thread reads it as its cut
         uint64_t pending_stream = 0;  // the request's stream handle
         Queued pending{};
         std::atomic<bool> has_pending{false};  // release/acquire: close() reads it from its thread
+        uint64_t number() {  // one writer at a time: torch's lock, or close() once no hook is inside
+            const uint64_t n = next.load(std::memory_order_relaxed);
+            next.store(n + 1, std::memory_order_relaxed);
+            return n;
+        }
     };
     static_assert(sizeof(DeviceLane) == 64);
     std::array<DeviceLane, 256> device_lanes_;
