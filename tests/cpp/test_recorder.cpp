@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <filesystem>
 #include <functional>
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "capture/recorder.h"
+#include "events/sink.h"
 #include "trace/reader.h"
 
 using namespace vramscope;
@@ -121,4 +124,38 @@ TEST(Recorder, MarkersFromOneThreadKeepItsOrderWhileTheWorkerDrainsBetweenThem) 
         if (i % 51 == 50) ASSERT_EQ(seen[i].kind, EventKind::step) << "at " << i;
         else ASSERT_EQ(seen[i].addr, 0x1000 + 512 * (i - i / 51)) << "at " << i;
     }
+}
+
+namespace {
+struct StepCounter : EventSink {
+    std::atomic<int> steps{0};
+    void device(uint8_t, uint64_t, uint64_t) override {}
+    void stack(uint32_t, std::span<const SinkFrame>) override {}
+    void events(std::span<const Event> events) override {
+        for (const Event& e : events) steps += e.kind == EventKind::step;
+    }
+};
+}  // namespace
+
+TEST(Recorder, AStepEndDoesNotWaitForAFreeRequestAnotherThreadLeftWaiting) {
+    // The autograd thread's last call was a free request: its completion comes only with that
+    // device's next call, maybe a step later. The step end is drained without it.
+    const std::string path = (std::filesystem::temp_directory_path() / ("waiting." + std::to_string(getpid()) + ".vscope")).string();
+    StepCounter sink;
+    {
+        Recorder r(path);
+        r.add_sink(&sink);
+        OtherThread autograd;
+        autograd.run([&] {
+            r.allocator_event(EventKind::alloc, 0, 0x1000, 512, 0, nullptr);
+            r.allocator_event(EventKind::free_requested, 0, 0x1000, 512, 0, nullptr);
+        });
+        r.end_step("optimizer step");
+        const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+        while (sink.steps == 0 && std::chrono::steady_clock::now() < give_up)
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));  // the worker's drain
+        EXPECT_EQ(sink.steps, 1) << "the step end waited for the device's next call";
+        r.close();
+    }
+    std::filesystem::remove(path);
 }

@@ -1,7 +1,8 @@
 // Where a live capture hands what it records. The recorder (capture/) only records: stamps,
 // stacks, orders and writes events. What they mean is a sink's business: the live monitor
 // (analysis/live_sink.h) judges them while the run goes on. Called on the recorder's drain, under
-// its lock: each device's events in the order its allocator numbered them, devices by time.
+// its lock: each device's events in the order its allocator numbered them, devices by time, each
+// marker after exactly the events numbered before it (capture/recorder.h).
 #pragma once
 #include <cstdint>
 #include <span>
