@@ -68,6 +68,11 @@ struct Seen {
     }
 };
 
+std::string temp_trace(const char* name) {
+    return (std::filesystem::temp_directory_path() / (std::string(name) + "." + std::to_string(getpid()) + ".vscope"))
+        .string();
+}
+
 std::vector<Seen> recorded(const std::string& path) {
     std::vector<Seen> out;
     for (const Event& e : read_trace(path).events) out.push_back(Seen{e.kind, e.device, e.addr});
@@ -78,7 +83,7 @@ std::vector<Seen> recorded(const std::string& path) {
 }  // namespace
 
 TEST(Recorder, AStepEndComesAfterWhatWasNumberedBeforeItOnEveryThreadAndBeforeTheRest) {
-    const std::string path = (std::filesystem::temp_directory_path() / ("order." + std::to_string(getpid()) + ".vscope")).string();
+    const std::string path = temp_trace("order");
     {
         Recorder r(path);
         OtherThread autograd;
@@ -106,12 +111,13 @@ TEST(Recorder, AStepEndComesAfterWhatWasNumberedBeforeItOnEveryThreadAndBeforeTh
 }
 
 TEST(Recorder, MarkersFromOneThreadKeepItsOrderWhileTheWorkerDrainsBetweenThem) {
-    const std::string path = (std::filesystem::temp_directory_path() / ("steps." + std::to_string(getpid()) + ".vscope")).string();
+    const std::string path = temp_trace("steps");
     constexpr int kSteps = 300;
     {
         Recorder r(path);
         for (int s = 0; s < kSteps; ++s) {
-            for (int k = 0; k < 50; ++k) r.allocator_event(EventKind::alloc, 0, 0x1000 + 512 * uint64_t(s * 50 + k), 512, 0, nullptr);
+            for (int k = 0; k < 50; ++k)
+                r.allocator_event(EventKind::alloc, 0, 0x1000 + 512 * uint64_t(s * 50 + k), 512, 0, nullptr);
             r.end_step("optimizer step");
             if (s % 50 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(3));  // a drain or two meanwhile
         }
@@ -140,7 +146,7 @@ struct StepCounter : EventSink {
 TEST(Recorder, AStepEndDoesNotWaitForAFreeRequestAnotherThreadLeftWaiting) {
     // The autograd thread's last call was a free request: its completion comes only with that
     // device's next call, maybe a step later. The step end is drained without it.
-    const std::string path = (std::filesystem::temp_directory_path() / ("waiting." + std::to_string(getpid()) + ".vscope")).string();
+    const std::string path = temp_trace("waiting");
     StepCounter sink;
     {
         Recorder r(path);

@@ -459,7 +459,8 @@ void Recorder::merge_in_order(bool all) {
         record(q);
         if (take == marks && g && q.seq >= g->last) g = group_from(q.seq + 1);
     }
-    for (const Run& r : runs) held_back_.insert(held_back_.end(), draining_.begin() + ptrdiff_t(r.at), draining_.begin() + ptrdiff_t(r.end));
+    for (const Run& r : runs)  // what waits behind a marker still to come: the next drain's
+        held_back_.insert(held_back_.end(), draining_.begin() + ptrdiff_t(r.at), draining_.begin() + ptrdiff_t(r.end));
     draining_.clear();
 }
 
@@ -510,8 +511,10 @@ void Recorder::enqueue_marks(const std::vector<Event>& marks) {
         // and two threads' groups are numbered in the order of their cuts.
         std::lock_guard lock(marks_mutex_);
         MarkGroup g;
-        for (size_t d = 0; d < device_lanes_.size(); ++d)  // a free request still waiting is not numbered yet
-            if (const uint64_t next = device_lanes_[d].next.load(std::memory_order_relaxed)) g.cuts.push_back(Cut{uint32_t(d), next});
+        for (size_t d = 0; d < device_lanes_.size(); ++d) {  // a free request still waiting is not numbered yet
+            const uint64_t next = device_lanes_[d].next.load(std::memory_order_relaxed);
+            if (next) g.cuts.push_back(Cut{uint32_t(d), next});
+        }
         {
             std::lock_guard driver(driver_.lock);
             for (size_t d = 0; d < driver_seq_.size(); ++d)
