@@ -171,7 +171,7 @@ def in_process(name: str, warmup: int):
 
     def enter(variant: str) -> None:
         capturing[0] = variant.startswith("vramscope")
-        if variant.startswith("vramscope"):
+        if capturing[0]:
             hook.install(sink)
         elif variant == "hook-to-null-sink":
             hook.install(nothing)

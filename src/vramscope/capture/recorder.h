@@ -261,7 +261,7 @@ private:
     std::vector<EventSink*> sinks_;
     std::vector<Event> batch_;                 // this drain's events, in order, for the sinks
     std::vector<std::vector<Queued>> taken_;   // each queue's events, then the driver's, as the drain took them
-    std::vector<Queued> draining_, held_back_;  // held back: behind an event still on its way
+    std::vector<Queued> draining_, held_back_;  // held back: behind an event or a marker still on its way
     std::array<uint64_t, kLanes> next_seq_{};  // the next number each lane's drain expects
 
     std::mutex marks_mutex_;  // numbering the marker lane; its groups (the drain reads them)
