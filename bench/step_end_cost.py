@@ -1,6 +1,8 @@
 """What a step end costs the training thread under capture: the time spent in Capture.end_step
-(the drain of the events the worker has not taken yet, NVML's read, the live monitor's judging,
-the reporter), step by step, beside the step itself, on capture_overhead.py's transformer.
+(the recorder's step end: a marker queued with its cuts, a drain only when the worker is behind;
+the monitor's word; the reporter), step by step, beside the step itself, on capture_overhead.py's
+transformer; then the recorder's step end alone, and an NVML read (the worker's since it left the
+step end) for scale.
 
   python bench/step_end_cost.py --steps 150          # VRAMSCOPE_DRIVER=0 turns driver capture off
 """
@@ -40,6 +42,8 @@ def main() -> int:
 
     session.Capture.end_step = timed
     capture = vramscope.track(os.path.join(tempfile.mkdtemp(), "cost.vscope"), summary=False, live_warnings=False).start()
+    recorder = capture._recorder
+    capture._recorder = in_recorder = TimedRecorder(recorder)
     steps = []
     for i in range(a.warmup + a.steps):
         torch.cuda.synchronize()
@@ -47,29 +51,66 @@ def main() -> int:
         step()
         torch.cuda.synchronize()
         steps.append(time.perf_counter() - t0)
+    capture._recorder = recorder
     ends, whole = [1e3 * s for s in spent[a.warmup:]], [1e3 * s for s in steps[a.warmup:]]
+    inside = [1e3 * s for s in in_recorder.spent[a.warmup:]]
     print(f"step {statistics.median(whole):.2f} ms (median of {len(whole)}); its step end "
           f"{statistics.median(ends):.3f} ms median, {statistics.mean(ends):.3f} mean, {max(ends):.3f} max "
-          f"({100 * statistics.mean(ends) / statistics.median(whole):.2f} % of the step)")
-    with_nvml, without = recorder_parts(capture._recorder, a.steps)
-    print(f"of it, the recorder's step end: {with_nvml:.1f} us with NVML's read, {without:.1f} us without "
-          f"(NVML is read at most once per 20 ms a device)")
+          f"({100 * statistics.mean(ends) / statistics.median(whole):.2f} % of the step); of it, "
+          f"Recorder.end_step (C++ and its binding) {statistics.median(inside):.3f} ms median")
+    print(f"the recorder's own step end after a 25 ms pause: {recorder_alone(recorder, a.steps):.1f} us median; "
+          f"an NVML read (now the worker's, after the step end): {nvml_read_us(a.steps):.1f} us median")
     capture.stop()
     return 0
 
 
-def recorder_parts(recorder, pairs: int) -> tuple[float, float]:
-    """The recorder's own step end (the C++ call alone), in µs: medians of `pairs` step ends 25 ms
-    after the last (NVML read), each followed 5 ms later by one that skips the read (NVML waits
-    20 ms; the worker, which drains every 2 ms, has taken the first by then, so neither drains)."""
-    first, second = [], []
-    for _ in range(pairs):
-        for pause, times in ((0.025, first), (0.005, second)):
-            time.sleep(pause)
-            t0 = time.perf_counter()
-            recorder.end_step("optimizer step")
-            times.append(1e6 * (time.perf_counter() - t0))
-    return statistics.median(first), statistics.median(second)
+class TimedRecorder:
+    """The capture's recorder, its end_step timed (the rest of Capture.end_step is Python's)."""
+
+    def __init__(self, recorder):
+        self._recorder, self.spent = recorder, []
+
+    def end_step(self, unit):
+        t0 = time.perf_counter()
+        try:
+            return self._recorder.end_step(unit)
+        finally:
+            self.spent.append(time.perf_counter() - t0)
+
+    def __getattr__(self, name):
+        return getattr(self._recorder, name)
+
+
+def recorder_alone(recorder, ends: int) -> float:
+    """The recorder's own step end (the C++ call and its binding), in µs: the median of `ends` step
+    ends, each 25 ms after the last, so the worker has drained the one before and the caches are
+    as a step leaves them."""
+    times = []
+    for _ in range(ends):
+        time.sleep(0.025)
+        t0 = time.perf_counter()
+        recorder.end_step("optimizer step")
+        times.append(1e6 * (time.perf_counter() - t0))
+    return statistics.median(times)
+
+
+def nvml_read_us(reads: int) -> float:
+    """What one NVML read of this process's figure takes (the call the recorder makes), in µs,
+    each 25 ms after the last; nan without pynvml."""
+    try:
+        import pynvml
+        import torch
+    except ImportError:
+        return float("nan")
+    pynvml.nvmlInit()
+    handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+    times = []
+    for _ in range(reads):
+        time.sleep(0.025)
+        t0 = time.perf_counter()
+        pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+        times.append(1e6 * (time.perf_counter() - t0))
+    return statistics.median(times)
 
 
 if __name__ == "__main__":
