@@ -15,7 +15,8 @@ per-process medians.
       processes' figures and their range)
   python bench/capture_overhead.py --alternate 1000 20 --workloads transformer
       (one process, every variant one step per cycle: neighbouring steps compared, every step
-      counted; the ratio of medians and of 20th percentiles to no capture, with 95% intervals)
+      counted; the ratio of medians and of 20th percentiles to no capture, and the paired ratio
+      (each step over its cycle's no-capture step), with 95% intervals)
   python bench/capture_overhead.py --pool a.json b.json   # several --alternate --out files as one
       (and, from separate processes, each run's own figure: their median and range)
   python bench/capture_overhead.py --alloc-cost 200000          # ns per allocation, by state
@@ -228,9 +229,11 @@ def interleaved(name: str, rounds: int, block: int, warmup: int) -> dict:
 def alternate(name: str, cycles: int, warmup: int) -> dict:
     """Every variant once a cycle, one step each, the order rotated every cycle: on a host whose
     step times spread by +-10 % from one step to the next, blocks of steps compare drift as much as
-    variants; here neighbouring steps are compared, and every step counts. Switching torch's
-    recorder on is followed by one untimed step (it starts cold). Returns every variant's step
-    times, cycle by cycle; summarise_alternate() makes the figures."""
+    variants; here neighbouring steps are compared, and every step counts. Torch's recorder gets an
+    untimed step when switched on (it starts cold) and another after it is switched off: the
+    rotation keeps the order, so the variant after it (vramscope's, 4 cycles in 5) would otherwise
+    pay for what it leaves behind every time. Returns every variant's step times, cycle by cycle;
+    summarise_alternate() makes the figures."""
     import torch
 
     step, enter, done = in_process(name, warmup)
@@ -250,6 +253,8 @@ def alternate(name: str, cycles: int, warmup: int) -> dict:
                 timed()  # it starts cold
             times[variant].append(timed())
             torch.cuda.memory._record_memory_history(enabled=None)
+            if variant == "torch-recorder":
+                timed()  # and leaves its history behind: not the next variant's step to pay for
     done()
     return {v: {"times_ms": times[v]} for v in IN_PROCESS}
 
@@ -257,8 +262,11 @@ def alternate(name: str, cycles: int, warmup: int) -> dict:
 def summarise_alternate(runs: list[dict]) -> dict:
     """The figures of one or more --alternate runs (separate processes pooled: each run's steps
     divided by its own "none" median first). Per variant: the ratio of its median step to no
-    capture's, and of their 20th percentiles, each with a 95 % interval from resampling cycles
-    within each run."""
+    capture's, and of their 20th percentiles; and the paired ratio, the median over cycles of its
+    step over the same cycle's "none" step. Each with a 95 % interval from resampling cycles within
+    each run. The paired ratio is the one drift cannot move: the GPU hosts' step time wanders
+    between regimes (30 ms for a while, then 50 to 60 ms), which the pooled medians mix unevenly,
+    while one cycle's five steps take a fifth of a second."""
     import random
 
     def normalised(run: dict, v: str, cycle_ids) -> list[float]:
@@ -274,6 +282,10 @@ def summarise_alternate(runs: list[dict]) -> dict:
         none = [x for run, ids in zip(runs, picks) for x in normalised(run, "none", ids)]
         return at(mine, q) / at(none, q)
 
+    def paired(v: str, picks: list) -> float:
+        return statistics.median(run[v]["times_ms"][i] / run["none"]["times_ms"][i]
+                                 for run, ids in zip(runs, picks) for i in ids)
+
     rng = random.Random(0)
     cycles = [len(run["none"]["times_ms"]) for run in runs]
     everything = [range(n) for n in cycles]
@@ -286,15 +298,31 @@ def summarise_alternate(runs: list[dict]) -> dict:
             boot = sorted(ratio(v, d, q) for d in draws)
             row[f"{label}_ratio"] = ratio(v, everything, q)
             row[f"{label}_ratio_95"] = [boot[24], boot[974]]
+        boot = sorted(paired(v, d) for d in draws)
+        row["paired_ratio"], row["paired_ratio_95"] = paired(v, everything), [boot[24], boot[974]]
         out[v] = row
     return out
 
 
 def per_run_ratios(runs: list[dict]) -> dict:
-    """Each --alternate run's own figure, per variant: its median step over its "none" median. With
-    runs from fresh processes, the median of these and their range are the whole set repeated."""
-    return {v: [statistics.median(r[v]["times_ms"]) / statistics.median(r["none"]["times_ms"]) for r in runs]
+    """Each --alternate run's own figures, per variant: its median step over its "none" median, and
+    its paired ratio. With runs from fresh processes, the median of these and their range are the
+    whole set repeated."""
+    return {v: ([statistics.median(r[v]["times_ms"]) / statistics.median(r["none"]["times_ms"]) for r in runs],
+                [statistics.median(a / b for a, b in zip(r[v]["times_ms"], r["none"]["times_ms"])) for r in runs])
             for v in IN_PROCESS}
+
+
+def between_processes(figures: list[float]) -> str:
+    """The processes' own figures as a sample: their mean and its 95 % interval (Student's t), the
+    interval that also holds what differs from one process to the next (placement, clocks)."""
+    if len(figures) < 3:
+        return ""
+    t975 = [12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26, 2.23, 2.20, 2.18, 2.16, 2.14, 2.13, 2.12, 2.11,
+            2.10, 2.09]
+    n, mean = len(figures), statistics.mean(figures)
+    half = (t975[n - 2] if n - 2 < len(t975) else 1.96) * statistics.stdev(figures) / n ** 0.5
+    return f" (mean x{mean:.3f} [{mean - half:.3f}, {mean + half:.3f}] over {n} processes)"
 
 
 def repeat_interleaved(args) -> int:
@@ -416,13 +444,15 @@ def main() -> int:
                         runs.setdefault(name, []).extend(r)
         for name, rs in runs.items():
             for v, r in summarise_alternate(rs).items():
-                m, p = r["median_ratio_95"], r["p20_ratio_95"]
+                m, p, c = r["median_ratio_95"], r["p20_ratio_95"], r["paired_ratio_95"]
                 print(f"{name:13s} {v:19s} median step {r['median_ms']:7.2f} ms  x{r['median_ratio']:.3f} [{m[0]:.3f}, {m[1]:.3f}]"
-                      f"  20th percentile x{r['p20_ratio']:.3f} [{p[0]:.3f}, {p[1]:.3f}]  ({r['steps']} steps, {r['runs']} runs)")
+                      f"  20th percentile x{r['p20_ratio']:.3f} [{p[0]:.3f}, {p[1]:.3f}]"
+                      f"  paired x{r['paired_ratio']:.3f} [{c[0]:.3f}, {c[1]:.3f}]  ({r['steps']} steps, {r['runs']} runs)")
             if len(rs) > 1:
-                for v, ratios in per_run_ratios(rs).items():
+                for v, (ratios, paired) in per_run_ratios(rs).items():
                     print(f"{name:13s} {v:19s} each run x" + " x".join(f"{x:.3f}" for x in ratios) +
-                          f"  median of runs x{statistics.median(ratios):.3f}, range x{min(ratios):.3f}-x{max(ratios):.3f}")
+                          f"  median of runs x{statistics.median(ratios):.3f}, range x{min(ratios):.3f}-x{max(ratios):.3f};"
+                          f"  paired x" + " x".join(f"{x:.3f}" for x in paired) + between_processes(paired))
         if args.out:
             with open(args.out, "w") as f:
                 json.dump({"runs": runs}, f, indent=1)
