@@ -77,6 +77,16 @@ int64_t parts(const UsageLedger& u) {
     return sum;
 }
 
+// The one device's usage ledger, with NVML's figure, a context and what is unexplained (a missing
+// one throws), its parts summing to NVML's figure exactly.
+const UsageLedger& nvml_ledger(const Findings& f) {
+    EXPECT_EQ(f.usage.size(), 1u);
+    const UsageLedger& u = f.usage.at(0);
+    EXPECT_TRUE(u.context && u.unexplained);
+    EXPECT_EQ(int64_t(u.nvml_used.value()), parts(u));
+    return u;
+}
+
 std::string temp_path(const std::string& name) {
     return (fs::path(::testing::TempDir()) / (name + "_" + std::to_string(::getpid()) + ".vscope")).string();
 }
@@ -223,10 +233,7 @@ TEST(Usage, TheLedgersPartsSumToNvmlsFigureAndGrowthNoAllocationExplainsIsNoNoLe
             run.b.step();
         }
         const Findings f = analyze(run.b.t);
-        ASSERT_EQ(f.usage.size(), 1u);
-        const UsageLedger& u = f.usage[0];
-        ASSERT_TRUE(u.nvml_used && u.context && u.unexplained);
-        EXPECT_EQ(int64_t(*u.nvml_used), parts(u));
+        const UsageLedger& u = nvml_ledger(f);
         EXPECT_EQ(u.torch_reserved, run.reserved());
         ASSERT_EQ(u.libraries.size(), 2u);
         EXPECT_EQ(u.libraries[0].library, "NCCL");
@@ -281,10 +288,7 @@ TEST(Usage, AReadingTakenAfterTheStepMovedOnIsCarriedToTheStepEndByTheRecordedEv
             run.b.step();
         }
         const Findings f = analyze(run.b.t);
-        ASSERT_EQ(f.usage.size(), 1u);
-        const UsageLedger& u = f.usage[0];
-        ASSERT_TRUE(u.nvml_used && u.context && u.unexplained);
-        EXPECT_EQ(int64_t(*u.nvml_used), parts(u));
+        const UsageLedger& u = nvml_ledger(f);
         EXPECT_EQ(*u.nvml_used, reserved + outside + context);  // as NVML would have said at the step end
         EXPECT_EQ(u.torch_reserved, reserved);
         EXPECT_EQ(*u.context, kContext + (f.warmup_steps + 1) * unrecorded);
