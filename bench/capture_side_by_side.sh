@@ -8,8 +8,12 @@
 # tree once and, every OLD_EVERY-th round (default 1), the old one; recorder_cost.py runs COST_PAIRS
 # times per tree and cache state (default 2), trees alternating. Results: OUT/{new,old}-N.json,
 # OUT/pooled-{new,old}.json, OUT/recorder_cost.txt.
+# The builds and the compiled allocator hook both stay in .bench-trees/: a device machine starts
+# bare, so bring them back from one call (tar them into $OUT) and carry them into the next (run's
+# `carry`), and a call spends its minutes on rounds, not on building.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export TORCH_EXTENSIONS_DIR="${TORCH_EXTENSIONS_DIR:-$PWD/.bench-trees/torch_extensions}"
 old_source=$1 out=$2 rounds=${3:-3} cycles=${4:-200} old_every=${5:-1} cost_pairs=${6:-2}
 mkdir -p "$out" .bench-trees
 build() {  # TREE SOURCE
