@@ -14,7 +14,8 @@ per-process medians.
       (each process's figure is its rounds' median ratio; the result is the median of the
       processes' figures and their range)
   python bench/capture_overhead.py --alternate 1000 20 --workloads transformer
-      (one process, every variant one step per cycle: neighbouring steps compared, every step
+      (one process, every variant one step per cycle, the cycles' orders balanced so that each
+      variant follows every other equally often: neighbouring steps compared, every step
       counted; the ratio of medians and of 20th percentiles to no capture, and the paired ratio
       (each step over its cycle's no-capture step), with 95% intervals)
   python bench/capture_overhead.py --pool a.json b.json   # several --alternate --out files as one
@@ -226,14 +227,32 @@ def interleaved(name: str, rounds: int, block: int, warmup: int) -> dict:
             for v, t in times.items()}
 
 
+def balanced_orders(variants: list[str]) -> list[list[str]]:
+    """Williams' orders of `variants`: taken together, they put each variant in every place, and
+    right after every other one, equally often, so what one variant leaves behind for the next
+    step falls on all of them alike. (A rotation keeps each variant's predecessor: with it,
+    vramscope's step followed torch's recorder 4 cycles in 5.)"""
+    n = len(variants)
+    offsets = [0]
+    low, high = 1, n - 1
+    while len(offsets) < n:
+        offsets.append(low)
+        low += 1
+        if len(offsets) < n:
+            offsets.append(high)
+            high -= 1
+    orders = [[variants[(i + k) % n] for k in offsets] for i in range(n)]
+    return orders + [order[::-1] for order in orders] if n % 2 else orders
+
+
 def alternate(name: str, cycles: int, warmup: int) -> dict:
-    """Every variant once a cycle, one step each, the order rotated every cycle: on a host whose
-    step times spread by +-10 % from one step to the next, blocks of steps compare drift as much as
-    variants; here neighbouring steps are compared, and every step counts. Torch's recorder gets an
-    untimed step when switched on (it starts cold) and another after it is switched off: the
-    rotation keeps the order, so the variant after it (vramscope's, 4 cycles in 5) would otherwise
-    pay for what it leaves behind every time. Returns every variant's step times, cycle by cycle;
-    summarise_alternate() makes the figures."""
+    """Every variant once a cycle, one step each, the cycles' orders balanced (balanced_orders(); a
+    multiple of 10 cycles balances them whole): on a host whose step times spread by +-10 % from
+    one step to the next, blocks of steps compare drift as much as variants; here neighbouring
+    steps are compared, and every step counts. Torch's recorder gets an untimed step when switched
+    on (it starts cold) and another after it is switched off (what it leaves behind is no
+    variant's to pay). Returns every variant's step times, cycle by cycle; summarise_alternate()
+    makes the figures."""
     import torch
 
     step, enter, done = in_process(name, warmup)
@@ -246,8 +265,9 @@ def alternate(name: str, cycles: int, warmup: int) -> dict:
         torch.cuda.synchronize()
         return 1e3 * (time.perf_counter() - t0)
 
+    orders = balanced_orders(IN_PROCESS)
     for c in range(cycles):
-        for variant in IN_PROCESS[c % len(IN_PROCESS):] + IN_PROCESS[: c % len(IN_PROCESS)]:
+        for variant in orders[c % len(orders)]:
             enter(variant)
             if variant == "torch-recorder":
                 timed()  # it starts cold
@@ -422,7 +442,7 @@ def main() -> int:
     ap.add_argument("--interleaved", nargs=3, type=int, metavar=("ROUNDS", "BLOCK", "WARMUP"),
                     help="all variants in one process, alternating every BLOCK steps")
     ap.add_argument("--alternate", nargs=2, type=int, metavar=("CYCLES", "WARMUP"),
-                    help="all variants in one process, one step each per cycle (the order rotated)")
+                    help="all variants in one process, one step each per cycle (the orders balanced)")
     ap.add_argument("--pool", nargs="+", metavar="JSON", help="the figures of several --alternate --out files together")
     ap.add_argument("--repeat", type=int, default=1, metavar="N",
                     help="with --interleaved: the whole set N times, each in a fresh process")

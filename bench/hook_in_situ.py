@@ -27,7 +27,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from c_library import c_library  # noqa: E402
-from capture_overhead import in_process, null_sink  # noqa: E402
+from capture_overhead import balanced_orders, in_process, null_sink  # noqa: E402
 
 from vramscope.capture.hook import load_allocator_hook  # noqa: E402
 
@@ -100,8 +100,9 @@ def main() -> int:
             hook.install(timed)
 
     rows = {v: {"step_ms": [], "ticks": [[0] * 16], "calls": [[0] * 16], "node": [[0] * 16], "threads": []} for v in VARIANTS}
+    orders = balanced_orders(VARIANTS)
     for c in range(a.cycles):
-        for v in VARIANTS[c % len(VARIANTS):] + VARIANTS[: c % len(VARIANTS)]:
+        for v in orders[c % len(orders)]:
             enter_variant(v)
             before = (list(ticks), list(calls), list(with_node))
             cpu0 = thread_ns()
