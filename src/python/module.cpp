@@ -352,7 +352,7 @@ void bind_capture(nb::module_& m) {
              },
              nb::arg("device"), nb::arg("pci_bus_id"), nb::call_guard<nb::gil_scoped_release>(),
              "NVML's figure for this process on a CUDA device (found by PCI bus id, 'dddddddd:bb:dd.f'), written "
-             "now, after step ends (by the recorder's worker) and at the end. '' when watched, else why not.")
+             "now, before each step marker and at the end. '' when watched, else why not.")
         .def_prop_ro("nvml_state", [](const LiveCapture& c) { return c.recorder.usage_state(); },
                      "For the meta 'capture.nvml': 'on', 'on (device total: one process)' or 'off: why'.")
         .def_prop_ro("projected_oom_step", [](const LiveCapture& c) { return c.monitor.projected_oom_step(); },

@@ -6,10 +6,7 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <functional>
-#include <mutex>
 #include <set>
-#include <thread>
 
 #include "capture/calling_library.h"
 #include "capture/device_usage.h"
@@ -238,14 +235,10 @@ TEST(DriverCalls, AHandleMappedWholeIsFoundAtItsAddressAndFreedThereOnRelease) {
     EXPECT_EQ(innermost(t, events[3]), std::make_pair(xla.path, std::string("cuMemCreate")));
 }
 
+// A fake NVML: the processes each call lists, and how often it was asked.
 namespace {
-// A fake NVML: the processes each call lists, how often it was asked and from which threads, and
-// what it does while asked (the recorder's worker asks it, so these are under a lock).
-std::mutex g_nvml_mutex;
 std::vector<cabi::NvmlProcessInfo> g_listed;
 int g_asked = 0;
-std::vector<std::thread::id> g_askers;
-std::function<void()> g_while_asked;  // run once, inside the next call
 cabi::NvmlDevice g_device = reinterpret_cast<cabi::NvmlDevice>(0x1000);
 
 cabi::NvmlReturn fake_handle(const char* bus, cabi::NvmlDevice* out) {
@@ -254,32 +247,12 @@ cabi::NvmlReturn fake_handle(const char* bus, cabi::NvmlDevice* out) {
     return cabi::kNvmlSuccess;
 }
 cabi::NvmlReturn fake_processes(cabi::NvmlDevice, unsigned* count, cabi::NvmlProcessInfo* infos) {
-    std::function<void()> during;
-    {
-        std::lock_guard lock(g_nvml_mutex);
-        ++g_asked;
-        g_askers.push_back(std::this_thread::get_id());
-        const unsigned room = *count;
-        *count = unsigned(g_listed.size());
-        if (room < g_listed.size()) return cabi::kNvmlInsufficientSize;
-        std::copy(g_listed.begin(), g_listed.end(), infos);
-        during.swap(g_while_asked);
-    }
-    if (during) during();
+    ++g_asked;
+    const unsigned room = *count;
+    *count = unsigned(g_listed.size());
+    if (room < g_listed.size()) return cabi::kNvmlInsufficientSize;
+    std::copy(g_listed.begin(), g_listed.end(), infos);
     return cabi::kNvmlSuccess;
-}
-void set_used(uint64_t bytes) {
-    std::lock_guard lock(g_nvml_mutex);
-    g_listed.at(g_listed.size() - 1).usedGpuMemory = bytes;
-}
-int asked() {
-    std::lock_guard lock(g_nvml_mutex);
-    return g_asked;
-}
-// Until the worker has asked NVML more than `than` times (a few of its 2 ms periods).
-bool wait_asked(int than) {
-    for (int i = 0; i < 2000 && asked() <= than; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    return asked() > than;
 }
 const char* fake_error(cabi::NvmlReturn r) { return r == 6 ? "Not Found" : "Unknown Error"; }
 const NvmlApi kFakeNvml{fake_handle, fake_processes, fake_error};
@@ -326,12 +299,9 @@ TEST(DeviceUsage, AnotherPidNamespaceIsReadOnlyWhileTheDeviceRunsOneProcess) {
     EXPECT_EQ(crowded.state().rfind("off: ", 0), 0u);
 }
 
-// NVML is read at watch and at close by the caller, and after step ends by the recorder's worker,
-// never by the thread that ends the step: a read takes 40 µs to a millisecond.
-TEST(DeviceUsage, TheRecorderReadsAtWatchAfterStepEndsOnItsWorkerAndAtTheEnd) {
+TEST(DeviceUsage, TheRecorderWritesTheFiguresAtWatchBeforeEachStepMarkerAndAtTheEnd) {
     g_listed = {{kPid, 100u << 20, 0, 0}};
     const std::string path = temp_trace("device_usage");
-    int at_watch = 0;
     {
         Recorder r(path);
         r.allocator_event(EventKind::alloc, 0, 0x1000, 512, 0, nullptr);  // a process that allocated keeps its trace
@@ -339,70 +309,20 @@ TEST(DeviceUsage, TheRecorderReadsAtWatchAfterStepEndsOnItsWorkerAndAtTheEnd) {
         r.use_device_usage(std::make_unique<DeviceUsage>(kFakeNvml, kPid));
         EXPECT_EQ(r.watch_device(0, "00000000:00:06.0"), "");
         EXPECT_EQ(r.usage_state(), "on");
-        at_watch = asked();
-        set_used(200u << 20);
+        g_listed[0].usedGpuMemory = 200u << 20;
         std::this_thread::sleep_for(DeviceUsage::kMinInterval + std::chrono::milliseconds(5));
-        EXPECT_EQ(asked(), at_watch);  // no step has ended: the worker has nothing to read for
         r.end_step("optimizer step");
-        ASSERT_TRUE(wait_asked(at_watch));
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));  // the worker's reading queued
-        set_used(300u << 20);
-        const int before_close = asked();
+        r.end_step("optimizer step");  // at once: no read
+        g_listed[0].usedGpuMemory = 300u << 20;
         r.close();
-        EXPECT_EQ(asked(), before_close + 1);
-    }
-    {
-        std::lock_guard lock(g_nvml_mutex);
-        for (size_t k = size_t(at_watch); k + 1 < g_askers.size(); ++k)
-            EXPECT_NE(g_askers[k], std::this_thread::get_id()) << "read " << k << " was the step's thread's";
     }
     Trace t = read_trace(path);
     std::filesystem::remove(path);
     std::vector<std::pair<EventKind, uint64_t>> seen;
     for (const Event& e : of_kinds(t, {EventKind::device_usage, EventKind::step}))
         seen.emplace_back(e.kind, e.kind == EventKind::device_usage ? e.size : 0);
-    const std::vector<std::pair<EventKind, uint64_t>> expected = {{EventKind::device_usage, 100u << 20},
-                                                                  {EventKind::step, 0},
-                                                                  {EventKind::device_usage, 200u << 20},
-                                                                  {EventKind::device_usage, 300u << 20}};
-    EXPECT_EQ(seen, expected);
-}
-
-// The worker's reading goes where the events numbered by then end, and the analysis carries it to
-// the step end by them: a segment numbered while NVML was being asked could sit before the reading
-// though NVML did not count it yet (or after it, counted). Such a reading is dropped and NVML asked
-// again, so none is placed against a footprint it did not see.
-TEST(DeviceUsage, AReadingDuringWhichASegmentWasNumberedIsAskedAgain) {
-    g_listed = {{kPid, 100u << 20, 0, 0}};
-    const std::string path = temp_trace("device_usage_race");
-    {
-        Recorder r(path);
-        r.allocator_event(EventKind::alloc, 0, 0x1000, 512, 0, nullptr);
-        r.use_device_usage(std::make_unique<DeviceUsage>(kFakeNvml, kPid));
-        EXPECT_EQ(r.watch_device(0, "00000000:00:06.0"), "");
-        const int at_watch = asked();
-        {
-            std::lock_guard lock(g_nvml_mutex);
-            g_while_asked = [&r] {  // on the worker, while its first read is under way: NVML said 100 MiB
-                r.allocator_event(EventKind::segment_alloc, 0, 0x7000'0000, 32u << 20, 0, nullptr);
-                set_used(132u << 20);
-            };
-        }
-        std::this_thread::sleep_for(DeviceUsage::kMinInterval + std::chrono::milliseconds(5));
-        r.end_step("optimizer step");
-        ASSERT_TRUE(wait_asked(at_watch + 1));  // the dropped read, then the one kept
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-        r.close();
-    }
-    Trace t = read_trace(path);
-    std::filesystem::remove(path);
-    std::vector<std::pair<EventKind, uint64_t>> seen;
-    for (const Event& e : of_kinds(t, {EventKind::device_usage, EventKind::step, EventKind::segment_alloc}))
-        seen.emplace_back(e.kind, e.size);
-    const std::vector<std::pair<EventKind, uint64_t>> expected = {{EventKind::device_usage, 100u << 20},
-                                                                  {EventKind::step, 0},
-                                                                  {EventKind::segment_alloc, 32u << 20},
-                                                                  {EventKind::device_usage, 132u << 20},
-                                                                  {EventKind::device_usage, 132u << 20}};
+    const std::vector<std::pair<EventKind, uint64_t>> expected = {
+        {EventKind::device_usage, 100u << 20}, {EventKind::device_usage, 200u << 20}, {EventKind::step, 0},
+        {EventKind::step, 0}, {EventKind::device_usage, 300u << 20}};
     EXPECT_EQ(seen, expected);
 }

@@ -375,9 +375,12 @@ def test_nvmls_figure_at_the_last_step_end_matches_pynvml(tmp_path):
             pynvml.nvmlInit()
             handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
             mine = [p.usedGpuMemory for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle) if p.pid == os.getpid()]
-            print("pynvml", mine[0])
+            print("pynvml", mine[0] if mine else "absent")
     """, prelude="import os, pynvml")
-    expected = int(proc.stdout.split("pynvml")[1].split()[0])
+    said = proc.stdout.split("pynvml")[1].split()[0]
+    if said == "absent":  # another pid namespace: NVML lists the host's pids (the capture copes; this check cannot)
+        pytest.skip("NVML does not list this process by its pid here")
+    expected = int(said)
     usage = next(u for u in findings(out)["usage"] if u.get("device") == 0)
     assert abs(usage["nvml_used"] - expected) <= max(0.01 * expected, 64 << 20), (usage, expected)
 

@@ -418,8 +418,8 @@ def track(path="vramscope.vscope", *, fail_on_leak=False, summary=True, live_war
     finds who holds it right then (one search per new leak, at most explain_budget seconds, default
     VRAMSCOPE_EXPLAIN_BUDGET or 5); prints the analysis at the end. Memory outside torch's allocator
     (libraries' device memory, pinned host memory) is captured through CUPTI unless driver=False or
-    VRAMSCOPE_DRIVER=0, and NVML's figure for the process is read after step ends, off the training
-    thread. Never breaks the run: without CUDA, or on any fault, it warns once and steps aside."""
+    VRAMSCOPE_DRIVER=0, and NVML's figure for the process is read at step ends. Never breaks the run:
+    without CUDA, or on any fault, it warns once and steps aside."""
     return Capture(path, fail_on_leak=fail_on_leak, summary=summary, live_warnings=live_warnings,
                    device_memory=device_memory, explain=explain, explain_budget=explain_budget, driver=driver)
 

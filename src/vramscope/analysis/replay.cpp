@@ -96,8 +96,7 @@ void Replay::cut() {
                     uint64_t(std::max<int64_t>(0, s.peak)), uint64_t(std::max<int64_t>(0, s.pending)), {}};
         p.external = uint64_t(std::max<int64_t>(0, s.external));
         p.pinned = uint64_t(std::max<int64_t>(0, s.pinned));
-        if (const auto residual = std::exchange(s.nvml_residual, std::nullopt))
-            p.nvml_used = uint64_t(std::max<int64_t>(0, *residual + int64_t(p.reserved) + int64_t(p.external)));
+        p.nvml_used = std::exchange(s.nvml, std::nullopt);
         for (size_t k = 0; k < s.by_stream.size(); ++k)
             if (s.by_stream[k] > 0) p.by_stream.emplace_back(context.streams[k], uint64_t(s.by_stream[k]));
         hold_timeline_bytes(sizeof(StepPoint) + p.by_stream.size() * sizeof(p.by_stream[0]));
@@ -208,15 +207,7 @@ void Replay::process(const Event& e) {
     case EventKind::pinned_alloc: external_alloc(e); break;
     case EventKind::external_free:
     case EventKind::pinned_free: external_free(e); break;
-    case EventKind::device_usage: {
-        // A reading may come a little after the step end it follows (the recorder's worker reads
-        // NVML off the training thread): what torch and the libraries took or gave back since is
-        // in the events, so the step end carries the figure by them.
-        DeviceState& s = state_[device_slot(e.device)];
-        s.nvml_residual = int64_t(std::min<uint64_t>(e.size, uint64_t(1) << 62)) - std::max<int64_t>(0, s.reserved) -
-                          std::max<int64_t>(0, s.external);
-        break;
-    }
+    case EventKind::device_usage: state_[device_slot(e.device)].nvml = e.size; break;
     default: break;
     }
 }

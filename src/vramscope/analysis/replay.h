@@ -121,9 +121,7 @@ private:
         int64_t allocated, reserved, pending, peak;
         std::vector<int64_t> by_stream;  // by stream index
         int64_t external = 0, pinned = 0;  // outside torch's allocator
-        // NVML's figure last read in the step in hand, less torch's reserved and the bytes outside
-        // it as they stood at the reading: the step end adds them back as they stand then.
-        std::optional<int64_t> nvml_residual;
+        std::optional<uint64_t> nvml;      // NVML's figure, last read in the step in hand
     };
     size_t device_slot(uint8_t device) {
         return slot_of_device_[device] >= 0 ? size_t(slot_of_device_[device]) : add_device(device);

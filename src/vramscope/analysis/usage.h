@@ -2,8 +2,6 @@
 // last full step end:
 //   NVML's figure = torch's reserved bytes + each holder's own device memory (analysis/libraries.h)
 //                 + the CUDA context and module images + unexplained, exactly.
-// NVML's figure at a step end is its last reading in the step carried to the end by the recorded
-// segments and outside allocations since (analysis/replay.h): a capture reads it a little after.
 // The context is NVML's residual (its figure less torch's reserved and the libraries' bytes) at the
 // first judged step end, the end of warm-up; what the residual gained since is unexplained. Past
 // unexplained_allowance() (analysis/ledger.h) of NVML's own growth, no verdict may be "no leak".

@@ -102,19 +102,12 @@ std::vector<DeviceUsage::Reading> DeviceUsage::read(Clock::time_point now, bool 
     std::vector<Reading> out;
     std::string why;
     for (Watched& w : watched_) {
-        if (!every && w.read_once && now - w.last < kMinInterval) continue;  // as due() says
+        if (!every && w.read_once && now - w.last < kMinInterval) continue;
         w.last = now, w.read_once = true;
         uint64_t bytes = 0;
         if (processes(w.handle, listed_, why) && bytes_of(w.whose, listed_, bytes)) out.push_back(Reading{w.device, bytes});
     }
     return out;
-}
-
-bool DeviceUsage::due(Clock::time_point now) const {
-    std::lock_guard lock(mutex_);
-    for (const Watched& w : watched_)
-        if (!w.read_once || now - w.last >= kMinInterval) return true;
-    return false;
 }
 
 std::string DeviceUsage::state() const {

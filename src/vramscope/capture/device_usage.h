@@ -47,8 +47,6 @@ public:
     // Each watched device's figure now; one read less than kMinInterval ago is skipped unless
     // `every`. A device NVML does not answer for gives nothing this time.
     std::vector<Reading> read(Clock::time_point now, bool every);
-    // Whether read(now, false) would ask NVML for any device.
-    bool due(Clock::time_point now) const;
 
     // The trace's meta "capture.nvml": "on", "on (device total: one process)" or "off: why".
     std::string state() const;

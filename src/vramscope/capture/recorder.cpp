@@ -35,7 +35,6 @@ Recorder::~Recorder() {
 
 void Recorder::worker() {
     auto next_flush = std::chrono::steady_clock::now();
-    uint64_t steps_read = 0;
     std::unique_lock lock(worker_mutex_);
     while (!closing_) {
         worker_wake_.wait_for(lock, std::chrono::milliseconds(kDrainMilliseconds));
@@ -53,28 +52,6 @@ void Recorder::worker() {
                 fail(std::string("capture stopped: ") + ex.what());
             }
         }
-        read_usage_after_steps(steps_read);
-    }
-}
-
-void Recorder::read_usage_after_steps(uint64_t& steps_read) {
-    const uint64_t steps = steps_.load(std::memory_order_relaxed);
-    if (steps == steps_read || stopped_.load(std::memory_order_relaxed)) return;
-    try {
-        // Nothing under way now (done read first: it never passes started), nothing started after.
-        const uint64_t done = footprint_.done.load(std::memory_order_acquire);
-        const uint64_t started = footprint_.started.load(std::memory_order_acquire);
-        if (started != done) return;
-        std::vector<DeviceUsage::Reading> readings;
-        {
-            std::lock_guard lock(usage_mutex_);
-            const auto now = DeviceUsage::Clock::now();
-            if (!usage_ || !usage_->due(now)) return;
-            readings = usage_->read(now, false);
-        }
-        if (readings.empty() || enqueue_marks(usage_events(readings), started)) steps_read = steps;
-    } catch (const std::exception& ex) {
-        fail(std::string("capture stopped: ") + ex.what());
     }
 }
 
@@ -187,7 +164,6 @@ void Recorder::driver_event(EventKind kind, uint8_t device, uint64_t addr, uint6
                             std::string_view call) noexcept {
     if (stopped_.load(std::memory_order_relaxed)) return;
     try {
-        const Footprint::Change change(footprint_, true);
         Queued q{Event{}, 0};
         Event& e = q.event;
         e.kind = kind;
@@ -237,9 +213,9 @@ std::string Recorder::usage_state() const {
     return usage_ ? usage_->state() : "off: " + (usage_off_.empty() ? std::string("no device watched") : usage_off_);
 }
 
-std::vector<DeviceUsage::Reading> Recorder::read_every_device() {
+std::vector<DeviceUsage::Reading> Recorder::read_usage(bool every) {
     std::lock_guard lock(usage_mutex_);
-    return usage_ ? usage_->read(DeviceUsage::Clock::now(), true) : std::vector<DeviceUsage::Reading>{};
+    return usage_ ? usage_->read(DeviceUsage::Clock::now(), every) : std::vector<DeviceUsage::Reading>{};
 }
 
 // NVML's figures as events, stamped now.
@@ -313,7 +289,6 @@ void Recorder::allocator_event(EventKind kind, uint8_t device, uint64_t addr, ui
         if (!t || t->recorder != id_) [[unlikely]] {
             if (!(t = join_thread())) return fail("capture stopped: out of memory");
         }
-        const Footprint::Change change(footprint_, is_segment_event(kind));
         DeviceLane& lane = device_lanes_[device];
         if (lane.has_pending.load(std::memory_order_relaxed)) {
             lane.has_pending.store(false, std::memory_order_relaxed);
@@ -524,15 +499,12 @@ Event Recorder::mark(EventKind kind, std::string_view name) {
     return e;
 }
 
-bool Recorder::enqueue_marks(const std::vector<Event>& marks, std::optional<uint64_t> unchanged) {
-    if (marks.empty()) return true;
+void Recorder::enqueue_marks(const std::vector<Event>& marks) {
+    if (marks.empty()) return;
     try {
         HookThread* t = static_cast<HookThread*>(t_hook);
         if (!t || t->recorder != id_) [[unlikely]] {
-            if (!(t = join_thread())) {
-                fail("capture stopped: out of memory");
-                return false;
-            }
+            if (!(t = join_thread())) return fail("capture stopped: out of memory");
         }
         // The cuts are read under the marks' lock: a drain looks for the open group under it after
         // taking the queues, so what it recorded with no group to stop it is inside these cuts,
@@ -548,17 +520,11 @@ bool Recorder::enqueue_marks(const std::vector<Event>& marks, std::optional<uint
             for (size_t d = 0; d < driver_seq_.size(); ++d)
                 if (driver_seq_[d]) g.cuts.push_back(Cut{uint32_t(256 + d), driver_seq_[d]});
         }
-        if (unchanged) {
-            std::atomic_thread_fence(std::memory_order_acquire);  // a number read above comes with its start
-            if (footprint_.started.load(std::memory_order_relaxed) != *unchanged) return false;
-        }
         for (const Event& e : marks) t->events.push(Queued{e, next_mark_++});
         g.last = next_mark_ - 1;
         mark_groups_.push_back(std::move(g));
-        return true;
     } catch (const std::exception& ex) {
         fail(std::string("capture stopped: ") + ex.what());
-        return false;
     }
 }
 
@@ -577,7 +543,9 @@ void Recorder::end_step(std::string_view unit) {
         // The monitor's word on the step before reaches the caller at this one at the latest: when
         // the worker has not drained that step yet (steps shorter than its period), this one does.
         if (steps_recorded_.load(std::memory_order_relaxed) < steps_.load(std::memory_order_relaxed)) drain();
-        enqueue_marks({mark(EventKind::step, unit)});
+        std::vector<Event> marks = usage_events(read_usage(false));
+        marks.push_back(mark(EventKind::step, unit));
+        enqueue_marks(marks);
         steps_.fetch_add(1, std::memory_order_relaxed);
     } catch (const std::exception& ex) {
         fail(std::string("capture stopped: ") + ex.what());
@@ -607,7 +575,7 @@ void Recorder::flush() {
 
 void Recorder::close() {
     // NVML's figure as the run ends, read before the drain's lock is taken.
-    const auto last = stopped_.load(std::memory_order_relaxed) ? std::vector<DeviceUsage::Reading>{} : read_every_device();
+    const auto last = stopped_.load(std::memory_order_relaxed) ? std::vector<DeviceUsage::Reading>{} : read_usage(true);
     {
         std::lock_guard lock(worker_mutex_);
         closing_ = true;

@@ -25,11 +25,8 @@
 // Memory outside torch's allocator comes from the driver's memory calls (driver_calls.h) through
 // driver_event(), rare, off the hook's path, from any thread: one locked buffer of its own, numbered
 // in an order of its own per device, merged with the allocator's by time. NVML's figure for the
-// process (device_usage.h) is read when a device is first watched, at close, and by the worker
-// after step ends (at most once per 20 ms a device), not by the step end: a read takes 40 µs to a
-// millisecond. The worker's reading is queued with its cuts like a marker, where the events
-// numbered by then end, and kept only if no segment or driver allocation was being numbered
-// meanwhile (Footprint): so the analysis can carry it to the step end by the recorded events alone.
+// process (device_usage.h) is queued before each step marker, at most once per 20 ms a device,
+// when a device is first watched, and written at close.
 #pragma once
 #include <array>
 #include <atomic>
@@ -95,8 +92,8 @@ public:
 
     // Queues a marker (microbatch, annotation) after every event numbered before it.
     void marker(EventKind kind, std::string_view name);
-    // Queues the step marker, named by the step's unit ("optimizer step", "eval batch", ...: what
-    // Steps::unit reads back), after every event numbered before it; the worker reads NVML after it.
+    // Queues NVML's figures, then the step marker, named by the step's unit ("optimizer step",
+    // "eval batch", ...: what Steps::unit reads back), after every event numbered before it.
     void end_step(std::string_view unit);
     uint64_t steps() const { return steps_.load(std::memory_order_relaxed); }  // ended so far
     // Every event recorded so far, markers included, into the file and the sinks.
@@ -202,16 +199,12 @@ private:
     SinkFrame frame_of(const RawFrame& f);
     uint16_t stream_index(uint64_t handle);
     // Numbered in the marker lane as one group, cut after what every other lane numbered so far,
-    // and queued on the calling thread's queue. With `unchanged`, only if the footprint's count of
-    // started changes still is that (else false, nothing queued).
-    bool enqueue_marks(const std::vector<Event>& marks, std::optional<uint64_t> unchanged = std::nullopt);
+    // and queued on the calling thread's queue.
+    void enqueue_marks(const std::vector<Event>& marks);
     Event mark(EventKind kind, std::string_view name);  // stamped now, its name interned
-    // NVML's figures now, every device's (asked outside the drain's lock: a read may take a millisecond).
-    std::vector<DeviceUsage::Reading> read_every_device();
+    // NVML's figures now (asked outside the drain's lock: a read may take a millisecond), as events.
+    std::vector<DeviceUsage::Reading> read_usage(bool every);
     std::vector<Event> usage_events(const std::vector<DeviceUsage::Reading>& readings);
-    // The worker's: NVML's figures when a step ended since `steps_read` (it moves on when a reading
-    // was queued, or NVML gave none).
-    void read_usage_after_steps(uint64_t& steps_read);
     // Everything when `all` (no hook is inside any more), else up to the first gap per lane and
     // the first marker still waiting for an event numbered before it.
     void drain_locked(bool all = false);
@@ -262,30 +255,6 @@ private:
     static_assert(sizeof(DeviceLane) == 64);
     std::array<DeviceLane, 256> device_lanes_;
     std::array<uint64_t, 256> driver_seq_{};  // the driver's lanes' next numbers, under driver_.lock
-    // Events that change what NVML counts (segments, driver allocations), started and done being
-    // numbered: the worker keeps a reading only if none was under way or started while it read
-    // (one could still have left the driver in the microsecond before torch or CUPTI called us).
-    struct Footprint {
-        std::atomic<uint64_t> started{0}, done{0};
-        class Change {  // around the numbering of one event; nothing unless `changes`
-        public:
-            Change(Footprint& f, bool changes) : f_(changes ? &f : nullptr) {
-                if (f_) [[unlikely]] {
-                    f_->started.fetch_add(1, std::memory_order_acq_rel);
-                    std::atomic_thread_fence(std::memory_order_release);  // before the number's store
-                }
-            }
-            ~Change() {
-                if (f_) [[unlikely]] f_->done.fetch_add(1, std::memory_order_release);
-            }
-            Change(const Change&) = delete;
-            Change& operator=(const Change&) = delete;
-
-        private:
-            Footprint* f_;
-        };
-    };
-    alignas(64) Footprint footprint_;
     std::atomic<uint64_t> allocations_{0}, external_allocations_{0};  // recorded, counted by the drain
 
     mutable std::mutex mutex_;  // the drain, the sinks
