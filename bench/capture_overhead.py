@@ -303,8 +303,7 @@ def summarise_alternate(runs: list[dict]) -> dict:
         return at(mine, q) / at(none, q)
 
     def paired(v: str, picks: list) -> float:
-        return statistics.median(run[v]["times_ms"][i] / run["none"]["times_ms"][i]
-                                 for run, ids in zip(runs, picks) for i in ids)
+        return statistics.median(x for run, ids in zip(runs, picks) for x in cycle_ratios(run, v, ids))
 
     rng = random.Random(0)
     cycles = [len(run["none"]["times_ms"]) for run in runs]
@@ -324,12 +323,17 @@ def summarise_alternate(runs: list[dict]) -> dict:
     return out
 
 
+def cycle_ratios(run: dict, v: str, cycle_ids) -> list[float]:
+    """Each of those cycles' step of variant v over the same cycle's "none" step."""
+    return [run[v]["times_ms"][i] / run["none"]["times_ms"][i] for i in cycle_ids]
+
+
 def per_run_ratios(runs: list[dict]) -> dict:
     """Each --alternate run's own figures, per variant: its median step over its "none" median, and
     its paired ratio. With runs from fresh processes, the median of these and their range are the
     whole set repeated."""
     return {v: ([statistics.median(r[v]["times_ms"]) / statistics.median(r["none"]["times_ms"]) for r in runs],
-                [statistics.median(a / b for a, b in zip(r[v]["times_ms"], r["none"]["times_ms"])) for r in runs])
+                [statistics.median(cycle_ratios(r, v, range(len(r["none"]["times_ms"])))) for r in runs])
             for v in IN_PROCESS}
 
 

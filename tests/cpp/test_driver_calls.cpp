@@ -13,6 +13,7 @@
 #include "capture/driver_calls.h"
 #include "capture/recorder.h"
 #include "trace/reader.h"
+#include "temp_trace.h"
 
 // The recorder reads Python frames through these; the test binary embeds no interpreter, so this
 // stand-in says every thread has none (events still come, with their library frame alone).
@@ -29,12 +30,9 @@ using namespace vramscope;
 using namespace vramscope::capture;
 namespace cabi = vramscope::capture::abi;  // "abi" alone is also the C++ runtime's
 
-namespace {
+using vramscope::testing::temp_trace;
 
-std::string temp_trace(const char* name) {
-    return (std::filesystem::temp_directory_path() / (std::string(name) + "." + std::to_string(getpid()) + ".vscope"))
-        .string();
-}
+namespace {
 
 // The innermost frame of an event's stack, as the trace holds it.
 std::pair<std::string, std::string> innermost(const Trace& t, const Event& e) {

@@ -14,16 +14,15 @@
 #include "trace/format.h"
 #include "trace/reader.h"
 #include "trace/writer.h"
+#include "temp_trace.h"
 #include "trace_builder.h"
 
 using namespace vramscope;
 using vramscope::testing::TraceBuilder;
 
-namespace {
+using vramscope::testing::temp_trace;
 
-std::string temp_path(const char* name) {
-    return std::string(::testing::TempDir()) + "/" + name + "_" + std::to_string(::getpid()) + ".vscope";
-}
+namespace {
 
 Trace sample_trace(int steps) {
     TraceBuilder b;
@@ -78,7 +77,7 @@ TEST(TraceFormat, TheChunkChecksumIsZlibsCrc32) {
 
 TEST(TraceFormat, RoundTripKeepsEveryEventAndTheHeader) {
     Trace t = sample_trace(50);
-    const std::string path = temp_path("roundtrip");
+    const std::string path = temp_trace("roundtrip");
     write_trace(t, path);
     Trace back = read_trace(path);
     EXPECT_TRUE(back.warnings.empty());
@@ -92,7 +91,7 @@ TEST(TraceFormat, RoundTripKeepsEveryEventAndTheHeader) {
 
 TEST(TraceFormat, SmallChunksRoundTrip) {
     Trace t = sample_trace(200);
-    const std::string path = temp_path("smallchunks");
+    const std::string path = temp_trace("smallchunks");
     write_trace(t, path, 64);  // a chunk every few records: per-chunk state resets are exercised
     expect_same_events(t, read_trace(path));
     std::remove(path.c_str());
@@ -130,7 +129,7 @@ TEST(TraceFormat, EveryKindOfMemoryOutsideTorchRoundTrips) {
     }
     t.events = std::move(mixed);
     for (const size_t chunk : {size_t(64), size_t(64 * 1024)}) {
-        const std::string path = temp_path("external");
+        const std::string path = temp_trace("external");
         write_trace(t, path, chunk);
         const Trace back = read_trace(path);
         std::remove(path.c_str());
@@ -170,7 +169,7 @@ TEST(TraceFormat, TheTagsOfVersion3AreDamageInAnOlderFile) {
     e.size = 1 << 30;
     e.time_us = 2000;
     b.t.events.push_back(e);
-    const std::string path = temp_path("v2_later_tag");
+    const std::string path = temp_trace("v2_later_tag");
     write_trace(b.t, path);
     const Bytes file = read_file(path);
     std::remove(path.c_str());
@@ -190,7 +189,7 @@ TEST(TraceFormat, AFreeRequestedAndCompletedAtOnceReadsBackAsOneFree) {
     b.t.events.back().time_us = b.t.events[b.t.events.size() - 2].time_us;  // completed at once
     b.alloc(0x20000, 1024, st);
     b.free_later(0x20000, 1024);  // completed 3 µs later: stays two events
-    const std::string path = temp_path("frees");
+    const std::string path = temp_trace("frees");
     write_trace(b.t, path);
     Trace back = read_trace(path);
     std::remove(path.c_str());
@@ -204,7 +203,7 @@ TEST(TraceFormat, AFreeRequestedAndCompletedAtOnceReadsBackAsOneFree) {
 
 TEST(TraceFormat, CutAtEveryByteReadsBackWholeChunksWithAWarning) {
     Trace t = sample_trace(30);
-    const std::string path = temp_path("cut");
+    const std::string path = temp_trace("cut");
     write_trace(t, path, 256);
     const Bytes file = read_file(path);
     const std::string whole(file.begin(), file.end());
@@ -244,7 +243,7 @@ TEST(TraceFormat, CutAtEveryByteReadsBackWholeChunksWithAWarning) {
 
 TEST(TraceFormat, CorruptChunkStopsWithAFaultNamingTheOffset) {
     Trace t = sample_trace(100);
-    const std::string path = temp_path("corrupt");
+    const std::string path = temp_trace("corrupt");
     write_trace(t, path);
     const Bytes file = read_file(path);
     std::string bytes(file.begin(), file.end());
@@ -270,7 +269,7 @@ TEST(TraceFormat, RejectsOtherFilesAndNewerVersions) {
 }
 
 TEST(TraceFormat, ThreadsWritingAtOnceLoseNothing) {
-    const std::string path = temp_path("threads");
+    const std::string path = temp_trace("threads");
     constexpr int kThreads = 4, kEach = 20000;
     {
         TraceWriter w(path, 4096);

@@ -17,9 +17,12 @@
 #include "capture/recorder.h"
 #include "events/sink.h"
 #include "trace/reader.h"
+#include "temp_trace.h"
 
 using namespace vramscope;
 using namespace vramscope::capture;
+
+using vramscope::testing::temp_trace;
 
 namespace {
 
@@ -67,11 +70,6 @@ struct Seen {
         *os << event_kind_name(s.kind) << " cuda:" << int(s.device) << " 0x" << std::hex << s.addr << std::dec;
     }
 };
-
-std::string temp_trace(const char* name) {
-    return (std::filesystem::temp_directory_path() / (std::string(name) + "." + std::to_string(getpid()) + ".vscope"))
-        .string();
-}
 
 std::vector<Seen> recorded(const std::string& path) {
     std::vector<Seen> out;

@@ -15,11 +15,14 @@
 #include "importers/validate.h"
 #include "trace/reader.h"
 #include "trace/writer.h"
+#include "temp_trace.h"
 #include "trace_builder.h"
 
 using namespace vramscope;
 using vramscope::testing::TraceBuilder;
 namespace fs = std::filesystem;
+
+using vramscope::testing::temp_trace;
 
 namespace {
 
@@ -75,10 +78,6 @@ int64_t parts(const UsageLedger& u) {
     int64_t sum = int64_t(u.torch_reserved) + int64_t(u.context.value_or(0)) + u.unexplained.value_or(0);
     for (const LibraryBytes& l : u.libraries) sum += int64_t(l.bytes);
     return sum;
-}
-
-std::string temp_path(const std::string& name) {
-    return (fs::path(::testing::TempDir()) / (name + "_" + std::to_string(::getpid()) + ".vscope")).string();
 }
 
 }  // namespace
@@ -321,7 +320,7 @@ TEST(Usage, AFreeOutsideTorchsAllocatorOfAnUnknownAddressIsAnInputFault) {
             run.b.step();
         }
         const std::string why = other_size ? "whose size is not their allocation's" : "never saw allocated";
-        const std::string path = temp_path("external_fault");
+        const std::string path = temp_trace("external_fault");
         write_trace(run.b.t, path);
         const Findings streamed = analyze_file(path);
         EXPECT_EQ(streamed.verdict, Verdict::cannot_judge);
@@ -371,7 +370,7 @@ TEST(Usage, FindingsOfMemoryOutsideTorchRoundTripThroughTheTraceAndTheJson) {
         if (s % 3) run.nvml(run.reserved() + 300 * MiB + uint64_t(s) * 2 * MiB);
         run.b.step();
     }
-    const std::string path = temp_path("external_roundtrip");
+    const std::string path = temp_trace("external_roundtrip");
     write_trace(run.b.t, path, 512);
     Findings f = analyze_file(path), whole = analyze(read_trace(path));
     f.analysis_seconds = whole.analysis_seconds = 0;
