@@ -13,8 +13,8 @@ per-process medians.
   python bench/capture_overhead.py --interleaved 20 10 20 --repeat 5   # that set, 5 fresh processes
       (each process's figure is its rounds' median ratio; the result is the median of the
       processes' figures and their range)
-  python bench/capture_overhead.py --alternate 1000 20 --workloads transformer
-      (one process, every variant one step per cycle, the cycles' orders balanced so that each
+  python bench/capture_overhead.py --alternate 1000 20 --workloads transformer [--variants none vramscope]
+      (one process, every variant (or those named) one step per cycle, the cycles' orders balanced so that each
       variant follows every other equally often: neighbouring steps compared, every step
       counted; the ratio of medians and of 20th percentiles to no capture, and the paired ratio
       (each step over its cycle's no-capture step), with 95% intervals)
@@ -245,7 +245,7 @@ def balanced_orders(variants: list[str]) -> list[list[str]]:
     return orders + [order[::-1] for order in orders] if n % 2 else orders
 
 
-def alternate(name: str, cycles: int, warmup: int) -> dict:
+def alternate(name: str, cycles: int, warmup: int, variants: list[str]) -> dict:
     """Every variant once a cycle, one step each, the cycles' orders balanced (balanced_orders(); a
     multiple of 10 cycles balances them whole): on a host whose step times spread by +-10 % from
     one step to the next, blocks of steps compare drift as much as variants; here neighbouring
@@ -256,7 +256,7 @@ def alternate(name: str, cycles: int, warmup: int) -> dict:
     import torch
 
     step, enter, done = in_process(name, warmup)
-    times = {v: [] for v in IN_PROCESS}  # times[v][c]: cycle c's step of variant v, ms
+    times = {v: [] for v in variants}  # times[v][c]: cycle c's step of variant v, ms
 
     def timed() -> float:
         torch.cuda.synchronize()
@@ -265,7 +265,7 @@ def alternate(name: str, cycles: int, warmup: int) -> dict:
         torch.cuda.synchronize()
         return 1e3 * (time.perf_counter() - t0)
 
-    orders = balanced_orders(IN_PROCESS)
+    orders = balanced_orders(variants)
     for c in range(cycles):
         for variant in orders[c % len(orders)]:
             enter(variant)
@@ -276,7 +276,7 @@ def alternate(name: str, cycles: int, warmup: int) -> dict:
             if variant == "torch-recorder":
                 timed()  # and leaves its history behind: not the next variant's step to pay for
     done()
-    return {v: {"times_ms": times[v]} for v in IN_PROCESS}
+    return {v: {"times_ms": times[v]} for v in variants}
 
 
 def summarise_alternate(runs: list[dict]) -> dict:
@@ -310,7 +310,7 @@ def summarise_alternate(runs: list[dict]) -> dict:
     everything = [range(n) for n in cycles]
     draws = [[[rng.randrange(n) for _ in range(n)] for n in cycles] for _ in range(1000)]
     out = {}
-    for v in IN_PROCESS:
+    for v in measured(runs):
         row = {"median_ms": statistics.median(t for run in runs for t in run[v]["times_ms"]), "steps": sum(cycles),
                "runs": len(runs)}
         for label, q in (("median", 0.5), ("p20", 0.2)):
@@ -334,7 +334,12 @@ def per_run_ratios(runs: list[dict]) -> dict:
     whole set repeated."""
     return {v: ([statistics.median(r[v]["times_ms"]) / statistics.median(r["none"]["times_ms"]) for r in runs],
                 [statistics.median(cycle_ratios(r, v, range(len(r["none"]["times_ms"])))) for r in runs])
-            for v in IN_PROCESS}
+            for v in measured(runs)}
+
+
+def measured(runs: list[dict]) -> list[str]:
+    """The variants every one of these --alternate runs measured, in IN_PROCESS's order."""
+    return [v for v in IN_PROCESS if all(v in run for run in runs)]
 
 
 def between_processes(figures: list[float]) -> str:
@@ -447,6 +452,8 @@ def main() -> int:
                     help="all variants in one process, alternating every BLOCK steps")
     ap.add_argument("--alternate", nargs=2, type=int, metavar=("CYCLES", "WARMUP"),
                     help="all variants in one process, one step each per cycle (the orders balanced)")
+    ap.add_argument("--variants", nargs="+", choices=IN_PROCESS, default=IN_PROCESS,
+                    help="with --alternate: these variants only (none among them); fewer make a cycle shorter")
     ap.add_argument("--pool", nargs="+", metavar="JSON", help="the figures of several --alternate --out files together")
     ap.add_argument("--repeat", type=int, default=1, metavar="N",
                     help="with --interleaved: the whole set N times, each in a fresh process")
@@ -459,7 +466,9 @@ def main() -> int:
         return 0
     if args.alternate or args.pool:
         if args.alternate:
-            runs = {name: [alternate(name, *args.alternate)] for name in args.workloads}
+            if "none" not in args.variants:
+                ap.error("--variants: every step is compared with its cycle's step of none")
+            runs = {name: [alternate(name, *args.alternate, args.variants)] for name in args.workloads}
         else:
             runs = {}
             for path in args.pool:

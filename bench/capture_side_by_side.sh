@@ -3,18 +3,19 @@
 # tree built into a folder of its own (kept in .bench-trees/ between calls), the allocator hook
 # compiled once, then bench/recorder_cost.py for each, then bench/capture_overhead.py --alternate
 # in fresh processes, the trees taking turns, and each tree's processes pooled.
-#   bash bench/capture_side_by_side.sh OLD_SOURCE OUT [ROUNDS] [CYCLES] [OLD_EVERY] [COST_PAIRS]
+#   bash bench/capture_side_by_side.sh OLD_SOURCE OUT [ROUNDS] [CYCLES] [OLD_EVERY] [COST_PAIRS] [VARIANTS]
 # OLD_SOURCE: the older tree's source folder (git archive REV | tar -x -C DIR). A round runs this
 # tree once and, every OLD_EVERY-th round (default 1), the old one; recorder_cost.py runs COST_PAIRS
-# times per tree and cache state (default 2), trees alternating. Results: OUT/{new,old}-N.json,
-# OUT/pooled-{new,old}.json, OUT/recorder_cost.txt.
+# times per tree and cache state (default 2), trees alternating; VARIANTS, quoted, names the
+# variants each process alternates (default: all; "none vramscope" makes a cycle two steps).
+# Results: OUT/{new,old}-N.json, OUT/pooled-{new,old}.json, OUT/recorder_cost.txt.
 # The builds and the compiled allocator hook both stay in .bench-trees/: a device machine starts
 # bare, so bring them back from one call (tar them into $OUT) and carry them into the next (run's
 # `carry`), and a call spends its minutes on rounds, not on building.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export TORCH_EXTENSIONS_DIR="${TORCH_EXTENSIONS_DIR:-$PWD/.bench-trees/torch_extensions}"
-old_source=$1 out=$2 rounds=${3:-3} cycles=${4:-200} old_every=${5:-1} cost_pairs=${6:-2}
+old_source=$1 out=$2 rounds=${3:-3} cycles=${4:-200} old_every=${5:-1} cost_pairs=${6:-2} variants=(${7:-})
 mkdir -p "$out" .bench-trees
 build() {  # TREE SOURCE
   [ -d ".bench-trees/$1/vramscope" ] && return
@@ -42,7 +43,7 @@ for ((r = first; r < first + rounds; ++r)); do
   if ((r % old_every)); then trees=(new); elif ((r % 2)); then trees=(old new); else trees=(new old); fi
   for tree in "${trees[@]}"; do
     PYTHONPATH=.bench-trees/$tree timeout 300 python3 bench/capture_overhead.py --alternate "$cycles" 20 \
-      --workloads transformer --out "$out/$tree-$r.json" >"$out/$tree-$r.log" 2>&1 || echo "$tree round $r failed"
+      --workloads transformer ${variants[@]:+--variants "${variants[@]}"} --out "$out/$tree-$r.json" >"$out/$tree-$r.log" 2>&1 || echo "$tree round $r failed"
     echo "$tree round $r: $(tail -n 4 "$out/$tree-$r.log" | tr '\n' ' ')"
   done
 done

@@ -4,9 +4,11 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <set>
+#include <thread>
 
 #include "capture/calling_library.h"
 #include "capture/device_usage.h"
@@ -244,8 +246,10 @@ cabi::NvmlReturn fake_handle(const char* bus, cabi::NvmlDevice* out) {
     *out = g_device;
     return cabi::kNvmlSuccess;
 }
+std::chrono::milliseconds g_nvml_takes{0};  // how long the fake NVML takes to answer
 cabi::NvmlReturn fake_processes(cabi::NvmlDevice, unsigned* count, cabi::NvmlProcessInfo* infos) {
     ++g_asked;
+    std::this_thread::sleep_for(g_nvml_takes);
     const unsigned room = *count;
     *count = unsigned(g_listed.size());
     if (room < g_listed.size()) return cabi::kNvmlInsufficientSize;
@@ -280,6 +284,21 @@ TEST(DeviceUsage, ReadsThisProcessByPciBusIdAtMostOnceEvery20ms) {
     read = usage.read(t0 + std::chrono::seconds(1), false);
     ASSERT_EQ(read.size(), 1u);
     EXPECT_EQ(read[0].bytes, 900u << 20);
+}
+
+// NVML is read from the training thread: a slow answer spaces the reads, so that they take a
+// thousandth of the run's time at most.
+TEST(DeviceUsage, ASlowReadIsFollowedByTheNextNoSoonerThanAThousandTimesItsCost) {
+    g_listed = {{kPid, 700u << 20, 0, 0}};
+    DeviceUsage usage(kFakeNvml, kPid);
+    EXPECT_EQ(usage.watch(0, "00000000:00:06.0"), "");
+    g_nvml_takes = std::chrono::milliseconds(2);
+    const auto t0 = DeviceUsage::Clock::now();
+    EXPECT_EQ(usage.read(t0, false).size(), 1u);
+    g_nvml_takes = std::chrono::milliseconds(0);
+    EXPECT_TRUE(usage.read(t0 + std::chrono::seconds(1), false).empty());  // 2 ms a read: one per 2 s at most
+    EXPECT_EQ(usage.read(t0 + std::chrono::seconds(1), true).size(), 1u);  // start and end read always
+    EXPECT_EQ(usage.read(t0 + std::chrono::milliseconds(1030), false).size(), 1u);  // quick again: 20 ms apart
 }
 
 TEST(DeviceUsage, AnotherPidNamespaceIsReadOnlyWhileTheDeviceRunsOneProcess) {

@@ -249,6 +249,39 @@ TEST(Usage, TheLedgersPartsSumToNvmlsFigureAndGrowthNoAllocationExplainsIsNoNoLe
     }
 }
 
+// NVML is read a thousandth of the run's time at most: fast steps end without a reading. The
+// ledger is taken at the last step end that has one, its parts of that moment; and the reading at
+// close, after the last step end, stands for that step end when nothing changed between them.
+TEST(Usage, TheLedgerIsAtTheLastStepEndNvmlReadAndTheReadingAtCloseServesTheLastStep) {
+    for (const bool changed_after : {false, true}) {
+        SCOPED_TRACE(changed_after);
+        Loop run;
+        const uint32_t cupy = run.driver_stack("/v/site-packages/cupy/cuda/memory.cpython-312-x86_64-linux-gnu.so",
+                                               "cuMemAlloc_v2", 51);
+        constexpr uint64_t kContext = 500 * MiB;
+        uint64_t kept = 0;
+        for (int s = 0; s < 30; ++s) {
+            run.torch_step(s);
+            run.add(EventKind::external_alloc, 0x7200'0000'0000 + uint64_t(s) * 4 * MiB, 2 * MiB, cupy);  // kept: a leak
+            kept += 2 * MiB;
+            if (s % 7 == 0) run.nvml(run.reserved() + kept + kContext);
+            run.b.step();
+        }
+        if (changed_after) run.add(EventKind::external_alloc, 0x7300'0000'0000, 2 * MiB, cupy), kept += 2 * MiB;
+        run.nvml(run.reserved() + kept + kContext);  // at close
+        const Findings f = analyze(run.b.t);
+        ASSERT_EQ(f.usage.size(), 1u);
+        const UsageLedger& u = f.usage[0];
+        ASSERT_TRUE(u.nvml_used && u.context && u.unexplained);
+        EXPECT_EQ(u.step, changed_after ? 28u : 29u);  // step 28's end read NVML; 29's only at close
+        EXPECT_EQ(int64_t(*u.nvml_used), parts(u));
+        EXPECT_EQ(*u.unexplained, 0);
+        EXPECT_EQ(*u.context, kContext);
+        EXPECT_EQ(u.libraries.at(0).bytes, (u.step + 1) * 2 * MiB);
+        EXPECT_EQ(f.verdict, Verdict::leak);
+    }
+}
+
 // Random mixes of torch's memory, libraries' own, pinned memory and NVML readings (some steps
 // none, several devices): every device's ledger sums to NVML's figure exactly, its libraries to
 // what the timeline says is outside torch's allocator, the host's to the devices' pinned bytes.
@@ -299,9 +332,12 @@ TEST(Usage, OnRandomMixesThePartsSumExactly) {
                                                    [&](const DeviceSummary& x) { return x.device == *u.device; });
             EXPECT_EQ(libraries_bytes, d.timeline[u.step].external);
             EXPECT_EQ(u.torch_reserved, d.timeline[u.step].reserved);
-            pinned += d.timeline[u.step].pinned;
+            EXPECT_EQ(u.nvml_used, d.timeline[u.step].nvml_used);
+            pinned += d.timeline[f.step_count - 1].pinned;  // the host's ledger is at the last step end
             if (u.nvml_used) EXPECT_EQ(int64_t(*u.nvml_used), parts(u));
             EXPECT_EQ(bool(u.nvml_used), bool(u.context));
+            for (size_t k = u.step + 1; k < d.timeline.size(); ++k)  // the last step end NVML read
+                EXPECT_FALSE(u.nvml_used && d.timeline[k].nvml_used) << k;
         }
         EXPECT_EQ(host, pinned);
     }

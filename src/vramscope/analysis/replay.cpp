@@ -207,9 +207,22 @@ void Replay::process(const Event& e) {
     case EventKind::pinned_alloc: external_alloc(e); break;
     case EventKind::external_free:
     case EventKind::pinned_free: external_free(e); break;
-    case EventKind::device_usage: state_[device_slot(e.device)].nvml = e.size; break;
+    case EventKind::device_usage: read_usage(e); break;
     default: break;
     }
+}
+
+// NVML's figure is the step in hand's; and the step end's before, when that one read none and the
+// device's holdings (torch's segments, memory outside its allocator) are as they were at it. NVML is
+// read a thousandth of the run's time at most, and a run's last reading comes after its last step
+// end, at close.
+void Replay::read_usage(const Event& e) {
+    const size_t i = device_slot(e.device);
+    DeviceState& s = state_[i];
+    s.nvml = e.size;
+    if (devices[i].timeline.empty()) return;
+    StepPoint& end = devices[i].timeline.back();
+    if (!end.nvml_used && int64_t(end.reserved) == s.reserved && int64_t(end.external) == s.external) end.nvml_used = e.size;
 }
 
 // Memory outside torch's allocator: its own sites, holders and device totals, never `allocated`.

@@ -57,13 +57,16 @@ Usage usage_ledgers(const std::vector<DeviceSummary>& devices, const std::vector
     first = std::min(first, last);
     for (const DeviceSummary& d : devices) {
         if (last >= d.timeline.size()) continue;
-        const StepPoint& end = d.timeline[last];
+        // At the last step end NVML read (it is read a thousandth of the run's time at most, not at
+        // every step end): NVML's figure and its parts must be of one moment for the ledger to sum.
+        const std::optional<size_t> now = reading_at(d.timeline, last);
+        const size_t at = now && *now >= first ? *now : last;
+        const StepPoint& end = d.timeline[at];
         UsageLedger l;
         l.device = d.device;
-        l.step = last;
+        l.step = at;
         l.torch_reserved = end.reserved;
-        l.libraries = holders_of(holders, d.device, Memory::external, first, last);
-        const std::optional<size_t> now = reading_at(d.timeline, last);
+        l.libraries = holders_of(holders, d.device, Memory::external, first, at);
         if (now) {
             // The context as NVML saw it once warm-up was over: at the first judged step end, or
             // the first reading after it when that step end had none.
@@ -79,7 +82,7 @@ Usage usage_ledgers(const std::vector<DeviceSummary>& devices, const std::vector
             if (judged && *l.unexplained > allowed)
                 u.unexplained.push_back("NVML says the process grew by " + format_bytes(double(*l.unexplained)) + " on cuda:" +
                                         std::to_string(d.device) + " from step " + std::to_string(*base) + " to " +
-                                        std::to_string(last) + " that no recorded allocation explains (more than the " +
+                                        std::to_string(*now) + " that no recorded allocation explains (more than the " +
                                         format_bytes(double(allowed)) +
                                         " a verdict may leave open): memory taken past the driver calls vramscope "
                                         "records, or the CUDA context growing (modules loaded late).");

@@ -25,8 +25,9 @@
 // Memory outside torch's allocator comes from the driver's memory calls (driver_calls.h) through
 // driver_event(), rare, off the hook's path, from any thread: one locked buffer of its own, numbered
 // in an order of its own per device, merged with the allocator's by time. NVML's figure for the
-// process (device_usage.h) is queued before each step marker, at most once per 20 ms a device,
-// when a device is first watched, and written at close.
+// process (device_usage.h) is queued before a step marker when a read is due (at most once per
+// 20 ms a device, and a thousandth of the run's time), when a device is first watched, and written
+// at close.
 #pragma once
 #include <array>
 #include <atomic>

@@ -266,7 +266,7 @@ std::string to_perfetto_json(const Trace& t, const Findings& f) {
                           : is_external_alloc(e.kind)      ? track.bytes + int64_t(e.size)
                                                            : track.bytes - int64_t(e.size);
             track.changed = true;
-            // NVML is read once a step at most, right before its end: every reading is drawn.
+            // NVML is read at step ends, a thousandth of the run's time at most: every reading is drawn.
             if (e.kind == EventKind::device_usage || e.time_us >= track.last_sample + 1000) sample_outside(at, track, e.time_us);
         }
         if (next_end < steps.ends.size() && steps.ends[next_end] == i) {

@@ -155,8 +155,10 @@ std::string render_usage(const Findings& f, const Style& st) {
             lines += "  " + fit("host", 8) + sum_lines("pinned " + format_bytes(double(libraries)) + " = ", terms, 10, 100) +
                      "\n";
         } else if (u.nvml_used) {
+            // NVML is not read at every step end: a device's ledger may be of an earlier one.
+            const std::string when = u.step == f.usage.front().step ? "" : st.dim("  (step " + format_count(u.step) + "'s end)");
             lines += "  " + fit("cuda:" + std::to_string(*u.device), 8) +
-                     sum_lines("NVML " + format_bytes(double(*u.nvml_used)) + " = ", terms, 10, 100) + "\n";
+                     sum_lines("NVML " + format_bytes(double(*u.nvml_used)) + " = ", terms, 10, 100) + when + "\n";
         } else if (!u.libraries.empty()) {
             lines += "  " + fit("cuda:" + std::to_string(*u.device), 8) + sum_lines("", terms, 10, 100) +
                      st.dim("  (NVML not read)") + "\n";
