@@ -1,5 +1,5 @@
 // Everything the process holds, reconciled with what the driver says it uses. Per device, at the
-// last full step end:
+// last full step end that read NVML (the last full step end where none did):
 //   NVML's figure = torch's reserved bytes + each holder's own device memory (analysis/libraries.h)
 //                 + the CUDA context and module images + unexplained, exactly.
 // The context is NVML's residual (its figure less torch's reserved and the libraries' bytes) at the

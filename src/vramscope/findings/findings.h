@@ -131,7 +131,7 @@ struct LibraryBytes {
 // the driver says it uses (NVML), split by holder so that the parts sum to it.
 struct UsageLedger {
     std::optional<uint16_t> device;       // none: the host's pinned memory
-    uint64_t step = 0;                    // the step end it describes
+    uint64_t step = 0;                    // the step end it describes (a device's: the last NVML read)
     std::optional<uint64_t> nvml_used;    // NVML's figure for the process; none: not read (snapshot, no NVML, host)
     uint64_t torch_reserved = 0;          // allocated + cached-free (0 on the host)
     std::vector<LibraryBytes> libraries;  // outside torch's allocator, largest first
