@@ -13,6 +13,7 @@
 #include "findings/json.h"
 #include "findings/json_reader.h"
 #include "importers/validate.h"
+#include "render/terminal.h"
 #include "trace/reader.h"
 #include "trace/writer.h"
 #include "temp_trace.h"
@@ -280,6 +281,73 @@ TEST(Usage, TheLedgerIsAtTheLastStepEndNvmlReadAndTheReadingAtCloseServesTheLast
         EXPECT_EQ(u.libraries.at(0).bytes, (u.step + 1) * 2 * MiB);
         EXPECT_EQ(f.verdict, Verdict::leak);
     }
+}
+
+// Only the reading at close stands for the step end before it. One within the run is its own
+// step's: carried back to the first judged step end, it would make the context of growth that
+// came before it, and no recorded allocation explains.
+TEST(Usage, AReadingWithinTheRunIsNotCarriedBackToTheStepEndBeforeIt) {
+    Loop run;
+    constexpr uint64_t kContext = 500 * MiB, kGrew = 300 * MiB;
+    for (int s = 0; s < 30; ++s) {
+        if (s == 0) run.nvml(run.reserved() + kContext);  // as the device is first watched
+        run.torch_step(s);
+        if (s == 4 || s == 14 || s == 21 || s == 28) run.nvml(run.reserved() + kContext + kGrew);  // reads when due
+        run.b.step();
+    }
+    const Findings f = analyze(run.b.t);
+    ASSERT_GT(f.warmup_steps, 0u);
+    ASSERT_LT(f.warmup_steps, 4u);
+    const UsageLedger& u = f.usage.at(0);
+    EXPECT_EQ(u.step, 28u);
+    EXPECT_EQ(*u.context, kContext);
+    EXPECT_EQ(*u.unexplained, int64_t(kGrew));
+    EXPECT_EQ(f.verdict, Verdict::cannot_judge);
+    ASSERT_FALSE(f.notes.empty());
+    EXPECT_EQ(f.notes[0].find("NVML says the process grew by 300.0 MiB on cuda:0 from step 0 to 28"), 0u) << f.notes[0];
+}
+
+// No reading among the judged steps (the run's last came after its segments changed): what no
+// recorded allocation explains could not be checked, which is said, and no verdict is "no leak".
+TEST(Usage, NoReadingAmongTheJudgedStepsIsSaidAndIsNoNoLeak) {
+    Loop run;
+    constexpr uint64_t kContext = 500 * MiB;
+    for (int s = 0; s < 30; ++s) {
+        if (s == 0) run.nvml(run.reserved() + kContext);
+        run.torch_step(s);
+        run.b.step();
+    }
+    run.b.segment(0x7100'0000'0000, 20 * MiB);  // after the last step end
+    run.nvml(run.reserved() + 20 * MiB + kContext + 300 * MiB);  // at close
+    const Findings f = analyze(run.b.t);
+    ASSERT_GT(f.warmup_steps, 0u);
+    const UsageLedger& u = f.usage.at(0);
+    EXPECT_EQ(u.step, 29u);
+    EXPECT_FALSE(u.nvml_used);
+    EXPECT_EQ(f.verdict, Verdict::cannot_judge);
+    ASSERT_FALSE(f.notes.empty());
+    EXPECT_EQ(f.notes[0].find("NVML was read on cuda:0 but at no judged step end"), 0u) << f.notes[0];
+}
+
+// The terminal's usage names the last step end, and a device's ledger of an earlier one says so.
+TEST(Usage, TheTerminalSaysWhichStepEndADevicesLedgerIsOf) {
+    Loop run;
+    const uint32_t staging = run.driver_stack("/v/site-packages/torch/lib/libtorch_cuda.so", "cuMemHostAlloc", 40);
+    for (int s = 0; s < 30; ++s) {
+        run.torch_step(s);
+        run.add(EventKind::pinned_alloc, 0x5500'0000'0000 + uint64_t(s) * MiB, MiB, staging);
+        if (s % 7 == 0) run.nvml(run.reserved() + 500 * MiB);
+        run.b.step();
+    }
+    const Findings f = analyze(run.b.t);
+    ASSERT_EQ(f.usage.size(), 2u);
+    EXPECT_EQ(f.usage[0].step, 28u);
+    EXPECT_EQ(f.usage[1].step, 29u);  // the host's
+    const std::string out = render_summary(f, false);
+    const std::string usage = out.substr(out.find("Usage"));
+    EXPECT_NE(usage.find("at step 29's end"), std::string::npos) << usage;
+    EXPECT_NE(usage.find("(step 28's end)"), std::string::npos) << usage;
+    EXPECT_NE(usage.find("pinned 30.0 MiB"), std::string::npos) << usage;
 }
 
 // Random mixes of torch's memory, libraries' own, pinned memory and NVML readings (some steps

@@ -207,22 +207,9 @@ void Replay::process(const Event& e) {
     case EventKind::pinned_alloc: external_alloc(e); break;
     case EventKind::external_free:
     case EventKind::pinned_free: external_free(e); break;
-    case EventKind::device_usage: read_usage(e); break;
+    case EventKind::device_usage: state_[device_slot(e.device)].nvml = e.size; break;
     default: break;
     }
-}
-
-// NVML's figure is the step in hand's; and the step end's before, when that one read none and the
-// device's holdings (torch's segments, memory outside its allocator) are as they were at it. NVML is
-// read a thousandth of the run's time at most, and a run's last reading comes after its last step
-// end, at close.
-void Replay::read_usage(const Event& e) {
-    const size_t i = device_slot(e.device);
-    DeviceState& s = state_[i];
-    s.nvml = e.size;
-    if (devices[i].timeline.empty()) return;
-    StepPoint& end = devices[i].timeline.back();
-    if (!end.nvml_used && int64_t(end.reserved) == s.reserved && int64_t(end.external) == s.external) end.nvml_used = e.size;
 }
 
 // Memory outside torch's allocator: its own sites, holders and device totals, never `allocated`.
@@ -263,11 +250,26 @@ void Replay::external_free(const Event& e) {
 
 void Replay::finish() {
     start();
+    settle_last_reading();
     if (events_since_cut_) {
         // The unfinished step: shown in the timeline, never judged.
         const uint32_t full = step_;
         cut();
         step_ = full;
+    }
+}
+
+// A capture's last NVML reading comes at close, after its last step end: it stands for that step
+// end when that one read none (NVML is read a thousandth of the run's time at most) and the
+// device's holdings (torch's segments, memory outside its allocator) are as they were at it. Only
+// that one: a reading within the run is its own step's, and carried back to the step before it
+// would move the context's baseline past growth nobody recorded.
+void Replay::settle_last_reading() {
+    for (size_t i = 0; i < devices.size(); ++i) {
+        const DeviceState& s = state_[i];
+        if (!s.nvml || devices[i].timeline.empty()) continue;
+        StepPoint& end = devices[i].timeline.back();
+        if (!end.nvml_used && int64_t(end.reserved) == s.reserved && int64_t(end.external) == s.external) end.nvml_used = s.nvml;
     }
 }
 

@@ -57,10 +57,12 @@ Usage usage_ledgers(const std::vector<DeviceSummary>& devices, const std::vector
     first = std::min(first, last);
     for (const DeviceSummary& d : devices) {
         if (last >= d.timeline.size()) continue;
-        // At the last step end NVML read (it is read a thousandth of the run's time at most, not at
-        // every step end): NVML's figure and its parts must be of one moment for the ledger to sum.
-        const std::optional<size_t> now = reading_at(d.timeline, last);
-        const size_t at = now && *now >= first ? *now : last;
+        // At the last judged step end NVML read (it is read a thousandth of the run's time at most,
+        // not at every step end): NVML's figure and its parts must be of one moment for the ledger
+        // to sum. With no reading among the judged steps, at the last step end, without NVML.
+        std::optional<size_t> now = reading_at(d.timeline, last);
+        if (now && *now < first) now.reset();
+        const size_t at = now.value_or(last);
         const StepPoint& end = d.timeline[at];
         UsageLedger l;
         l.device = d.device;
@@ -73,11 +75,10 @@ Usage usage_ledgers(const std::vector<DeviceSummary>& devices, const std::vector
             std::optional<size_t> base = reading_at(d.timeline, first);
             if (!base) base = std::find_if(d.timeline.begin() + ptrdiff_t(first), d.timeline.begin() + ptrdiff_t(last) + 1,
                                            [](const StepPoint& p) { return bool(p.nvml_used); }) - d.timeline.begin();
-            const StepPoint& read = d.timeline[*now];
-            l.nvml_used = read.nvml_used;
+            l.nvml_used = end.nvml_used;
             l.context = uint64_t(std::max<int64_t>(0, residual(d.timeline[*base])));
-            l.unexplained = int64_t(*read.nvml_used) - int64_t(end.reserved) - int64_t(end.external) - int64_t(*l.context);
-            const int64_t growth = int64_t(*read.nvml_used) - int64_t(*d.timeline[*base].nvml_used);
+            l.unexplained = residual(end) - int64_t(*l.context);
+            const int64_t growth = int64_t(*end.nvml_used) - int64_t(*d.timeline[*base].nvml_used);
             const int64_t allowed = unexplained_allowance(growth);
             if (judged && *l.unexplained > allowed)
                 u.unexplained.push_back("NVML says the process grew by " + format_bytes(double(*l.unexplained)) + " on cuda:" +
@@ -86,6 +87,12 @@ Usage usage_ledgers(const std::vector<DeviceSummary>& devices, const std::vector
                                         format_bytes(double(allowed)) +
                                         " a verdict may leave open): memory taken past the driver calls vramscope "
                                         "records, or the CUDA context growing (modules loaded late).");
+        } else if (judged && std::any_of(d.timeline.begin(), d.timeline.end(), [](const StepPoint& p) { return bool(p.nvml_used); })) {
+            u.unexplained.push_back("NVML was read on cuda:" + std::to_string(d.device) + " but at no judged step end (" +
+                                    std::to_string(first) + " to " + std::to_string(last) +
+                                    "): its reads are spaced to a thousandth of the run's time, and the last one, at "
+                                    "the end, came after memory changed. Growth that no recorded allocation explains "
+                                    "could not be checked: record more steps.");
         }
         u.ledgers.push_back(std::move(l));
     }

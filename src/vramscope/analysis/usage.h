@@ -18,7 +18,8 @@ namespace vramscope {
 
 struct Usage {
     std::vector<UsageLedger> ledgers;         // by device, then the host when it holds pinned memory
-    std::vector<std::string> unexplained;     // a sentence per device whose residual grew past its allowance
+    // A sentence per device whose residual grew past its allowance, or that NVML read at no judged step end.
+    std::vector<std::string> unexplained;
     uint64_t context(uint16_t device) const;  // the device's context, 0 where NVML was not read
 };
 

@@ -104,12 +104,13 @@ std::vector<DeviceUsage::Reading> DeviceUsage::read(Clock::time_point now, bool 
     std::vector<Reading> out;
     std::string why;
     for (Watched& w : watched_) {
-        if (!every && w.read_once && now - w.last < std::max<Clock::duration>(kMinInterval, kCostShare * w.cost)) continue;
-        w.last = now, w.read_once = true;
+        const Clock::duration cost = *std::min_element(w.costs.begin(), w.costs.end());
+        if (!every && w.reads && now - w.last < std::max<Clock::duration>(kMinInterval, kCostShare * cost)) continue;
+        w.last = now;
         uint64_t bytes = 0;
         const Clock::time_point began = Clock::now();  // `now` may be a test's
         const bool read = processes(w.handle, listed_, why) && bytes_of(w.whose, listed_, bytes);
-        w.cost = Clock::now() - began;
+        w.costs[w.reads++ % kCosts] = Clock::now() - began;
         if (read) out.push_back(Reading{w.device, bytes});
     }
     return out;

@@ -7,6 +7,7 @@
 // process's pid is absent and the device runs exactly one compute process, that one is taken as
 // this process ("on (device total: one process)"); otherwise the device is not read.
 #pragma once
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -29,11 +30,14 @@ class DeviceUsage {
 public:
     using Clock = std::chrono::steady_clock;
     // NVML is asked from the training thread at step ends, at most once per 20 ms a device, and
-    // no sooner than kCostShare times its last read took: a read costs tens of microseconds to a
+    // no sooner than kCostShare times what a read takes: a read costs tens of microseconds to a
     // millisecond (0.19 ms measured on an H200 host, a quarter of vramscope's cost on a 48 ms
-    // step), and is held to a thousandth of the run's time, whatever the step's length.
+    // step), and is held to a thousandth of the run's time a device, whatever the step's length.
+    // A read's cost is the least of the last kCosts: one read slowed by preemption would hold
+    // the next back for seconds.
     static constexpr auto kMinInterval = std::chrono::milliseconds(20);
     static constexpr int kCostShare = 1000;
+    static constexpr size_t kCosts = 4;
 
     // NVML from libnvidia-ml.so.1, initialised; null with `why` when it cannot be.
     static std::unique_ptr<DeviceUsage> open(std::string& why);
@@ -61,8 +65,8 @@ private:
         abi::NvmlDevice handle;
         Whose whose;
         Clock::time_point last{};
-        Clock::duration cost{};  // what its last read took
-        bool read_once = false;
+        std::array<Clock::duration, kCosts> costs{};  // what its last reads took
+        size_t reads = 0;
     };
     std::string error(abi::NvmlReturn r) const;
     // The device's compute processes; false when NVML fails.

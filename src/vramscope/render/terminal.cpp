@@ -140,6 +140,8 @@ std::string sum_lines(const std::string& head, const std::vector<std::string>& t
 // figure where it was read, and the libraries' own memory wherever the capture saw any.
 std::string render_usage(const Findings& f, const Style& st) {
     std::string lines;
+    uint64_t last = 0;  // the last full step end: the host's, and a device's where NVML read there or nowhere
+    for (const UsageLedger& u : f.usage) last = std::max(last, u.step);
     for (const UsageLedger& u : f.usage) {
         std::vector<std::string> terms;
         if (u.device) terms.push_back("torch reserved " + format_bytes(double(u.torch_reserved)));
@@ -156,7 +158,7 @@ std::string render_usage(const Findings& f, const Style& st) {
                      "\n";
         } else if (u.nvml_used) {
             // NVML is not read at every step end: a device's ledger may be of an earlier one.
-            const std::string when = u.step == f.usage.front().step ? "" : st.dim("  (step " + format_count(u.step) + "'s end)");
+            const std::string when = u.step == last ? "" : st.dim("  (step " + format_count(u.step) + "'s end)");
             lines += "  " + fit("cuda:" + std::to_string(*u.device), 8) +
                      sum_lines("NVML " + format_bytes(double(*u.nvml_used)) + " = ", terms, 10, 100) + when + "\n";
         } else if (!u.libraries.empty()) {
@@ -166,7 +168,7 @@ std::string render_usage(const Findings& f, const Style& st) {
     }
     if (lines.empty()) return "";
     return "\n" + st.bold("Usage") +
-           st.dim(" (what the process holds at step " + format_count(f.usage.front().step) + "'s end, by holder)") + "\n" + lines;
+           st.dim(" (what the process holds at step " + format_count(last) + "'s end, by holder)") + "\n" + lines;
 }
 
 }  // namespace
