@@ -199,7 +199,7 @@ TEST(Terminal, AUsageLedgerWithoutNvmlShowsTheLibrariesAndNothingElseShowsNothin
     UsageLedger host;  // no pinned memory seen
     f.usage = {seen, nothing, host};
     const std::string out = render_summary(f, false);
-    EXPECT_NE(out.find("\n  cuda:0  torch reserved 2.1 GiB + NCCL 512.0 MiB + CuPy 64.0 MiB  (NVML not read)\n"), std::string::npos)
+    EXPECT_NE(out.find("\n  cuda:0  torch reserved 2.1 GiB + NCCL 512.0 MiB + CuPy 64.0 MiB  (no NVML reading at a judged step end)\n"), std::string::npos)
         << out;
     EXPECT_EQ(out.find("cuda:1"), std::string::npos) << out;
     EXPECT_EQ(out.find("host"), std::string::npos) << out;

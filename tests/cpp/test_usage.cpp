@@ -307,6 +307,24 @@ TEST(Usage, AReadingWithinTheRunIsNotCarriedBackToTheStepEndBeforeIt) {
     EXPECT_EQ(f.notes[0].find("NVML says the process grew by 300.0 MiB on cuda:0 from step 0 to 28"), 0u) << f.notes[0];
 }
 
+// The reading at close, after a teardown freed what no allocation recorded, would show none of
+// the growth the run's readings saw: it does not stand for the last step end then.
+TEST(Usage, AReadingAtCloseThatWouldHideGrowthTheRunShowedIsNotTaken) {
+    Loop run;
+    constexpr uint64_t kContext = 500 * MiB;
+    for (int s = 0; s < 30; ++s) {
+        run.torch_step(s);
+        if (s % 7 == 0) run.nvml(run.reserved() + kContext + uint64_t(s) * 10 * MiB);  // 10 MiB a step, unrecorded
+        run.b.step();
+    }
+    run.nvml(run.reserved() + kContext);  // at close, the unrecorded memory freed by the script's end
+    const Findings f = analyze(run.b.t);
+    const UsageLedger& u = f.usage.at(0);
+    EXPECT_EQ(u.step, 28u);
+    EXPECT_GT(*u.unexplained, int64_t(200 * MiB));
+    EXPECT_EQ(f.verdict, Verdict::cannot_judge);
+}
+
 // No reading among the judged steps (the run's last came after its segments changed): what no
 // recorded allocation explains could not be checked, which is said, and no verdict is "no leak".
 TEST(Usage, NoReadingAmongTheJudgedStepsIsSaidAndIsNoNoLeak) {
@@ -326,7 +344,10 @@ TEST(Usage, NoReadingAmongTheJudgedStepsIsSaidAndIsNoNoLeak) {
     EXPECT_FALSE(u.nvml_used);
     EXPECT_EQ(f.verdict, Verdict::cannot_judge);
     ASSERT_FALSE(f.notes.empty());
-    EXPECT_EQ(f.notes[0].find("NVML was read on cuda:0 but at no judged step end"), 0u) << f.notes[0];
+    EXPECT_EQ(f.notes[0].find("NVML was read on cuda:0 but at no judged step end (" + std::to_string(f.warmup_steps) +
+                              " to 29), and its reading at the end came after memory changed"),
+              0u)
+        << f.notes[0];
 }
 
 // The terminal's usage names the last step end, and a device's ledger of an earlier one says so.

@@ -250,26 +250,11 @@ void Replay::external_free(const Event& e) {
 
 void Replay::finish() {
     start();
-    settle_last_reading();
     if (events_since_cut_) {
         // The unfinished step: shown in the timeline, never judged.
         const uint32_t full = step_;
         cut();
         step_ = full;
-    }
-}
-
-// A capture's last NVML reading comes at close, after its last step end: it stands for that step
-// end when that one read none (NVML is read a thousandth of the run's time at most) and the
-// device's holdings (torch's segments, memory outside its allocator) are as they were at it. Only
-// that one: a reading within the run is its own step's, and carried back to the step before it
-// would move the context's baseline past growth nobody recorded.
-void Replay::settle_last_reading() {
-    for (size_t i = 0; i < devices.size(); ++i) {
-        const DeviceState& s = state_[i];
-        if (!s.nvml || devices[i].timeline.empty()) continue;
-        StepPoint& end = devices[i].timeline.back();
-        if (!end.nvml_used && int64_t(end.reserved) == s.reserved && int64_t(end.external) == s.external) end.nvml_used = s.nvml;
     }
 }
 

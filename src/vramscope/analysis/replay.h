@@ -140,7 +140,6 @@ private:
     // Rare beside torch's events: kept out of take_any()'s code.
     [[gnu::noinline]] void external_alloc(const Event& e);
     [[gnu::noinline]] void external_free(const Event& e);
-    void settle_last_reading();
     void change(HeldSeries& s, int64_t bytes);
     void start();
     void cut();

@@ -18,9 +18,35 @@ std::optional<size_t> reading_at(const std::vector<StepPoint>& timeline, size_t 
     return std::nullopt;
 }
 
-// NVML's figure less what the trace saw: what no recorded allocation holds (may be negative when
-// NVML lags a free).
-int64_t residual(const StepPoint& p) { return int64_t(*p.nvml_used) - int64_t(p.reserved) - int64_t(p.external); }
+// NVML's figure `nvml` less what the trace saw at `p`: what no recorded allocation holds (may be
+// negative when NVML lags a free).
+int64_t residual(uint64_t nvml, const StepPoint& p) { return int64_t(nvml) - int64_t(p.reserved) - int64_t(p.external); }
+int64_t residual(const StepPoint& p) { return residual(*p.nvml_used, p); }
+
+// A capture's last reading, at close: in the unfinished step's point after step end `last`.
+const StepPoint* reading_at_close(const std::vector<StepPoint>& timeline, size_t last) {
+    return timeline.size() == last + 2 && timeline.back().nvml_used ? &timeline.back() : nullptr;
+}
+
+// The step end whose NVML figure the ledger takes, and the figure: the last judged step end that
+// read NVML. The reading at close stands for the last step end when that one read none, the
+// device's holdings (torch's segments, memory outside its allocator) are as they were at it, and it
+// leaves no less unexplained than the reading before it: a teardown that freed what no allocation
+// recorded must not hide the growth the run's readings showed.
+struct Reading {
+    size_t step;
+    uint64_t nvml;
+};
+std::optional<Reading> ledger_reading(const std::vector<StepPoint>& timeline, size_t first, size_t last) {
+    std::optional<Reading> in_run;
+    if (const std::optional<size_t> k = reading_at(timeline, last); k && *k >= first) in_run = Reading{*k, *timeline[*k].nvml_used};
+    const StepPoint* close = reading_at_close(timeline, last);
+    const StepPoint& end = timeline[last];
+    if ((in_run && in_run->step == last) || !close || close->reserved != end.reserved || close->external != end.external)
+        return in_run;
+    if (in_run && residual(*close->nvml_used, end) < residual(in_run->nvml, timeline[in_run->step])) return in_run;
+    return Reading{last, *close->nvml_used};
+}
 
 // Each holder's bytes at the step end `last` and its growth from `first`, largest first; holders
 // that held nothing at either are left out.
@@ -57,12 +83,8 @@ Usage usage_ledgers(const std::vector<DeviceSummary>& devices, const std::vector
     first = std::min(first, last);
     for (const DeviceSummary& d : devices) {
         if (last >= d.timeline.size()) continue;
-        // At the last judged step end NVML read (it is read a thousandth of the run's time at most,
-        // not at every step end): NVML's figure and its parts must be of one moment for the ledger
-        // to sum. With no reading among the judged steps, at the last step end, without NVML.
-        std::optional<size_t> now = reading_at(d.timeline, last);
-        if (now && *now < first) now.reset();
-        const size_t at = now.value_or(last);
+        const std::optional<Reading> now = ledger_reading(d.timeline, first, last);
+        const size_t at = now ? now->step : last;  // NVML's figure and its parts of one moment
         const StepPoint& end = d.timeline[at];
         UsageLedger l;
         l.device = d.device;
@@ -70,29 +92,32 @@ Usage usage_ledgers(const std::vector<DeviceSummary>& devices, const std::vector
         l.torch_reserved = end.reserved;
         l.libraries = holders_of(holders, d.device, Memory::external, first, at);
         if (now) {
-            // The context as NVML saw it once warm-up was over: at the first judged step end, or
-            // the first reading after it when that step end had none.
+            // The context as NVML saw it once warm-up was over: at the last reading at or before the
+            // first judged step end, or the first reading after it when there is none.
             std::optional<size_t> base = reading_at(d.timeline, first);
             if (!base) base = std::find_if(d.timeline.begin() + ptrdiff_t(first), d.timeline.begin() + ptrdiff_t(last) + 1,
                                            [](const StepPoint& p) { return bool(p.nvml_used); }) - d.timeline.begin();
-            l.nvml_used = end.nvml_used;
-            l.context = uint64_t(std::max<int64_t>(0, residual(d.timeline[*base])));
-            l.unexplained = residual(end) - int64_t(*l.context);
-            const int64_t growth = int64_t(*end.nvml_used) - int64_t(*d.timeline[*base].nvml_used);
+            if (*base > last) base = at;  // the reading at close alone
+            const uint64_t base_nvml = *base == at ? now->nvml : *d.timeline[*base].nvml_used;
+            l.nvml_used = now->nvml;
+            l.context = uint64_t(std::max<int64_t>(0, residual(base_nvml, d.timeline[*base])));
+            l.unexplained = residual(now->nvml, end) - int64_t(*l.context);
+            const int64_t growth = int64_t(now->nvml) - int64_t(base_nvml);
             const int64_t allowed = unexplained_allowance(growth);
             if (judged && *l.unexplained > allowed)
                 u.unexplained.push_back("NVML says the process grew by " + format_bytes(double(*l.unexplained)) + " on cuda:" +
                                         std::to_string(d.device) + " from step " + std::to_string(*base) + " to " +
-                                        std::to_string(*now) + " that no recorded allocation explains (more than the " +
+                                        std::to_string(at) + " that no recorded allocation explains (more than the " +
                                         format_bytes(double(allowed)) +
                                         " a verdict may leave open): memory taken past the driver calls vramscope "
                                         "records, or the CUDA context growing (modules loaded late).");
         } else if (judged && std::any_of(d.timeline.begin(), d.timeline.end(), [](const StepPoint& p) { return bool(p.nvml_used); })) {
+            const StepPoint* close = reading_at_close(d.timeline, last);
             u.unexplained.push_back("NVML was read on cuda:" + std::to_string(d.device) + " but at no judged step end (" +
-                                    std::to_string(first) + " to " + std::to_string(last) +
-                                    "): its reads are spaced to a thousandth of the run's time, and the last one, at "
-                                    "the end, came after memory changed. Growth that no recorded allocation explains "
-                                    "could not be checked: record more steps.");
+                                    std::to_string(first) + " to " + std::to_string(last) + ")" +
+                                    (close ? ", and its reading at the end came after memory changed" : "") +
+                                    ": growth that no recorded allocation explains could not be checked. NVML is "
+                                    "read a thousandth of the run's time at most: record or judge more steps.");
         }
         u.ledgers.push_back(std::move(l));
     }

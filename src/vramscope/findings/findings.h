@@ -124,7 +124,7 @@ struct DeviceLedger {
 struct LibraryBytes {
     std::string library;  // "NCCL", "CuPy", "JAX/XLA", "torch", or a .so by name (analysis/libraries.h)
     uint64_t bytes = 0;   // live at the last step end
-    int64_t growth = 0;   // over the judged steps
+    int64_t growth = 0;   // from the first judged step end to the ledger's
 };
 
 // Everything the process holds on one device, or pinned on the host, at the last step end: what

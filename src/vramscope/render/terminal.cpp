@@ -163,7 +163,7 @@ std::string render_usage(const Findings& f, const Style& st) {
                      sum_lines("NVML " + format_bytes(double(*u.nvml_used)) + " = ", terms, 10, 100) + when + "\n";
         } else if (!u.libraries.empty()) {
             lines += "  " + fit("cuda:" + std::to_string(*u.device), 8) + sum_lines("", terms, 10, 100) +
-                     st.dim("  (NVML not read)") + "\n";
+                     st.dim("  (no NVML reading at a judged step end)") + "\n";
         }
     }
     if (lines.empty()) return "";
