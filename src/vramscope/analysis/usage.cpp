@@ -31,8 +31,8 @@ const StepPoint* reading_at_close(const std::vector<StepPoint>& timeline, size_t
 // The step end whose NVML figure the ledger takes, and the figure: the last judged step end that
 // read NVML. The reading at close stands for the last step end when that one read none, the
 // device's holdings (torch's segments, memory outside its allocator) are as they were at it, and it
-// leaves no less unexplained than the reading before it: a teardown that freed what no allocation
-// recorded must not hide the growth the run's readings showed.
+// leaves no less unexplained than the reading before it, by more than a verdict may leave open: a
+// teardown that freed what no allocation recorded must not hide the growth the run's readings showed.
 struct Reading {
     size_t step;
     uint64_t nvml;
@@ -44,7 +44,8 @@ std::optional<Reading> ledger_reading(const std::vector<StepPoint>& timeline, si
     const StepPoint& end = timeline[last];
     if ((in_run && in_run->step == last) || !close || close->reserved != end.reserved || close->external != end.external)
         return in_run;
-    if (in_run && residual(*close->nvml_used, end) < residual(in_run->nvml, timeline[in_run->step])) return in_run;
+    if (in_run && residual(*close->nvml_used, end) + unexplained_allowance(0) < residual(in_run->nvml, timeline[in_run->step]))
+        return in_run;
     return Reading{last, *close->nvml_used};
 }
 
