@@ -325,6 +325,46 @@ TEST(Usage, AReadingAtCloseThatWouldHideGrowthTheRunShowedIsNotTaken) {
     EXPECT_EQ(f.verdict, Verdict::cannot_judge);
 }
 
+// A reading that is its own base checks nothing: with none before it (the one as the device was
+// first watched lost, say), the reading at close alone is said to check nothing, not "no leak".
+TEST(Usage, AReadingWithNoneBeforeItChecksNothingAndIsSaid) {
+    Loop run;
+    for (int s = 0; s < 30; ++s) {
+        run.torch_step(s);
+        run.b.step();
+    }
+    run.nvml(run.reserved() + 800 * MiB);  // at close: 300 MiB of it nobody recorded, unknowable
+    const Findings f = analyze(run.b.t);
+    const UsageLedger& u = f.usage.at(0);
+    EXPECT_EQ(u.step, 29u);
+    EXPECT_EQ(int64_t(*u.nvml_used), parts(u));
+    EXPECT_EQ(*u.unexplained, 0);
+    EXPECT_EQ(f.verdict, Verdict::cannot_judge);
+    ASSERT_FALSE(f.notes.empty());
+    EXPECT_EQ(f.notes[0].find("NVML was read on cuda:0 at one step end only from the end of warm-up on (29)"), 0u) << f.notes[0];
+}
+
+// When the reading at close stands for the last step end, the one before it is checked too:
+// growth past the allowance there is not hidden by a close reading a little lower.
+TEST(Usage, TheReadingTheOneAtClosePassedOverIsCheckedToo) {
+    Loop run;
+    constexpr uint64_t kContext = 500 * MiB;
+    for (int s = 0; s < 30; ++s) {
+        run.torch_step(s);
+        if (s == 0) run.nvml(run.reserved() + kContext);
+        if (s == 28) run.nvml(run.reserved() + kContext + 1900 * 1024);  // 1.9 MiB nobody recorded
+        run.b.step();
+    }
+    run.nvml(run.reserved() + kContext + 950 * 1024);  // at close: within 1 MiB of it
+    const Findings f = analyze(run.b.t);
+    const UsageLedger& u = f.usage.at(0);
+    EXPECT_EQ(u.step, 29u);
+    EXPECT_EQ(*u.unexplained, int64_t(950 * 1024));
+    EXPECT_EQ(f.verdict, Verdict::cannot_judge);
+    ASSERT_FALSE(f.notes.empty());
+    EXPECT_EQ(f.notes[0].find("NVML says the process grew by 1.9 MiB on cuda:0 from step 0 to 28"), 0u) << f.notes[0];
+}
+
 // No reading among the judged steps (the run's last came after its segments changed): what no
 // recorded allocation explains could not be checked, which is said, and no verdict is "no leak".
 TEST(Usage, NoReadingAmongTheJudgedStepsIsSaidAndIsNoNoLeak) {

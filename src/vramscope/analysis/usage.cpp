@@ -32,21 +32,26 @@ const StepPoint* reading_at_close(const std::vector<StepPoint>& timeline, size_t
 // read NVML. The reading at close stands for the last step end when that one read none, the
 // device's holdings (torch's segments, memory outside its allocator) are as they were at it, and it
 // leaves no less unexplained than the reading before it, by more than a verdict may leave open: a
-// teardown that freed what no allocation recorded must not hide the growth the run's readings showed.
+// teardown that freed what no allocation recorded must not hide the growth the run's readings
+// showed. `passed_over`: that reading before it, when the one at close stands instead (both are
+// checked).
 struct Reading {
     size_t step;
     uint64_t nvml;
 };
-std::optional<Reading> ledger_reading(const std::vector<StepPoint>& timeline, size_t first, size_t last) {
+struct LedgerReading {
+    std::optional<Reading> taken, passed_over;
+};
+LedgerReading ledger_reading(const std::vector<StepPoint>& timeline, size_t first, size_t last) {
     std::optional<Reading> in_run;
     if (const std::optional<size_t> k = reading_at(timeline, last); k && *k >= first) in_run = Reading{*k, *timeline[*k].nvml_used};
     const StepPoint* close = reading_at_close(timeline, last);
     const StepPoint& end = timeline[last];
     if ((in_run && in_run->step == last) || !close || close->reserved != end.reserved || close->external != end.external)
-        return in_run;
+        return {in_run, std::nullopt};
     if (in_run && residual(*close->nvml_used, end) + unexplained_allowance(0) < residual(in_run->nvml, timeline[in_run->step]))
-        return in_run;
-    return Reading{last, *close->nvml_used};
+        return {in_run, std::nullopt};
+    return {Reading{last, *close->nvml_used}, in_run};
 }
 
 // Each holder's bytes at the step end `last` and its growth from `first`, largest first; holders
@@ -84,7 +89,7 @@ Usage usage_ledgers(const std::vector<DeviceSummary>& devices, const std::vector
     first = std::min(first, last);
     for (const DeviceSummary& d : devices) {
         if (last >= d.timeline.size()) continue;
-        const std::optional<Reading> now = ledger_reading(d.timeline, first, last);
+        const auto [now, passed_over] = ledger_reading(d.timeline, first, last);
         const size_t at = now ? now->step : last;  // NVML's figure and its parts of one moment
         const StepPoint& end = d.timeline[at];
         UsageLedger l;
@@ -92,34 +97,41 @@ Usage usage_ledgers(const std::vector<DeviceSummary>& devices, const std::vector
         l.step = at;
         l.torch_reserved = end.reserved;
         l.libraries = holders_of(holders, d.device, Memory::external, first, at);
+        // The context as NVML saw it once warm-up was over: at the last reading at or before the
+        // first judged step end, or the first reading after it when there is none.
+        std::optional<size_t> base = reading_at(d.timeline, first);
+        if (!base) base = std::find_if(d.timeline.begin() + ptrdiff_t(first), d.timeline.begin() + ptrdiff_t(last) + 1,
+                                       [](const StepPoint& p) { return bool(p.nvml_used); }) - d.timeline.begin();
+        std::string unchecked;  // why growth NVML saw could not be checked, where it could not
         if (now) {
-            // The context as NVML saw it once warm-up was over: at the last reading at or before the
-            // first judged step end, or the first reading after it when there is none.
-            std::optional<size_t> base = reading_at(d.timeline, first);
-            if (!base) base = std::find_if(d.timeline.begin() + ptrdiff_t(first), d.timeline.begin() + ptrdiff_t(last) + 1,
-                                           [](const StepPoint& p) { return bool(p.nvml_used); }) - d.timeline.begin();
-            if (*base > last) base = at;  // the reading at close alone
-            const uint64_t base_nvml = *base == at ? now->nvml : *d.timeline[*base].nvml_used;
+            const uint64_t base_nvml = *base < at ? *d.timeline[*base].nvml_used : now->nvml;
+            const StepPoint& at_base = d.timeline[std::min(*base, at)];
             l.nvml_used = now->nvml;
-            l.context = uint64_t(std::max<int64_t>(0, residual(base_nvml, d.timeline[*base])));
+            l.context = uint64_t(std::max<int64_t>(0, residual(base_nvml, at_base)));
             l.unexplained = residual(now->nvml, end) - int64_t(*l.context);
-            const int64_t growth = int64_t(now->nvml) - int64_t(base_nvml);
-            const int64_t allowed = unexplained_allowance(growth);
-            if (judged && *l.unexplained > allowed)
-                u.unexplained.push_back("NVML says the process grew by " + format_bytes(double(*l.unexplained)) + " on cuda:" +
+            if (*base >= at)  // its own base: it checks nothing
+                unchecked = "at one step end only from the end of warm-up on (" + std::to_string(at) + "), with none before it";
+            for (const std::optional<Reading>& r : {now, passed_over}) {
+                if (!r || !judged || !unchecked.empty()) continue;  // each reading checked against its own allowance
+                const int64_t unexplained = residual(r->nvml, d.timeline[r->step]) - int64_t(*l.context);
+                const int64_t allowed = unexplained_allowance(int64_t(r->nvml) - int64_t(base_nvml));
+                if (unexplained <= allowed) continue;
+                u.unexplained.push_back("NVML says the process grew by " + format_bytes(double(unexplained)) + " on cuda:" +
                                         std::to_string(d.device) + " from step " + std::to_string(*base) + " to " +
-                                        std::to_string(at) + " that no recorded allocation explains (more than the " +
+                                        std::to_string(r->step) + " that no recorded allocation explains (more than the " +
                                         format_bytes(double(allowed)) +
                                         " a verdict may leave open): memory taken past the driver calls vramscope "
                                         "records, or the CUDA context growing (modules loaded late).");
-        } else if (judged && std::any_of(d.timeline.begin(), d.timeline.end(), [](const StepPoint& p) { return bool(p.nvml_used); })) {
-            const StepPoint* close = reading_at_close(d.timeline, last);
-            u.unexplained.push_back("NVML was read on cuda:" + std::to_string(d.device) + " but at no judged step end (" +
-                                    std::to_string(first) + " to " + std::to_string(last) + ")" +
-                                    (close ? ", and its reading at the end came after memory changed" : "") +
-                                    ": growth that no recorded allocation explains could not be checked. NVML is "
-                                    "read a thousandth of the run's time at most: record or judge more steps.");
+                break;
+            }
+        } else if (std::any_of(d.timeline.begin(), d.timeline.end(), [](const StepPoint& p) { return bool(p.nvml_used); })) {
+            unchecked = "but at no judged step end (" + std::to_string(first) + " to " + std::to_string(last) + ")" +
+                        (reading_at_close(d.timeline, last) ? ", and its reading at the end came after memory changed" : "");
         }
+        if (judged && !unchecked.empty())
+            u.unexplained.push_back("NVML was read on cuda:" + std::to_string(d.device) + " " + unchecked +
+                                    ": growth that no recorded allocation explains could not be checked. NVML is read "
+                                    "a thousandth of the run's time at most: record or judge more steps.");
         u.ledgers.push_back(std::move(l));
     }
     std::vector<LibraryBytes> pinned = holders_of(holders, std::nullopt, Memory::pinned, first, last);
