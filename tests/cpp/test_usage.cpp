@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <functional>
 #include <numeric>
 #include <random>
 
@@ -64,6 +65,14 @@ struct Loop {
         b.free(act, 8 * MiB);
     }
     uint64_t reserved() const { return 1ull << 30; }
+    // `n` steps of torch's work alone, each read by NVML before its end where `reading` gives a figure.
+    void torch_steps(int n, const std::function<std::optional<uint64_t>(int)>& reading) {
+        for (int s = 0; s < n; ++s) {
+            torch_step(s);
+            if (const std::optional<uint64_t> bytes = reading(s)) nvml(*bytes);
+            b.step();
+        }
+    }
 
     uint32_t params = 0, activations = 0;
 };
@@ -72,6 +81,14 @@ const SiteFinding* leak_of(const Findings& f, Memory memory) {
     for (const SiteFinding& l : f.leaks)
         if (l.memory == memory) return &l;
     return nullptr;
+}
+
+// The findings say first what NVML saw that no recorded allocation explains (or that it could not
+// be checked), and so give no verdict.
+void expect_said_first_and_no_verdict(const Findings& f, const std::string& note) {
+    EXPECT_EQ(f.verdict, Verdict::cannot_judge);
+    ASSERT_FALSE(f.notes.empty());
+    EXPECT_EQ(f.notes[0].find(note), 0u) << f.notes[0];
 }
 
 // The parts of a device's usage ledger, added up.
@@ -289,12 +306,11 @@ TEST(Usage, TheLedgerIsAtTheLastStepEndNvmlReadAndTheReadingAtCloseServesTheLast
 TEST(Usage, AReadingWithinTheRunIsNotCarriedBackToTheStepEndBeforeIt) {
     Loop run;
     constexpr uint64_t kContext = 500 * MiB, kGrew = 300 * MiB;
-    for (int s = 0; s < 30; ++s) {
-        if (s == 0) run.nvml(run.reserved() + kContext);  // as the device is first watched
-        run.torch_step(s);
-        if (s == 4 || s == 14 || s == 21 || s == 28) run.nvml(run.reserved() + kContext + kGrew);  // reads when due
-        run.b.step();
-    }
+    run.torch_steps(30, [&](int s) -> std::optional<uint64_t> {
+        if (s == 0) return run.reserved() + kContext;  // as the device is first watched
+        if (s == 4 || s == 14 || s == 21 || s == 28) return run.reserved() + kContext + kGrew;  // reads when due
+        return std::nullopt;
+    });
     const Findings f = analyze(run.b.t);
     ASSERT_GT(f.warmup_steps, 0u);
     ASSERT_LT(f.warmup_steps, 4u);
@@ -302,9 +318,7 @@ TEST(Usage, AReadingWithinTheRunIsNotCarriedBackToTheStepEndBeforeIt) {
     EXPECT_EQ(u.step, 28u);
     EXPECT_EQ(*u.context, kContext);
     EXPECT_EQ(*u.unexplained, int64_t(kGrew));
-    EXPECT_EQ(f.verdict, Verdict::cannot_judge);
-    ASSERT_FALSE(f.notes.empty());
-    EXPECT_EQ(f.notes[0].find("NVML says the process grew by 300.0 MiB on cuda:0 from step 0 to 28"), 0u) << f.notes[0];
+    expect_said_first_and_no_verdict(f, "NVML says the process grew by 300.0 MiB on cuda:0 from step 0 to 28");
 }
 
 // The reading at close, after a teardown freed what no allocation recorded, would show none of
@@ -312,11 +326,10 @@ TEST(Usage, AReadingWithinTheRunIsNotCarriedBackToTheStepEndBeforeIt) {
 TEST(Usage, AReadingAtCloseThatWouldHideGrowthTheRunShowedIsNotTaken) {
     Loop run;
     constexpr uint64_t kContext = 500 * MiB;
-    for (int s = 0; s < 30; ++s) {
-        run.torch_step(s);
-        if (s % 7 == 0) run.nvml(run.reserved() + kContext + uint64_t(s) * 10 * MiB);  // 10 MiB a step, unrecorded
-        run.b.step();
-    }
+    run.torch_steps(30, [&](int s) -> std::optional<uint64_t> {  // 10 MiB a step, unrecorded
+        if (s % 7 == 0) return run.reserved() + kContext + uint64_t(s) * 10 * MiB;
+        return std::nullopt;
+    });
     run.nvml(run.reserved() + kContext);  // at close, the unrecorded memory freed by the script's end
     const Findings f = analyze(run.b.t);
     const UsageLedger& u = f.usage.at(0);
@@ -329,19 +342,14 @@ TEST(Usage, AReadingAtCloseThatWouldHideGrowthTheRunShowedIsNotTaken) {
 // first watched lost, say), the reading at close alone is said to check nothing, not "no leak".
 TEST(Usage, AReadingWithNoneBeforeItChecksNothingAndIsSaid) {
     Loop run;
-    for (int s = 0; s < 30; ++s) {
-        run.torch_step(s);
-        run.b.step();
-    }
+    run.torch_steps(30, [](int) { return std::optional<uint64_t>(); });
     run.nvml(run.reserved() + 800 * MiB);  // at close: 300 MiB of it nobody recorded, unknowable
     const Findings f = analyze(run.b.t);
     const UsageLedger& u = f.usage.at(0);
     EXPECT_EQ(u.step, 29u);
     EXPECT_EQ(int64_t(*u.nvml_used), parts(u));
     EXPECT_EQ(*u.unexplained, 0);
-    EXPECT_EQ(f.verdict, Verdict::cannot_judge);
-    ASSERT_FALSE(f.notes.empty());
-    EXPECT_EQ(f.notes[0].find("NVML was read on cuda:0 at one step end only from the end of warm-up on (29)"), 0u) << f.notes[0];
+    expect_said_first_and_no_verdict(f, "NVML was read on cuda:0 at one step end only from the end of warm-up on (29)");
 }
 
 // When the reading at close stands for the last step end, the one before it is checked too:
@@ -349,20 +357,17 @@ TEST(Usage, AReadingWithNoneBeforeItChecksNothingAndIsSaid) {
 TEST(Usage, TheReadingTheOneAtClosePassedOverIsCheckedToo) {
     Loop run;
     constexpr uint64_t kContext = 500 * MiB;
-    for (int s = 0; s < 30; ++s) {
-        run.torch_step(s);
-        if (s == 0) run.nvml(run.reserved() + kContext);
-        if (s == 28) run.nvml(run.reserved() + kContext + 1900 * 1024);  // 1.9 MiB nobody recorded
-        run.b.step();
-    }
+    run.torch_steps(30, [&](int s) -> std::optional<uint64_t> {
+        if (s == 0) return run.reserved() + kContext;
+        if (s == 28) return run.reserved() + kContext + 1900 * 1024;  // 1.9 MiB nobody recorded
+        return std::nullopt;
+    });
     run.nvml(run.reserved() + kContext + 950 * 1024);  // at close: within 1 MiB of it
     const Findings f = analyze(run.b.t);
     const UsageLedger& u = f.usage.at(0);
     EXPECT_EQ(u.step, 29u);
     EXPECT_EQ(*u.unexplained, int64_t(950 * 1024));
-    EXPECT_EQ(f.verdict, Verdict::cannot_judge);
-    ASSERT_FALSE(f.notes.empty());
-    EXPECT_EQ(f.notes[0].find("NVML says the process grew by 1.9 MiB on cuda:0 from step 0 to 28"), 0u) << f.notes[0];
+    expect_said_first_and_no_verdict(f, "NVML says the process grew by 1.9 MiB on cuda:0 from step 0 to 28");
 }
 
 // No reading among the judged steps (the run's last came after its segments changed): what no
@@ -370,11 +375,7 @@ TEST(Usage, TheReadingTheOneAtClosePassedOverIsCheckedToo) {
 TEST(Usage, NoReadingAmongTheJudgedStepsIsSaidAndIsNoNoLeak) {
     Loop run;
     constexpr uint64_t kContext = 500 * MiB;
-    for (int s = 0; s < 30; ++s) {
-        if (s == 0) run.nvml(run.reserved() + kContext);
-        run.torch_step(s);
-        run.b.step();
-    }
+    run.torch_steps(30, [&](int s) { return s == 0 ? std::optional<uint64_t>(run.reserved() + kContext) : std::nullopt; });
     run.b.segment(0x7100'0000'0000, 20 * MiB);  // after the last step end
     run.nvml(run.reserved() + 20 * MiB + kContext + 300 * MiB);  // at close
     const Findings f = analyze(run.b.t);
@@ -382,12 +383,8 @@ TEST(Usage, NoReadingAmongTheJudgedStepsIsSaidAndIsNoNoLeak) {
     const UsageLedger& u = f.usage.at(0);
     EXPECT_EQ(u.step, 29u);
     EXPECT_FALSE(u.nvml_used);
-    EXPECT_EQ(f.verdict, Verdict::cannot_judge);
-    ASSERT_FALSE(f.notes.empty());
-    EXPECT_EQ(f.notes[0].find("NVML was read on cuda:0 but at no judged step end (" + std::to_string(f.warmup_steps) +
-                              " to 29), and its reading at the end came after memory changed"),
-              0u)
-        << f.notes[0];
+    expect_said_first_and_no_verdict(f, "NVML was read on cuda:0 but at no judged step end (" + std::to_string(f.warmup_steps) +
+                                            " to 29), and its reading at the end came after memory changed");
 }
 
 // The terminal's usage names the last step end, and a device's ledger of an earlier one says so.
