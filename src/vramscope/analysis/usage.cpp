@@ -21,7 +21,6 @@ std::optional<size_t> reading_at(const std::vector<StepPoint>& timeline, size_t 
 // NVML's figure `nvml` less what the trace saw at `p`: what no recorded allocation holds (may be
 // negative when NVML lags a free).
 int64_t residual(uint64_t nvml, const StepPoint& p) { return int64_t(nvml) - int64_t(p.reserved) - int64_t(p.external); }
-int64_t residual(const StepPoint& p) { return residual(*p.nvml_used, p); }
 
 // A capture's last reading, at close: in the unfinished step's point after step end `last`.
 const StepPoint* reading_at_close(const std::vector<StepPoint>& timeline, size_t last) {
@@ -111,8 +110,8 @@ Usage usage_ledgers(const std::vector<DeviceSummary>& devices, const std::vector
             l.unexplained = residual(now->nvml, end) - int64_t(*l.context);
             if (*base >= at)  // its own base: it checks nothing
                 unchecked = "at one step end only from the end of warm-up on (" + std::to_string(at) + "), with none before it";
-            for (const std::optional<Reading>& r : {now, passed_over}) {
-                if (!r || !judged || !unchecked.empty()) continue;  // each reading checked against its own allowance
+            for (const std::optional<Reading>& r : {now, passed_over}) {  // each against its own allowance
+                if (!r || !judged || !unchecked.empty()) continue;
                 const int64_t unexplained = residual(r->nvml, d.timeline[r->step]) - int64_t(*l.context);
                 const int64_t allowed = unexplained_allowance(int64_t(r->nvml) - int64_t(base_nvml));
                 if (unexplained <= allowed) continue;

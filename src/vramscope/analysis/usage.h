@@ -1,5 +1,5 @@
 // Everything the process holds, reconciled with what the driver says it uses. Per device, at the
-// last full step end that read NVML (the last full step end where none did):
+// last judged step end that read NVML (the last full step end where none did):
 //   NVML's figure = torch's reserved bytes + each holder's own device memory (analysis/libraries.h)
 //                 + the CUDA context and module images + unexplained, exactly.
 // The context is NVML's residual (its figure less torch's reserved and the libraries' bytes) at the
@@ -18,7 +18,7 @@ namespace vramscope {
 
 struct Usage {
     std::vector<UsageLedger> ledgers;         // by device, then the host when it holds pinned memory
-    // A sentence per device whose residual grew past its allowance, or that NVML read at no judged step end.
+    // A sentence per device whose residual grew past its allowance, or whose readings could check nothing.
     std::vector<std::string> unexplained;
     uint64_t context(uint16_t device) const;  // the device's context, 0 where NVML was not read
 };
