@@ -18,8 +18,8 @@ namespace vramscope {
 
 struct Usage {
     std::vector<UsageLedger> ledgers;         // by device, then the host when it holds pinned memory
-    // A sentence per device whose residual grew past its allowance, or whose readings could check nothing.
-    std::vector<std::string> unexplained;
+    std::vector<std::string> unexplained;     // a sentence per device whose residual grew past its allowance
+    std::vector<std::string> unchecked;       // a sentence per device NVML read, whose readings could check nothing
     uint64_t context(uint16_t device) const;  // the device's context, 0 where NVML was not read
 };
 
