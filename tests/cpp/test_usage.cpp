@@ -390,20 +390,22 @@ TEST(Usage, NoReadingAmongTheJudgedStepsNorAfterIsSaid) {
 }
 
 // No reading among the judged steps, and the run's last came after its segments changed: that
-// reading is a moment of its own, checked as one against the reading before the judged steps.
-TEST(Usage, WithNoReadingAmongTheJudgedStepsTheOneAtCloseIsCheckedAsItsOwnMoment) {
+// reading is of the unfinished step, which is never judged; nothing of the judged steps could be
+// checked, which is said.
+TEST(Usage, WithNoReadingAmongTheJudgedStepsTheOneAfterAChangeAtCloseChecksNothing) {
     Loop run;
     constexpr uint64_t kContext = 500 * MiB;
     run.torch_steps(30, [&](int s) { return s == 0 ? std::optional<uint64_t>(run.reserved() + kContext) : std::nullopt; });
     run.b.segment(0x7100'0000'0000, 20 * MiB);  // after the last step end
-    run.nvml(run.reserved() + 20 * MiB + kContext + 300 * MiB);  // at close
+    run.nvml(run.reserved() + 20 * MiB + kContext);  // at close
     const Findings f = analyze(run.b.t);
     ASSERT_GT(f.warmup_steps, 0u);
     const UsageLedger& u = f.usage.at(0);
     EXPECT_EQ(u.step, 29u);
     EXPECT_FALSE(u.nvml_used);
-    expect_said_first_and_no_verdict(f, "NVML says the process grew by 300.0 MiB on cuda:0 from step 0 to the run's end "
-                                            "(after step 29)");
+    EXPECT_EQ(f.verdict, Verdict::no_leak);
+    const std::string note = "NVML was read on cuda:0 but at no judged step end (" + std::to_string(f.warmup_steps) + " to 29)";
+    EXPECT_TRUE(std::any_of(f.notes.begin(), f.notes.end(), [&](const std::string& n) { return n.starts_with(note); }));
 }
 
 // The terminal's usage names the last step end, and a device's ledger of an earlier one says so.
