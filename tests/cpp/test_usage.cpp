@@ -84,6 +84,11 @@ const SiteFinding* leak_of(const Findings& f, Memory memory) {
     return nullptr;
 }
 
+// Whether one of the findings' notes begins with `words`.
+bool has_note(const Findings& f, const std::string& words) {
+    return std::any_of(f.notes.begin(), f.notes.end(), [&](const std::string& n) { return n.starts_with(words); });
+}
+
 // The findings say first what NVML saw that no recorded allocation explains (or that it could not
 // be checked), and so give no verdict.
 void expect_said_first_and_no_verdict(const Findings& f, const std::string& note) {
@@ -352,10 +357,8 @@ TEST(Usage, AReadingWithNoneBeforeItChecksNothingAndIsSaid) {
     EXPECT_EQ(int64_t(*u.nvml_used), parts(u));
     EXPECT_EQ(*u.unexplained, 0);
     EXPECT_EQ(f.verdict, Verdict::no_leak);
-    EXPECT_TRUE(std::any_of(f.notes.begin(), f.notes.end(), [](const std::string& n) {
-        return n.starts_with("NVML was read on cuda:0 at one step end only from the end of warm-up on (29), with none before "
-                             "it: memory that no recorded allocation explains could not be checked there.");
-    }));
+    EXPECT_TRUE(has_note(f, "NVML was read on cuda:0 at one step end only from the end of warm-up on (29), with none before "
+                            "it: memory that no recorded allocation explains could not be checked there."));
 }
 
 // When the reading at close stands for the last step end, the one before it is checked too:
@@ -376,36 +379,26 @@ TEST(Usage, TheReadingTheOneAtClosePassedOverIsCheckedToo) {
     expect_said_first_and_no_verdict(f, "NVML says the process grew by 1.9 MiB on cuda:0 from step 0 to 28");
 }
 
-// No reading among the judged steps and none after (a window of `--steps`, a run killed): what
-// no recorded allocation explains could not be checked there, which is said.
-TEST(Usage, NoReadingAmongTheJudgedStepsNorAfterIsSaid) {
-    Loop run;
-    run.torch_steps(30, [&](int s) { return s == 0 ? std::optional<uint64_t>(run.reserved() + 500 * MiB) : std::nullopt; });
-    const Findings f = analyze(run.b.t);
-    ASSERT_GT(f.warmup_steps, 0u);
-    EXPECT_FALSE(f.usage.at(0).nvml_used);
-    EXPECT_EQ(f.verdict, Verdict::no_leak);
-    const std::string note = "NVML was read on cuda:0 but at no judged step end (" + std::to_string(f.warmup_steps) + " to 29)";
-    EXPECT_TRUE(std::any_of(f.notes.begin(), f.notes.end(), [&](const std::string& n) { return n.starts_with(note); }));
-}
-
-// No reading among the judged steps, and the run's last came after its segments changed: that
-// reading is of the unfinished step, which is never judged; nothing of the judged steps could be
-// checked, which is said.
-TEST(Usage, WithNoReadingAmongTheJudgedStepsTheOneAfterAChangeAtCloseChecksNothing) {
-    Loop run;
-    constexpr uint64_t kContext = 500 * MiB;
-    run.torch_steps(30, [&](int s) { return s == 0 ? std::optional<uint64_t>(run.reserved() + kContext) : std::nullopt; });
-    run.b.segment(0x7100'0000'0000, 20 * MiB);  // after the last step end
-    run.nvml(run.reserved() + 20 * MiB + kContext);  // at close
-    const Findings f = analyze(run.b.t);
-    ASSERT_GT(f.warmup_steps, 0u);
-    const UsageLedger& u = f.usage.at(0);
-    EXPECT_EQ(u.step, 29u);
-    EXPECT_FALSE(u.nvml_used);
-    EXPECT_EQ(f.verdict, Verdict::no_leak);
-    const std::string note = "NVML was read on cuda:0 but at no judged step end (" + std::to_string(f.warmup_steps) + " to 29)";
-    EXPECT_TRUE(std::any_of(f.notes.begin(), f.notes.end(), [&](const std::string& n) { return n.starts_with(note); }));
+// No reading among the judged steps: none after them (a window of `--steps`, a run killed), or
+// the run's last after its segments changed, which is of the unfinished step, never judged. What
+// no recorded allocation explains could not be checked there, which is said; the verdict stands.
+TEST(Usage, NoReadingAmongTheJudgedStepsIsSaid) {
+    for (const bool read_at_close : {false, true}) {
+        SCOPED_TRACE(read_at_close);
+        Loop run;
+        constexpr uint64_t kContext = 500 * MiB;
+        run.torch_steps(30, [&](int s) { return s == 0 ? std::optional<uint64_t>(run.reserved() + kContext) : std::nullopt; });
+        if (read_at_close) {
+            run.b.segment(0x7100'0000'0000, 20 * MiB);  // after the last step end
+            run.nvml(run.reserved() + 20 * MiB + kContext);
+        }
+        const Findings f = analyze(run.b.t);
+        ASSERT_GT(f.warmup_steps, 0u);
+        EXPECT_EQ(f.usage.at(0).step, 29u);
+        EXPECT_FALSE(f.usage.at(0).nvml_used);
+        EXPECT_EQ(f.verdict, Verdict::no_leak);
+        EXPECT_TRUE(has_note(f, "NVML was read on cuda:0 but at no judged step end (" + std::to_string(f.warmup_steps) + " to 29)"));
+    }
 }
 
 // The terminal's usage names the last step end, and a device's ledger of an earlier one says so.
@@ -523,18 +516,13 @@ TEST(Usage, WhatTheInputCannotShowIsSaid) {
     for (int s = 0; s < 12; ++s) run.torch_step(s), run.b.step();
     run.b.t.format = "torch-snapshot";
     Findings f = analyze(run.b.t);
-    EXPECT_TRUE(std::any_of(f.notes.begin(), f.notes.end(), [](const std::string& n) {
-        return n.starts_with("A torch snapshot holds only torch's caching allocator");
-    }));
+    EXPECT_TRUE(has_note(f, "A torch snapshot holds only torch's caching allocator"));
     run.b.t.format = "vscope";
     run.b.t.meta["capture.driver"] = "off: CUPTI not found";
     run.b.t.meta["capture.nvml"] = "off: libnvidia-ml.so.1 not found";
     f = analyze(run.b.t);
-    EXPECT_TRUE(std::any_of(f.notes.begin(), f.notes.end(), [](const std::string& n) {
-        return n.starts_with("Memory outside torch's caching allocator was not recorded (off: CUPTI not found)");
-    }));
-    EXPECT_TRUE(std::any_of(f.notes.begin(), f.notes.end(),
-                            [](const std::string& n) { return n.starts_with("NVML was not read (off: libnvidia-ml"); }));
+    EXPECT_TRUE(has_note(f, "Memory outside torch's caching allocator was not recorded (off: CUPTI not found)"));
+    EXPECT_TRUE(has_note(f, "NVML was not read (off: libnvidia-ml"));
     run.b.t.meta["capture.driver"] = "cupti";
     run.b.t.meta["capture.nvml"] = "on";
     EXPECT_TRUE(analyze(run.b.t).notes.empty());

@@ -101,30 +101,30 @@ Usage usage_ledgers(const std::vector<DeviceSummary>& devices, const std::vector
         std::optional<size_t> base = reading_at(d.timeline, first);
         if (!base) base = std::find_if(d.timeline.begin() + ptrdiff_t(first), d.timeline.begin() + ptrdiff_t(last) + 1,
                                        [](const StepPoint& p) { return bool(p.nvml_used); }) - d.timeline.begin();
-        const bool has_base = *base <= last && (!now || *base < at);  // a reading before the one checked
-        // Growth NVML saw at step end `step` that no recorded allocation explains, past what a verdict
-        // may leave open, keeps the verdict from "no leak".
-        const auto check = [&](size_t step, uint64_t nvml, const StepPoint& point) {
-            const StepPoint& at_base = d.timeline[*base];
-            const int64_t unexplained = residual(nvml, point) - std::max<int64_t>(0, residual(*at_base.nvml_used, at_base));
-            const int64_t allowed = unexplained_allowance(int64_t(nvml) - int64_t(*at_base.nvml_used));
-            if (!judged || unexplained <= allowed) return false;
-            u.unexplained.push_back("NVML says the process grew by " + format_bytes(double(unexplained)) + " on cuda:" +
-                                    std::to_string(d.device) + " from step " + std::to_string(*base) + " to " + std::to_string(step) +
-                                    " that no recorded allocation explains (more than the " + format_bytes(double(allowed)) +
-                                    " a verdict may leave open): memory taken past the driver calls vramscope records, or "
-                                    "the CUDA context growing (modules loaded late).");
-            return true;
-        };
         std::string unchecked;  // where NVML was read but could check nothing of the judged steps
         if (now) {
+            const bool has_base = *base < at;  // else the reading is its own base: it checks nothing
             const StepPoint& at_base = d.timeline[has_base ? *base : at];
+            const uint64_t base_nvml = has_base ? *at_base.nvml_used : now->nvml;
             l.nvml_used = now->nvml;
-            l.context = uint64_t(std::max<int64_t>(0, residual(has_base ? *at_base.nvml_used : now->nvml, at_base)));
+            l.context = uint64_t(std::max<int64_t>(0, residual(base_nvml, at_base)));
             l.unexplained = residual(now->nvml, end) - int64_t(*l.context);
             if (!has_base) unchecked = "at one step end only from the end of warm-up on (" + std::to_string(at) + "), with none before it";
-            else if (!check(at, now->nvml, end) && passed_over)  // each against its own allowance
-                check(passed_over->step, passed_over->nvml, d.timeline[passed_over->step]);
+            // Growth NVML saw that no recorded allocation explains, past what a verdict may leave
+            // open, keeps the verdict from "no leak": each reading against its own allowance.
+            for (const std::optional<Reading>& r : {now, passed_over}) {
+                if (!r || !judged || !has_base) continue;
+                const int64_t unexplained = residual(r->nvml, d.timeline[r->step]) - int64_t(*l.context);
+                const int64_t allowed = unexplained_allowance(int64_t(r->nvml) - int64_t(base_nvml));
+                if (unexplained <= allowed) continue;
+                u.unexplained.push_back("NVML says the process grew by " + format_bytes(double(unexplained)) + " on cuda:" +
+                                        std::to_string(d.device) + " from step " + std::to_string(*base) + " to " +
+                                        std::to_string(r->step) + " that no recorded allocation explains (more than the " +
+                                        format_bytes(double(allowed)) +
+                                        " a verdict may leave open): memory taken past the driver calls vramscope "
+                                        "records, or the CUDA context growing (modules loaded late).");
+                break;
+            }
         } else if (std::any_of(d.timeline.begin(), d.timeline.end(), [](const StepPoint& p) { return bool(p.nvml_used); })) {
             unchecked = "but at no judged step end (" + std::to_string(first) + " to " + std::to_string(last) + ")";
         }
