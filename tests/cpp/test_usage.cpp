@@ -327,6 +327,34 @@ TEST(Usage, AReadingWithinTheRunIsNotCarriedBackToTheStepEndBeforeIt) {
     expect_said_first_and_no_verdict(f, "NVML says the process grew by 300.0 MiB on cuda:0 from step 0 to 28");
 }
 
+// The reading taken as a device is first watched comes before the first step's segments. Set
+// against that step end's holdings it would make them the context's, or growth nobody recorded:
+// it stands for no step end, and the context is NVML's residual at the first step end read after.
+TEST(Usage, TheReadingAsTheDeviceIsFirstWatchedIsNotTheFirstStepEnds) {
+    for (const int warmup : {-1, 0}) {
+        SCOPED_TRACE(warmup);
+        Loop run;
+        constexpr uint64_t kContext = 500 * MiB, kSegment = 256 * MiB;
+        run.nvml(run.reserved() + kContext);  // as the device is first watched
+        run.b.segment(0x7100'0000'0000, kSegment);  // the first step's: its end is too soon to read NVML
+        run.torch_steps(30, [&](int s) -> std::optional<uint64_t> {
+            if (s == 4 || s == 14 || s == 21 || s == 28) return run.reserved() + kSegment + kContext;
+            return std::nullopt;
+        });
+        AnalysisOptions o;
+        o.judge.warmup = warmup;
+        const Findings f = analyze(run.b.t, o);
+        EXPECT_FALSE(f.devices[0].timeline[0].nvml_used);
+        const UsageLedger& u = f.usage.at(0);
+        EXPECT_EQ(u.step, 28u);
+        EXPECT_EQ(*u.context, kContext);
+        EXPECT_EQ(*u.unexplained, 0);
+        EXPECT_EQ(int64_t(*u.nvml_used), parts(u));
+        EXPECT_EQ(f.verdict, Verdict::no_leak);
+        EXPECT_FALSE(has_note(f, "NVML"));
+    }
+}
+
 // The reading at close, after a teardown freed what no allocation recorded, would show none of
 // the growth the run's readings saw: it does not stand for the last step end then.
 TEST(Usage, AReadingAtCloseThatWouldHideGrowthTheRunShowedIsNotTaken) {

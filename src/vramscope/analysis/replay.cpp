@@ -96,7 +96,11 @@ void Replay::cut() {
                     uint64_t(std::max<int64_t>(0, s.peak)), uint64_t(std::max<int64_t>(0, s.pending)), {}};
         p.external = uint64_t(std::max<int64_t>(0, s.external));
         p.pinned = uint64_t(std::max<int64_t>(0, s.pinned));
-        p.nvml_used = std::exchange(s.nvml, std::nullopt);
+        // A reading taken before memory the trace records changed in the step (the one taken as the
+        // device is first watched, before the step's allocations) is not the step end's: set
+        // against the step end's holdings, it would count them as the context's or as growth.
+        if (const auto r = std::exchange(s.nvml, std::nullopt); r && r->reserved == s.reserved && r->external == s.external)
+            p.nvml_used = r->used;
         for (size_t k = 0; k < s.by_stream.size(); ++k)
             if (s.by_stream[k] > 0) p.by_stream.emplace_back(context.streams[k], uint64_t(s.by_stream[k]));
         hold_timeline_bytes(sizeof(StepPoint) + p.by_stream.size() * sizeof(p.by_stream[0]));
@@ -207,7 +211,11 @@ void Replay::process(const Event& e) {
     case EventKind::pinned_alloc: external_alloc(e); break;
     case EventKind::external_free:
     case EventKind::pinned_free: external_free(e); break;
-    case EventKind::device_usage: state_[device_slot(e.device)].nvml = e.size; break;
+    case EventKind::device_usage: {
+        DeviceState& s = state_[device_slot(e.device)];
+        s.nvml = DeviceState::Reading{e.size, s.reserved, s.external};
+        break;
+    }
     default: break;
     }
 }

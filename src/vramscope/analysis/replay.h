@@ -121,7 +121,13 @@ private:
         int64_t allocated, reserved, pending, peak;
         std::vector<int64_t> by_stream;  // by stream index
         int64_t external = 0, pinned = 0;  // outside torch's allocator
-        std::optional<uint64_t> nvml;      // NVML's figure, last read in the step in hand
+        // NVML's figure, last read in the step in hand, and torch's reserved and the outside bytes
+        // as they were then: it is the step end's figure only if those did not change after it.
+        struct Reading {
+            uint64_t used;
+            int64_t reserved, external;
+        };
+        std::optional<Reading> nvml;
     };
     size_t device_slot(uint8_t device) {
         return slot_of_device_[device] >= 0 ? size_t(slot_of_device_[device]) : add_device(device);

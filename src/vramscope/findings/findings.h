@@ -41,7 +41,8 @@ struct StepPoint {
     std::vector<std::pair<uint64_t, uint64_t>> by_stream;
     uint64_t external = 0;        // device memory outside torch's allocator, live at the step's end
     uint64_t pinned = 0;          // pinned host memory allocated through this device's context
-    std::optional<uint64_t> nvml_used;  // NVML's figure for the process, last read in the step
+    std::optional<uint64_t> nvml_used;  // NVML's figure for the process at the step's end: read in the step, none of the
+                                        // recorded memory changing after it
 };
 
 struct StreamUsage {
