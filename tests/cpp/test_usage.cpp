@@ -429,6 +429,36 @@ TEST(Usage, NoReadingAmongTheJudgedStepsIsSaid) {
     }
 }
 
+// The reading at close, when it does not stand for the last step end (that step end read NVML, or
+// memory changed after it), is of the unfinished step, which no verdict is of: what it shows that
+// no recorded allocation explains is said, and the verdict stands. Explained (a library's workspace
+// taken after training, as cuSOLVER's in a recording on an H200), it says nothing.
+TEST(Usage, WhatTheReadingAtCloseShowsUnexplainedAfterTheLastStepEndIsSaid) {
+    for (const bool last_read : {false, true})
+        for (const uint64_t unrecorded : {uint64_t(0), 50 * MiB}) {
+            SCOPED_TRACE(std::to_string(last_read) + " " + std::to_string(unrecorded));
+            Loop run;
+            constexpr uint64_t kContext = 500 * MiB, kWorkspace = 96 * MiB;
+            run.torch_steps(30, [&](int s) -> std::optional<uint64_t> {
+                if (s % 7 == 0 || (last_read && s == 29)) return run.reserved() + kContext;
+                return std::nullopt;
+            });
+            // After the last step end: a library's workspace, recorded, and what nobody recorded.
+            run.add(EventKind::external_alloc, 0x7200'0000'0000, kWorkspace,
+                    run.driver_stack("/x/nvidia/cusolver/lib/libcusolver.so.11", "cuMemAlloc_v2", 80));
+            run.nvml(run.reserved() + kWorkspace + kContext + unrecorded);
+            const Findings f = analyze(run.b.t);
+            const UsageLedger& u = f.usage.at(0);
+            EXPECT_EQ(u.step, last_read ? 29u : 28u);
+            EXPECT_EQ(*u.unexplained, 0);
+            EXPECT_EQ(f.verdict, Verdict::no_leak);
+            EXPECT_EQ(has_note(f, "NVML's reading as the run ended, after the last step end (29), shows 50.0 MiB more on "
+                                  "cuda:0 than step 0's that no recorded allocation explains"),
+                      unrecorded > 0);
+            EXPECT_EQ(f.notes.size(), unrecorded > 0 ? 1u : 0u);
+        }
+}
+
 // The terminal's usage names the last step end, and a device's ledger of an earlier one says so.
 TEST(Usage, TheTerminalSaysWhichStepEndADevicesLedgerIsOf) {
     Loop run;

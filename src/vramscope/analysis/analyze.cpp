@@ -587,7 +587,7 @@ Findings conclude(Replay& r, const Steps& steps, const AnalysisOptions& opt,
     for (LedgerBuilder& l : totals.ledgers) f.ledger.push_back(l.finish());
     give_verdict(f, span, steps.unit.empty() ? "step" : steps.unit, usage);
     for (std::string& note : unseen_memory_notes(t)) f.notes.push_back(std::move(note));
-    for (std::string& note : usage.unchecked) f.notes.push_back(std::move(note));
+    for (std::string& note : usage.notes) f.notes.push_back(std::move(note));
     f.usage = std::move(usage.ledgers);
     // Nothing to judge is no "no leak" either: the notes above say what is missing.
     if (!r.has_memory_events) f.input_faults.push_back(t.source + ": no memory events: nothing to judge");

@@ -102,6 +102,7 @@ Usage usage_ledgers(const std::vector<DeviceSummary>& devices, const std::vector
         if (!base) base = std::find_if(d.timeline.begin() + ptrdiff_t(first), d.timeline.begin() + ptrdiff_t(last) + 1,
                                        [](const StepPoint& p) { return bool(p.nvml_used); }) - d.timeline.begin();
         std::string unchecked;  // where NVML was read but could check nothing of the judged steps
+        const bool based = *base <= last && d.timeline[*base].nvml_used;
         if (now) {
             const bool has_base = *base < at;  // else the reading is its own base: it checks nothing
             const StepPoint& at_base = d.timeline[has_base ? *base : at];
@@ -130,9 +131,26 @@ Usage usage_ledgers(const std::vector<DeviceSummary>& devices, const std::vector
         }
         // Like a capture without NVML: said, and the verdict stands on what was recorded.
         if (judged && !unchecked.empty())
-            u.unchecked.push_back("NVML was read on cuda:" + std::to_string(d.device) + " " + unchecked +
+            u.notes.push_back("NVML was read on cuda:" + std::to_string(d.device) + " " + unchecked +
                                   ": memory that no recorded allocation explains could not be checked there. NVML is "
                                   "read a thousandth of the run's time at most: record or judge more steps.");
+        // The reading at close when it does not stand for the last step end: after the judged steps,
+        // so it holds nothing against the verdict (torch's allocations there are not judged either),
+        // but what it shows that no recorded allocation explains is said.
+        const StepPoint* close = reading_at_close(d.timeline, last);
+        const bool close_taken = now && now->step == last && !d.timeline[last].nvml_used;
+        if (judged && close && !close_taken && based) {
+            const StepPoint& at_base = d.timeline[*base];
+            const int64_t context = std::max<int64_t>(0, residual(*at_base.nvml_used, at_base));
+            const int64_t unexplained = residual(*close->nvml_used, *close) - context;
+            if (unexplained > unexplained_allowance(int64_t(*close->nvml_used) - int64_t(*at_base.nvml_used)))
+                u.notes.push_back("NVML's reading as the run ended, after the last step end (" + std::to_string(last) +
+                                  "), shows " + format_bytes(double(unexplained)) + " more on cuda:" +
+                                  std::to_string(d.device) + " than step " + std::to_string(*base) +
+                                  "'s that no recorded allocation explains: memory taken past the driver calls vramscope "
+                                  "records, or the CUDA context growing (modules loaded late). The judged steps end "
+                                  "before it: the verdict stands.");
+        }
         u.ledgers.push_back(std::move(l));
     }
     std::vector<LibraryBytes> pinned = holders_of(holders, std::nullopt, Memory::pinned, first, last);

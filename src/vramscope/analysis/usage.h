@@ -19,7 +19,10 @@ namespace vramscope {
 struct Usage {
     std::vector<UsageLedger> ledgers;         // by device, then the host when it holds pinned memory
     std::vector<std::string> unexplained;     // a sentence per device whose residual grew past its allowance
-    std::vector<std::string> unchecked;       // a sentence per device NVML read, whose readings could check nothing
+    // Said beside the verdict, a sentence each: a device whose readings could check nothing, and
+    // growth no recorded allocation explains that the reading at close shows after the last step
+    // end (of the unfinished step, which no verdict is of).
+    std::vector<std::string> notes;
     uint64_t context(uint16_t device) const;  // the device's context, 0 where NVML was not read
 };
 
