@@ -580,7 +580,7 @@ Findings conclude(Replay& r, const Steps& steps, const AnalysisOptions& opt,
     Usage usage;
     if (span.S > 0) {
         for (HolderSeries& h : r.holders) h.record_held(uint32_t(span.S));
-        usage = usage_ledgers(r.devices, r.holders, span.s0, span.S - 1, span.judgeable);
+        usage = usage_ledgers(r.devices, r.nvml, r.holders, span.s0, span.S - 1, span.judgeable);
     }
     explain_devices(r, f, span, live, totals, usage, opt);
     explain_before_trace(r, f, live, starts_mid_run);

@@ -20,6 +20,7 @@ size_t Replay::add_device(uint8_t device) {
     if (i == devices.size()) {
         devices.push_back(DeviceSummary{device});
         state_.push_back({0, 0, 0, 0, {}});
+        nvml.emplace_back();
         for (const DeviceInfo& d : context.devices)
             if (d.device == device) {
                 devices[i].total_memory = d.total_memory;
@@ -99,8 +100,10 @@ void Replay::cut() {
         // A reading taken before memory the trace records changed in the step (the one taken as the
         // device is first watched, before the step's allocations) is not the step end's: set
         // against the step end's holdings, it would count them as the context's or as growth.
-        if (const auto r = std::exchange(s.nvml, std::nullopt); r && r->reserved == s.reserved && r->external == s.external)
+        if (const auto r = std::exchange(s.nvml, std::nullopt); r && r->reserved == s.reserved && r->external == s.external) {
             p.nvml_used = r->used;
+            nvml[i].back().stands = true;
+        }
         for (size_t k = 0; k < s.by_stream.size(); ++k)
             if (s.by_stream[k] > 0) p.by_stream.emplace_back(context.streams[k], uint64_t(s.by_stream[k]));
         hold_timeline_bytes(sizeof(StepPoint) + p.by_stream.size() * sizeof(p.by_stream[0]));
@@ -130,6 +133,10 @@ void Replay::forget_steps_before_memory() {
     for (DeviceSummary& d : devices) {
         d.timeline.erase(d.timeline.begin(), d.timeline.begin() + ptrdiff_t(cuts_before_memory_));
         if (d.oom_step) d.oom_step = 0;
+    }
+    for (std::vector<NvmlReading>& readings : nvml) {
+        std::erase_if(readings, [&](const NvmlReading& r) { return r.step < cuts_before_memory_; });
+        for (NvmlReading& r : readings) r.step -= cuts_before_memory_;
     }
 }
 
@@ -212,8 +219,12 @@ void Replay::process(const Event& e) {
     case EventKind::external_free:
     case EventKind::pinned_free: external_free(e); break;
     case EventKind::device_usage: {
-        DeviceState& s = state_[device_slot(e.device)];
+        const size_t i = device_slot(e.device);
+        DeviceState& s = state_[i];
         s.nvml = DeviceState::Reading{e.size, s.reserved, s.external};
+        hold_timeline_bytes(sizeof(NvmlReading));
+        nvml[i].push_back(NvmlReading{step_, e.size,
+                                      int64_t(e.size) - std::max<int64_t>(0, s.reserved) - std::max<int64_t>(0, s.external)});
         break;
     }
     default: break;

@@ -21,6 +21,17 @@
 
 namespace vramscope {
 
+// One NVML reading as the trace holds it, with its residual of that same moment: the figure less
+// torch's reserved bytes and the memory outside its allocator as the trace held them when it was
+// read. A reading stands for its step's end (StepPoint::nvml_used) only when neither changed after
+// it; one that does not is still an observation of its own moment (analysis/usage.h).
+struct NvmlReading {
+    size_t step;  // the timeline point it was read in (the unfinished tail's, for one at close)
+    uint64_t used;
+    int64_t residual;
+    bool stands = false;  // for its point's end
+};
+
 // A block still live, with what its free will need.
 struct LiveAlloc {
     uint64_t addr, size;
@@ -108,6 +119,7 @@ public:
     std::vector<DeviceSummary> devices;
     std::vector<SiteSeries> sites;
     std::vector<HolderSeries> holders;          // outside torch's allocator, by device, memory and holder
+    std::vector<std::vector<NvmlReading>> nvml;  // every NVML reading, by device in `devices`' order
     std::vector<LiveAlloc> live_allocs() const;  // blocks never freed, in allocation order
     size_t full_steps() const { return step_; }
     uint64_t entries = 0;                        // as torch counts them (Trace::entry_count)

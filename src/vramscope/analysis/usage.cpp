@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <utility>
 #include <string_view>
 #include <unordered_map>
 
@@ -32,25 +33,35 @@ const StepPoint* reading_at_close(const std::vector<StepPoint>& timeline, size_t
 // device's holdings (torch's segments, memory outside its allocator) are as they were at it, and it
 // leaves no less unexplained than the reading before it, by more than a verdict may leave open: a
 // teardown that freed what no allocation recorded must not hide the growth the run's readings
-// showed. `passed_over`: that reading before it, when the one at close stands instead (both are
-// checked).
+// showed (both are checked, in usage_ledgers()).
 struct Reading {
     size_t step;
     uint64_t nvml;
 };
-struct LedgerReading {
-    std::optional<Reading> taken, passed_over;
-};
-LedgerReading ledger_reading(const std::vector<StepPoint>& timeline, size_t first, size_t last) {
+std::optional<Reading> ledger_reading(const std::vector<StepPoint>& timeline, size_t first, size_t last) {
     std::optional<Reading> in_run;
     if (const std::optional<size_t> k = reading_at(timeline, last); k && *k >= first) in_run = Reading{*k, *timeline[*k].nvml_used};
     const StepPoint* close = reading_at_close(timeline, last);
     const StepPoint& end = timeline[last];
     if ((in_run && in_run->step == last) || !close || close->reserved != end.reserved || close->external != end.external)
-        return {in_run, std::nullopt};
+        return in_run;
     if (in_run && residual(*close->nvml_used, end) + unexplained_allowance(0) < residual(in_run->nvml, timeline[in_run->step]))
-        return {in_run, std::nullopt};
-    return {Reading{last, *close->nvml_used}, in_run};
+        return in_run;
+    return Reading{last, *close->nvml_used};
+}
+
+// The reading the context is taken from, as NVML saw it once warm-up was over: the last that stands
+// for a step end at or before the first judged one, else the first read after that step end
+// within the judged steps (the one taken as a device is first watched, before the first step's
+// segments, stands for nothing: against it, the first step's module loads would read as growth).
+const NvmlReading* base_reading(const std::vector<NvmlReading>& readings, size_t first, size_t last) {
+    const NvmlReading* base = nullptr;
+    for (const NvmlReading& r : readings)
+        if (r.step <= first && r.stands) base = &r;
+    if (base) return base;
+    for (const NvmlReading& r : readings)
+        if (r.step > first && r.step <= last) return &r;
+    return nullptr;
 }
 
 // Each holder's bytes at the step end `last` and its growth from `first`, largest first; holders
@@ -82,13 +93,15 @@ uint64_t Usage::context(uint16_t device) const {
     return 0;
 }
 
-Usage usage_ledgers(const std::vector<DeviceSummary>& devices, const std::vector<HolderSeries>& holders, size_t first,
-                    size_t last, bool judged) {
+Usage usage_ledgers(const std::vector<DeviceSummary>& devices, const std::vector<std::vector<NvmlReading>>& readings,
+                    const std::vector<HolderSeries>& holders, size_t first, size_t last, bool judged) {
     Usage u;
     first = std::min(first, last);
-    for (const DeviceSummary& d : devices) {
+    for (size_t i = 0; i < devices.size(); ++i) {
+        const DeviceSummary& d = devices[i];
         if (last >= d.timeline.size()) continue;
-        const auto [now, passed_over] = ledger_reading(d.timeline, first, last);
+        const std::vector<NvmlReading>& read = readings.at(i);
+        const std::optional<Reading> now = ledger_reading(d.timeline, first, last);
         const size_t at = now ? now->step : last;  // NVML's figure and its parts of one moment
         const StepPoint& end = d.timeline[at];
         UsageLedger l;
@@ -96,60 +109,64 @@ Usage usage_ledgers(const std::vector<DeviceSummary>& devices, const std::vector
         l.step = at;
         l.torch_reserved = end.reserved;
         l.libraries = holders_of(holders, d.device, Memory::external, first, at);
-        // The context as NVML saw it once warm-up was over: at the last reading at or before the
-        // first judged step end, or the first reading after it when there is none.
-        std::optional<size_t> base = reading_at(d.timeline, first);
-        if (!base) base = std::find_if(d.timeline.begin() + ptrdiff_t(first), d.timeline.begin() + ptrdiff_t(last) + 1,
-                                       [](const StepPoint& p) { return bool(p.nvml_used); }) - d.timeline.begin();
-        std::string unchecked;  // where NVML was read but could check nothing of the judged steps
-        const bool based = *base <= last && d.timeline[*base].nvml_used;
+        const NvmlReading* base = base_reading(read, first, last);
+        const int64_t context = base ? std::max<int64_t>(0, base->residual) : 0;
         if (now) {
-            const bool has_base = *base < at;  // else the reading is its own base: it checks nothing
-            const StepPoint& at_base = d.timeline[has_base ? *base : at];
-            const uint64_t base_nvml = has_base ? *at_base.nvml_used : now->nvml;
             l.nvml_used = now->nvml;
-            l.context = uint64_t(std::max<int64_t>(0, residual(base_nvml, at_base)));
+            l.context = uint64_t(base ? context : std::max<int64_t>(0, residual(now->nvml, end)));
             l.unexplained = residual(now->nvml, end) - int64_t(*l.context);
-            if (!has_base) unchecked = "at one step end only from the end of warm-up on (" + std::to_string(at) + "), with none before it";
-            // Growth NVML saw that no recorded allocation explains, past what a verdict may leave
-            // open, keeps the verdict from "no leak": each reading against its own allowance.
-            for (const std::optional<Reading>& r : {now, passed_over}) {
-                if (!r || !judged || !has_base) continue;
-                const int64_t unexplained = residual(r->nvml, d.timeline[r->step]) - int64_t(*l.context);
-                const int64_t allowed = unexplained_allowance(int64_t(r->nvml) - int64_t(base_nvml));
-                if (unexplained <= allowed) continue;
-                u.unexplained.push_back("NVML says the process grew by " + format_bytes(double(unexplained)) + " on cuda:" +
-                                        std::to_string(d.device) + " from step " + std::to_string(*base) + " to " +
-                                        std::to_string(r->step) + " that no recorded allocation explains (more than the " +
-                                        format_bytes(double(allowed)) +
-                                        " a verdict may leave open): memory taken past the driver calls vramscope "
-                                        "records, or the CUDA context growing (modules loaded late).");
-                break;
-            }
-        } else if (std::any_of(d.timeline.begin(), d.timeline.end(), [](const StepPoint& p) { return bool(p.nvml_used); })) {
-            unchecked = "but at no judged step end (" + std::to_string(first) + " to " + std::to_string(last) + ")";
         }
-        // Like a capture without NVML: said, and the verdict stands on what was recorded.
-        if (judged && !unchecked.empty())
-            u.notes.push_back("NVML was read on cuda:" + std::to_string(d.device) + " " + unchecked +
-                                  ": memory that no recorded allocation explains could not be checked there. NVML is "
-                                  "read a thousandth of the run's time at most: record or judge more steps.");
-        // The reading at close when it does not stand for the last step end: after the judged steps,
-        // so it holds nothing against the verdict (torch's allocations there are not judged either),
-        // but what it shows that no recorded allocation explains is said.
-        const StepPoint* close = reading_at_close(d.timeline, last);
-        const bool close_taken = now && now->step == last && !d.timeline[last].nvml_used;
-        if (judged && close && !close_taken && based) {
-            const StepPoint& at_base = d.timeline[*base];
-            const int64_t context = std::max<int64_t>(0, residual(*at_base.nvml_used, at_base));
-            const int64_t unexplained = residual(*close->nvml_used, *close) - context;
-            if (unexplained > unexplained_allowance(int64_t(*close->nvml_used) - int64_t(*at_base.nvml_used)))
+        // What is checked against the context, each reading against its own allowance: the last
+        // reading within the judged steps (standing for its step end or not), the ledger's, and
+        // the one at close. Past the allowance, growth no recorded allocation explains keeps the
+        // verdict from "no leak"; the reading at close is of the unfinished step, never judged, so
+        // when the last step end's own reading bounds the judged steps, what it shows is only said.
+        const bool last_read = d.timeline[last].nvml_used.has_value();
+        const bool close_taken = now && now->step == last && !last_read;
+        const NvmlReading* latest = nullptr;   // within the judged steps, after the base
+        const NvmlReading* ledgers = nullptr;  // the ledger's, when read within the run
+        const NvmlReading* close = nullptr;    // after the last step end
+        for (const NvmlReading& r : read) {
+            if (base && &r > base && r.step <= last) latest = &r;
+            if (now && !close_taken && r.step == now->step && r.stands) ledgers = &r;
+            if (r.step == last + 1 && d.timeline.size() == last + 2) close = &r;
+        }
+        bool checked = false, blocked = false;  // one sentence a device
+        const auto check = [&](const NvmlReading& r, bool blocks) {
+            checked = true;
+            const int64_t unexplained = r.residual - context;
+            const int64_t allowed = unexplained_allowance(int64_t(r.used) - int64_t(base->used));
+            if (unexplained <= allowed || (blocks && std::exchange(blocked, true))) return;
+            const std::string where = "cuda:" + std::to_string(d.device);
+            if (blocks)
+                u.unexplained.push_back(
+                    "NVML says the process grew by " + format_bytes(double(unexplained)) + " on " + where + " from step " +
+                    std::to_string(base->step) + " to " +
+                    (r.step <= last ? std::to_string(r.step)
+                                    : "the run's end (after step " + std::to_string(last) + ", whose end NVML did not read)") +
+                    " that no recorded allocation explains (more than the " + format_bytes(double(allowed)) +
+                    " a verdict may leave open): memory taken past the driver calls vramscope records, or the CUDA "
+                    "context growing (modules loaded late).");
+            else
                 u.notes.push_back("NVML's reading as the run ended, after the last step end (" + std::to_string(last) +
-                                  "), shows " + format_bytes(double(unexplained)) + " more on cuda:" +
-                                  std::to_string(d.device) + " than step " + std::to_string(*base) +
+                                  "), shows " + format_bytes(double(unexplained)) + " more on " + where + " than step " +
+                                  std::to_string(base->step) +
                                   "'s that no recorded allocation explains: memory taken past the driver calls vramscope "
                                   "records, or the CUDA context growing (modules loaded late). The judged steps end "
                                   "before it: the verdict stands.");
+        };
+        if (judged && base) {
+            if (latest) check(*latest, true);
+            if (ledgers && ledgers > base && ledgers != latest) check(*ledgers, true);
+            if (close) check(*close, !last_read);
+        }
+        // Like a capture without NVML: said, and the verdict stands on what was recorded.
+        if (judged && !checked && !read.empty()) {
+            const std::string what = now ? "at one step end only from the end of warm-up on (" + std::to_string(at) + "), with none before it"
+                                         : "but at no judged step end (" + std::to_string(first) + " to " + std::to_string(last) + ")";
+            u.notes.push_back("NVML was read on cuda:" + std::to_string(d.device) + " " + what +
+                              ": memory that no recorded allocation explains could not be checked there. NVML is "
+                              "read a thousandth of the run's time at most: record or judge more steps.");
         }
         u.ledgers.push_back(std::move(l));
     }

@@ -2,9 +2,11 @@
 // last judged step end that read NVML (the last full step end where none did):
 //   NVML's figure = torch's reserved bytes + each holder's own device memory (analysis/libraries.h)
 //                 + the CUDA context and module images + unexplained, exactly.
-// The context is NVML's residual (its figure less torch's reserved and the libraries' bytes) at the
-// first judged step end, the end of warm-up; what the residual gained since is unexplained. Past
-// unexplained_allowance() (analysis/ledger.h) of NVML's own growth, no verdict may be "no leak".
+// The context is NVML's residual (its figure less torch's reserved and the libraries' bytes, as the
+// trace held them when it was read) at the first judged step end, the end of warm-up; what the
+// residual gained since is unexplained. Past unexplained_allowance() (analysis/ledger.h) of NVML's
+// own growth, at the last reading within the judged steps, the ledger's, or the one at close
+// unless the last step end's own reading bounds the judged steps, no verdict may be "no leak".
 // Pinned host memory is the host's, by holder, with no NVML figure. docs/findings.md says the same.
 #pragma once
 #include <cstddef>
@@ -26,11 +28,11 @@ struct Usage {
     uint64_t context(uint16_t device) const;  // the device's context, 0 where NVML was not read
 };
 
-// `devices`' timelines and the replay's holders, written down to the end (HeldSeries::record_held);
-// `first`: the first judged step end, `last`: the last full step's; `judged`: whether the steps
-// between are judged (else no growth is held against the verdict).
-Usage usage_ledgers(const std::vector<DeviceSummary>& devices, const std::vector<HolderSeries>& holders, size_t first,
-                    size_t last, bool judged);
+// `devices`' timelines, their NVML readings (Replay::nvml) and the replay's holders, written down to
+// the end (HeldSeries::record_held); `first`: the first judged step end, `last`: the last full
+// step's; `judged`: whether the steps between are judged (else no growth is held against the verdict).
+Usage usage_ledgers(const std::vector<DeviceSummary>& devices, const std::vector<std::vector<NvmlReading>>& readings,
+                    const std::vector<HolderSeries>& holders, size_t first, size_t last, bool judged);
 
 // What the input could not show of the process's memory, said plainly: a torch snapshot's, or a
 // capture's that says (trace meta "capture.driver", "capture.nvml") what it did not record.
