@@ -489,14 +489,28 @@ TEST(Usage, TheReadingAtCloseIsCheckedAndBlocksWhereTheLastStepEndReadNone) {
                 EXPECT_TRUE(f.notes.empty());
             } else if (last_read) {
                 EXPECT_EQ(f.verdict, Verdict::no_leak);
-                EXPECT_TRUE(has_note(f, "NVML's reading as the run ended, after the last step end (29), shows 50.0 MiB more "
-                                        "on cuda:0 than step 0's that no recorded allocation explains"));
+                EXPECT_TRUE(has_note(f, "NVML's reading as the run ended shows 50.0 MiB more on cuda:0 than at the last step "
+                                        "end (29) that no recorded allocation explains"));
                 EXPECT_EQ(f.notes.size(), 1u);
             } else {
                 expect_said_first_and_no_verdict(f, "NVML says the process grew by 50.0 MiB on cuda:0 from step 0 to the "
                                                     "run's end (after step 29, whose end NVML did not read)");
             }
         }
+}
+
+// Growth the judged steps' readings showed is said once, by them: the reading at close after a last
+// step end that was read says only what came after it (here nothing: CuPy's pool kept on a GPU
+// run, tests/data/device/cupy_kept.vscope, read the same).
+TEST(Usage, TheReadingAtCloseSaysOnlyWhatCameAfterTheLastStepEnd) {
+    Loop run;
+    constexpr uint64_t kContext = 500 * MiB;
+    run.torch_steps(30, [&](int s) { return std::optional<uint64_t>(run.reserved() + kContext + (s > 10 ? 16 * MiB : 0)); });
+    run.b.segment(0x7100'0000'0000, 2 * MiB);  // after the last step end
+    run.nvml(run.reserved() + 2 * MiB + kContext + 16 * MiB);
+    const Findings f = analyze(run.b.t);
+    expect_said_first_and_no_verdict(f, "NVML says the process grew by 16.0 MiB on cuda:0 from step");
+    EXPECT_EQ(f.notes.size(), 1u) << f.notes.back();
 }
 
 // The terminal's usage names the last step end, and a device's ledger of an earlier one says so.

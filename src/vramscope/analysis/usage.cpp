@@ -132,10 +132,11 @@ Usage usage_ledgers(const std::vector<DeviceSummary>& devices, const std::vector
             if (r.step == last + 1 && d.timeline.size() == last + 2) close = &r;
         }
         bool checked = false, blocked = false;  // one sentence a device
-        const auto check = [&](const NvmlReading& r, bool blocks) {
+        // `r` against `since`: the base, or for what came after the judged steps, the last step end's.
+        const auto check = [&](const NvmlReading& r, const NvmlReading& since, bool blocks) {
             checked = true;
-            const int64_t unexplained = r.residual - context;
-            const int64_t allowed = unexplained_allowance(int64_t(r.used) - int64_t(base->used));
+            const int64_t unexplained = r.residual - (&since == base ? context : since.residual);
+            const int64_t allowed = unexplained_allowance(int64_t(r.used) - int64_t(since.used));
             if (unexplained <= allowed || (blocks && std::exchange(blocked, true))) return;
             const std::string where = "cuda:" + std::to_string(d.device);
             if (blocks)
@@ -148,17 +149,19 @@ Usage usage_ledgers(const std::vector<DeviceSummary>& devices, const std::vector
                     " a verdict may leave open): memory taken past the driver calls vramscope records, or the CUDA "
                     "context growing (modules loaded late).");
             else
-                u.notes.push_back("NVML's reading as the run ended, after the last step end (" + std::to_string(last) +
-                                  "), shows " + format_bytes(double(unexplained)) + " more on " + where + " than step " +
-                                  std::to_string(base->step) +
-                                  "'s that no recorded allocation explains: memory taken past the driver calls vramscope "
-                                  "records, or the CUDA context growing (modules loaded late). The judged steps end "
-                                  "before it: the verdict stands.");
+                u.notes.push_back("NVML's reading as the run ended shows " + format_bytes(double(unexplained)) + " more on " +
+                                  where + " than at the last step end (" + std::to_string(last) +
+                                  ") that no recorded allocation explains: memory taken past the driver calls vramscope "
+                                  "records, or the CUDA context growing (modules loaded late), after the judged steps: "
+                                  "the verdict stands.");
         };
         if (judged && base) {
-            if (latest) check(*latest, true);
-            if (ledgers && ledgers > base && ledgers != latest) check(*ledgers, true);
-            if (close) check(*close, !last_read);
+            if (latest) check(*latest, *base, true);
+            if (ledgers && ledgers > base && ledgers != latest) check(*ledgers, *base, true);
+            // Where the last step end's own reading bounds the judged steps, what came after it is
+            // the unfinished step's: said, from that reading on. Else it may be the judged steps'.
+            if (close && last_read) check(*close, latest ? *latest : *base, false);  // the last step end's
+            else if (close) check(*close, *base, true);
         }
         // Like a capture without NVML: said, and the verdict stands on what was recorded.
         if (judged && !checked && !read.empty()) {
