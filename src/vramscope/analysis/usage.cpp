@@ -134,9 +134,10 @@ Usage usage_ledgers(const std::vector<DeviceSummary>& devices, const std::vector
         bool checked = false, blocked = false;  // one sentence a device
         // `r` against `since`: the base, or for what came after the judged steps, the last step end's.
         const auto check = [&](const NvmlReading& r, const NvmlReading& since, bool blocks) {
-            checked = true;
+            checked |= blocks;  // a note on what came after the judged steps checks none of them
             const int64_t unexplained = r.residual - (&since == base ? context : since.residual);
-            const int64_t allowed = unexplained_allowance(int64_t(r.used) - int64_t(since.used));
+            // 2% of NVML's growth: a fall (segments given back) widens nothing.
+            const int64_t allowed = unexplained_allowance(std::max<int64_t>(0, int64_t(r.used) - int64_t(since.used)));
             if (unexplained <= allowed || (blocks && std::exchange(blocked, true))) return;
             const std::string where = "cuda:" + std::to_string(d.device);
             if (blocks)
