@@ -12,7 +12,13 @@ itself. The variants take turns a step at a time, as in capture_overhead.py --al
 For each: the median step, ns per event of each kind inside the sink (less the null sink's), the
 sink's time per step, and which threads other than the training thread ran how long per step.
 
-  python bench/hook_in_situ.py --cycles 100 --warmup 20 --out $OUT/in_situ.json
+With --fence, two more: "null, fenced" and "vramscope, fenced", whose wrapper waits for the sink's
+stores to reach the cache (mfence) inside the timed span. What that adds to vramscope's sink beyond
+the null sink's is the stores' own wait, which the unfenced sink leaves to the code after it (torch
+releasing its allocator's lock, a locked instruction, waits for them): the part of the step's cost
+that happens outside the timed calls because of them, if any.
+
+  python bench/hook_in_situ.py --cycles 100 --warmup 20 --out $OUT/in_situ.json [--fence]
 """
 
 from __future__ import annotations
@@ -50,6 +56,17 @@ void timed(int k, int d, uint64_t a, uint64_t s, uint64_t st, const char* n) {
     calls[k & 15] += 1;
     with_node[k & 15] += n != 0;
 }
+void timed_fenced(int k, int d, uint64_t a, uint64_t s, uint64_t st, const char* n) {
+    _mm_lfence();
+    uint64_t t0 = __rdtsc();
+    _mm_lfence();
+    target(k, d, a, s, st, n);
+    _mm_mfence();
+    uint64_t t1 = __rdtsc();
+    ticks_in[k & 15] += t1 - t0;
+    calls[k & 15] += 1;
+    with_node[k & 15] += n != 0;
+}
 """
 
 VARIANTS = ["none", "null", "no-stacks", "vramscope"]
@@ -76,7 +93,9 @@ def main() -> int:
     ap.add_argument("--cycles", type=int, default=100)
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--out")
+    ap.add_argument("--fence", action="store_true", help="also the null and vramscope sinks with their stores waited for")
     a = ap.parse_args()
+    variants = VARIANTS + (["null, fenced", "vramscope, fenced"] if a.fence else [])
     import torch
     from vramscope import _core
 
@@ -88,19 +107,20 @@ def main() -> int:
     ticks = (ctypes.c_uint64 * 16).in_dll(lib, "ticks_in")
     calls = (ctypes.c_uint64 * 16).in_dll(lib, "calls")
     with_node = (ctypes.c_uint64 * 16).in_dll(lib, "with_node")
-    timed = ctypes.cast(lib.timed, ctypes.c_void_p).value
+    timed, fenced = (ctypes.cast(f, ctypes.c_void_p).value for f in (lib.timed, lib.timed_fenced))
     step, enter, done = in_process("transformer", a.warmup)
     sink, nothing = _core.allocator_sink(), null_sink()
     hook = load_allocator_hook()  # the capture's own: one library, one sink pointer
 
     def enter_variant(v: str) -> None:
-        enter("vramscope" if v == "vramscope" else "vramscope-no-stacks" if v != "none" else "none")
+        sink_of = v.split(",")[0]
+        enter("vramscope" if sink_of == "vramscope" else "vramscope-no-stacks" if v != "none" else "none")
         if v != "none":
-            lib.set_target(ctypes.c_uint64(nothing if v == "null" else sink))
-            hook.install(timed)
+            lib.set_target(ctypes.c_uint64(nothing if sink_of == "null" else sink))
+            hook.install(fenced if v.endswith("fenced") else timed)
 
-    rows = {v: {"step_ms": [], "ticks": [[0] * 16], "calls": [[0] * 16], "node": [[0] * 16], "threads": []} for v in VARIANTS}
-    orders = balanced_orders(VARIANTS)
+    rows = {v: {"step_ms": [], "ticks": [[0] * 16], "calls": [[0] * 16], "node": [[0] * 16], "threads": []} for v in variants}
+    orders = balanced_orders(variants)
     for c in range(a.cycles):
         for v in orders[c % len(orders)]:
             enter_variant(v)
@@ -121,7 +141,7 @@ def main() -> int:
     kinds = {int(k.value): k.name for k in _core.EventKind.__members__.values()}
     out = {"ns_per_tick": ns_per_tick, "variants": {}}
     base = statistics.median(rows["none"]["step_ms"])
-    for v in VARIANTS:
+    for v in variants:
         r = rows[v]
         n = len(r["step_ms"])
         per_kind = {}
@@ -142,7 +162,7 @@ def main() -> int:
         out["variants"][v] = {"step_ms": statistics.median(r["step_ms"]), "ratio": statistics.median(r["step_ms"]) / base,
                               "sink_ms_per_step": sink_ms, "per_kind": per_kind,
                               "thread_cpu_ms_per_step": {str(tid): round(ms, 3) for tid, ms in top}}
-        print(f"{v:10s} step {statistics.median(r['step_ms']):7.2f} ms  x{statistics.median(r['step_ms']) / base:.3f}  "
+        print(f"{v:18s} step {statistics.median(r['step_ms']):7.2f} ms  x{statistics.median(r['step_ms']) / base:.3f}  "
               f"in the sink {sink_ms:.3f} ms/step  threads ms/step: "
               + " ".join(f"{tid}:{ms:.2f}" for tid, ms in top))
         for name, pk in per_kind.items():
