@@ -455,7 +455,7 @@ TEST(Usage, AReadingThatStandsForNoStepEndIsCheckedAtItsOwnMoment) {
         run.b.step();
     }
     const Findings f = analyze(run.b.t);
-    const size_t base = f.warmup_steps + 1;  // the first read after the first judged step end
+    const size_t base = f.warmup_steps;  // the last read at or before the first judged step end
     expect_said_first_and_no_verdict(f, "NVML says the process grew by " + std::to_string((29 - base) * 10) +
                                             ".0 MiB on cuda:0 from step " + std::to_string(base) + " to 29");
 }
@@ -539,6 +539,29 @@ TEST(Usage, AReadingAtCloseChecksNothingOfTheJudgedStepsAfterOneThatIsItsOwnBase
     const Findings f = analyze(run.b.t);
     EXPECT_EQ(f.verdict, Verdict::no_leak);
     EXPECT_TRUE(has_note(f, "NVML was read on cuda:0 at one step end only from the end of warm-up on (29), with none before it"));
+}
+
+// The context is the residual of the last reading at or before the first judged step end, whether
+// it stands for that step end or not (a segment taken after it, before the marker): only the one
+// taken as the device is first watched is passed over.
+TEST(Usage, AReadingAtTheEndOfWarmUpThatStandsForNoStepEndIsStillTheContexts) {
+    Loop run;
+    constexpr uint64_t kContext = 500 * MiB, kUnrecorded = 50 * MiB;
+    uint64_t side = 64 * MiB, unrecorded = 0;
+    run.nvml(run.reserved() + kContext);  // as the device is first watched
+    run.b.segment(0x7300'0000'0000, side);  // the first step's segment, after that reading
+    for (int s = 0; s < 30; ++s) {
+        run.torch_step(s);
+        if (s == 5) unrecorded = kUnrecorded;
+        if (s == 3 || (s >= 8 && s % 5 == 3)) run.nvml(run.reserved() + side + kContext + unrecorded);
+        if (s == 3) run.b.segment(0x7100'0000'0000, 20 * MiB), side += 20 * MiB;  // after the reading, before the marker
+        run.b.step();
+    }
+    AnalysisOptions o;
+    o.judge.warmup = 3;
+    const Findings f = analyze(run.b.t, o);
+    EXPECT_EQ(*f.usage.at(0).context, kContext);
+    expect_said_first_and_no_verdict(f, "NVML says the process grew by 50.0 MiB on cuda:0 from step 3 to 28");
 }
 
 // The terminal's usage names the last step end, and a device's ledger of an earlier one says so.

@@ -50,14 +50,14 @@ std::optional<Reading> ledger_reading(const std::vector<StepPoint>& timeline, si
     return Reading{last, *close->nvml_used};
 }
 
-// The reading the context is taken from, as NVML saw it once warm-up was over: the last that stands
-// for a step end at or before the first judged one, else the first read after that step end
-// within the judged steps (the one taken as a device is first watched, before the first step's
-// segments, stands for nothing: against it, the first step's module loads would read as growth).
+// The reading the context is taken from, as NVML saw it once warm-up was over: the last at or
+// before the first judged step end, else the first read after that step end within the judged
+// steps. Not the one taken as a device is first watched, before the first step's segments (it
+// stands for no step end): against it, the first step's module loads would read as growth.
 const NvmlReading* base_reading(const std::vector<NvmlReading>& readings, size_t first, size_t last) {
     const NvmlReading* base = nullptr;
     for (const NvmlReading& r : readings)
-        if (r.step <= first && r.stands) base = &r;
+        if (r.step <= first && (r.stands || r.step > 0)) base = &r;
     if (base) return base;
     for (const NvmlReading& r : readings)
         if (r.step > first && r.step <= last) return &r;
