@@ -45,28 +45,21 @@ static sink_fn target;
 uint64_t ticks_in[16], calls[16], with_node[16];
 void set_target(uint64_t t) { target = (sink_fn)(uintptr_t)t; }
 uint64_t now_ticks(void) { return __rdtsc(); }
-void timed(int k, int d, uint64_t a, uint64_t s, uint64_t st, const char* n) {
+/* fence: also wait for the sink's stores to be globally visible before the second read. */
+static inline void timed_call(int fence, int k, int d, uint64_t a, uint64_t s, uint64_t st, const char* n) {
     _mm_lfence();
     uint64_t t0 = __rdtsc();
     _mm_lfence();
     target(k, d, a, s, st, n);
+    if (fence) _mm_mfence();
     _mm_lfence();
     uint64_t t1 = __rdtsc();
     ticks_in[k & 15] += t1 - t0;
     calls[k & 15] += 1;
     with_node[k & 15] += n != 0;
 }
-void timed_fenced(int k, int d, uint64_t a, uint64_t s, uint64_t st, const char* n) {
-    _mm_lfence();
-    uint64_t t0 = __rdtsc();
-    _mm_lfence();
-    target(k, d, a, s, st, n);
-    _mm_mfence();
-    uint64_t t1 = __rdtsc();
-    ticks_in[k & 15] += t1 - t0;
-    calls[k & 15] += 1;
-    with_node[k & 15] += n != 0;
-}
+void timed(int k, int d, uint64_t a, uint64_t s, uint64_t st, const char* n) { timed_call(0, k, d, a, s, st, n); }
+void timed_fenced(int k, int d, uint64_t a, uint64_t s, uint64_t st, const char* n) { timed_call(1, k, d, a, s, st, n); }
 """
 
 VARIANTS = ["none", "null", "no-stacks", "vramscope"]
