@@ -100,9 +100,10 @@ void Replay::cut() {
         // A reading taken before memory the trace records changed in the step (the one taken as the
         // device is first watched, before the step's allocations) is not the step end's: set
         // against the step end's holdings, it would count them as the context's or as growth.
-        if (const auto r = std::exchange(s.nvml, std::nullopt); r && r->reserved == s.reserved && r->external == s.external) {
+        if (NvmlReading* r = nvml[i].empty() ? nullptr : &nvml[i].back();
+            r && r->step == step_ && r->reserved == s.reserved && r->external == s.external) {
             p.nvml_used = r->used;
-            nvml[i].back().stands = true;
+            r->stands = true;
         }
         for (size_t k = 0; k < s.by_stream.size(); ++k)
             if (s.by_stream[k] > 0) p.by_stream.emplace_back(context.streams[k], uint64_t(s.by_stream[k]));
@@ -220,11 +221,8 @@ void Replay::process(const Event& e) {
     case EventKind::pinned_free: external_free(e); break;
     case EventKind::device_usage: {
         const size_t i = device_slot(e.device);
-        DeviceState& s = state_[i];
-        s.nvml = DeviceState::Reading{e.size, s.reserved, s.external};
         hold_timeline_bytes(sizeof(NvmlReading));
-        nvml[i].push_back(NvmlReading{step_, e.size,
-                                      int64_t(e.size) - std::max<int64_t>(0, s.reserved) - std::max<int64_t>(0, s.external)});
+        nvml[i].push_back(NvmlReading{step_, e.size, state_[i].reserved, state_[i].external});
         break;
     }
     default: break;

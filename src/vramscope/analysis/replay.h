@@ -21,15 +21,17 @@
 
 namespace vramscope {
 
-// One NVML reading as the trace holds it, with its residual of that same moment: the figure less
-// torch's reserved bytes and the memory outside its allocator as the trace held them when it was
-// read. A reading stands for its step's end (StepPoint::nvml_used) only when neither changed after
-// it; one that does not is still an observation of its own moment (analysis/usage.h).
+// One NVML reading as the trace holds it, with torch's reserved bytes and the memory outside its
+// allocator as the trace held them when it was read. It stands for its step's end
+// (StepPoint::nvml_used) only when neither changed after it; one that does not is still an
+// observation of its own moment (analysis/usage.h).
 struct NvmlReading {
     size_t step;  // the timeline point it was read in (the unfinished tail's, for one at close)
     uint64_t used;
-    int64_t residual;
+    int64_t reserved, external;
     bool stands = false;  // for its point's end
+    // What no recorded allocation holds then (negative when NVML lags a free).
+    int64_t residual() const { return int64_t(used) - std::max<int64_t>(0, reserved) - std::max<int64_t>(0, external); }
 };
 
 // A block still live, with what its free will need.
@@ -133,13 +135,6 @@ private:
         int64_t allocated, reserved, pending, peak;
         std::vector<int64_t> by_stream;  // by stream index
         int64_t external = 0, pinned = 0;  // outside torch's allocator
-        // NVML's figure, last read in the step in hand, and torch's reserved and the outside bytes
-        // as they were then: it is the step end's figure only if those did not change after it.
-        struct Reading {
-            uint64_t used;
-            int64_t reserved, external;
-        };
-        std::optional<Reading> nvml;
     };
     size_t device_slot(uint8_t device) {
         return slot_of_device_[device] >= 0 ? size_t(slot_of_device_[device]) : add_device(device);

@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <optional>
-#include <utility>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 
 #include "analysis/ledger.h"
 #include "common/format.h"
@@ -110,7 +110,7 @@ Usage usage_ledgers(const std::vector<DeviceSummary>& devices, const std::vector
         l.torch_reserved = end.reserved;
         l.libraries = holders_of(holders, d.device, Memory::external, first, at);
         const NvmlReading* base = base_reading(read, first, last);
-        const int64_t context = base ? std::max<int64_t>(0, base->residual) : 0;
+        const int64_t context = base ? std::max<int64_t>(0, base->residual()) : 0;
         if (now) {
             l.nvml_used = now->nvml;
             l.context = uint64_t(base ? context : std::max<int64_t>(0, residual(now->nvml, end)));
@@ -135,7 +135,7 @@ Usage usage_ledgers(const std::vector<DeviceSummary>& devices, const std::vector
         // `r` against `since`: the base, or for what came after the judged steps, the last step end's.
         const auto check = [&](const NvmlReading& r, const NvmlReading& since, bool blocks) {
             checked |= blocks;  // a note on what came after the judged steps checks none of them
-            const int64_t unexplained = r.residual - (&since == base ? context : since.residual);
+            const int64_t unexplained = r.residual() - (&since == base ? context : since.residual());
             // 2% of NVML's growth: a fall (segments given back) widens nothing.
             const int64_t allowed = unexplained_allowance(std::max<int64_t>(0, int64_t(r.used) - int64_t(since.used)));
             if (unexplained <= allowed || (blocks && std::exchange(blocked, true))) return;
