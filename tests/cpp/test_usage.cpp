@@ -11,6 +11,7 @@
 #include <random>
 
 #include "analysis/analyze.h"
+#include "analysis/driver_pages.h"
 #include "analysis/libraries.h"
 #include "findings/json.h"
 #include "findings/json_reader.h"
@@ -99,7 +100,8 @@ void expect_said_first_and_no_verdict(const Findings& f, const std::string& note
 
 // The parts of a device's usage ledger, added up.
 int64_t parts(const UsageLedger& u) {
-    int64_t sum = int64_t(u.torch_reserved) + int64_t(u.context.value_or(0)) + u.unexplained.value_or(0);
+    int64_t sum = int64_t(u.torch_reserved) + int64_t(u.context.value_or(0)) + int64_t(u.page_rounding.value_or(0)) +
+                  u.unexplained.value_or(0);
     for (const LibraryBytes& l : u.libraries) sum += int64_t(l.bytes);
     return sum;
 }
@@ -562,6 +564,71 @@ TEST(Usage, AReadingAtTheEndOfWarmUpThatStandsForNoStepEndIsStillTheContexts) {
     const Findings f = analyze(run.b.t, o);
     EXPECT_EQ(*f.usage.at(0).context, kContext);
     expect_said_first_and_no_verdict(f, "NVML says the process grew by 50.0 MiB on cuda:0 from step 3 to 28");
+}
+
+// The driver maps device memory in 2 MiB pages, and NVML counts pages: what an allocation may
+// show beyond its bytes is the rest of its last page, and never more than itself (small ones share).
+TEST(Usage, AnAllocationsPageMayShowTheRestOfItsPageAndNoMoreThanItself) {
+    EXPECT_EQ(page_rounding_bound(3 * MiB / 2), MiB / 2);  // CuPy's 1.5 MiB: a page of its own
+    EXPECT_EQ(page_rounding_bound(2 * MiB), 0u);
+    EXPECT_EQ(page_rounding_bound(3 * MiB), MiB);
+    EXPECT_EQ(page_rounding_bound(MiB + 1), MiB - 1);
+    EXPECT_EQ(page_rounding_bound(4096), 4096u);
+    EXPECT_EQ(page_rounding_bound(0), 0u);
+}
+
+// A library takes eight 1.5 MiB buffers once, after warm-up, and keeps them: NVML grows by their
+// eight 2 MiB pages. The 4 MiB beyond their bytes is the driver's pages, in the ledger as such: it
+// is no memory nobody recorded (before, a "cannot judge" beside a run that leaks nothing).
+TEST(Usage, TheDriversPagesOfALibrarysSmallBuffersAreNotUnexplained) {
+    Loop run;
+    const uint32_t cupy = run.driver_stack("/v/site-packages/cupy/cuda/memory.cpython-312-x86_64-linux-gnu.so",
+                                           "cuMemAlloc_v2", 51);
+    constexpr uint64_t kContext = 500 * MiB;
+    uint64_t pages = 0;
+    for (int s = 0; s < 30; ++s) {
+        run.torch_step(s);
+        if (s == 12)
+            for (uint64_t k = 0; k < 8; ++k) run.add(EventKind::external_alloc, 0x7200'0000'0000 + k * 4 * MiB, 3 * MiB / 2, cupy);
+        if (s == 12) pages = 8 * 2 * MiB;
+        run.nvml(run.reserved() + pages + kContext);
+        run.b.step();
+    }
+    const Findings f = analyze(run.b.t);
+    const UsageLedger& u = f.usage.at(0);
+    ASSERT_TRUE(u.nvml_used && u.context && u.page_rounding && u.unexplained);
+    EXPECT_EQ(*u.context, kContext);
+    EXPECT_EQ(*u.page_rounding, 4 * MiB);
+    EXPECT_EQ(*u.unexplained, 0);
+    EXPECT_EQ(int64_t(*u.nvml_used), parts(u));
+    EXPECT_EQ(f.verdict, Verdict::no_leak);
+    EXPECT_FALSE(has_note(f, "NVML says"));
+    const std::string out = render_summary(f, false);
+    EXPECT_NE(out.find("driver's pages 4.0 MiB"), std::string::npos) << out;
+}
+
+// Many tiny allocations cannot cover growth beyond what they hold: 64 of 4 KiB, beside 128 MiB
+// that NVML shows and nobody recorded, leave all but their own 256 KiB unexplained.
+TEST(Usage, TinyAllocationsWidenTheDriversPagesByNoMoreThanTheirOwnBytes) {
+    Loop run;
+    const uint32_t ext = run.driver_stack("/home/u/build/tiny_ext.so", "cuMemAlloc_v2", 52);
+    constexpr uint64_t kContext = 500 * MiB, kTiny = 4096;
+    uint64_t grown = 0;
+    for (int s = 0; s < 30; ++s) {
+        run.torch_step(s);
+        if (s == 12)
+            for (uint64_t k = 0; k < 64; ++k) run.add(EventKind::external_alloc, 0x7200'0000'0000 + k * kTiny, kTiny, ext);
+        if (s == 12) grown = 64 * 2 * MiB;
+        run.nvml(run.reserved() + grown + kContext);
+        run.b.step();
+    }
+    const Findings f = analyze(run.b.t);
+    const UsageLedger& u = f.usage.at(0);
+    ASSERT_TRUE(u.page_rounding && u.unexplained);
+    EXPECT_EQ(*u.page_rounding, 64 * kTiny);
+    EXPECT_EQ(*u.unexplained, int64_t(128 * MiB - 2 * 64 * kTiny));
+    EXPECT_EQ(int64_t(*u.nvml_used), parts(u));
+    expect_said_first_and_no_verdict(f, "NVML says the process grew by 127.5 MiB on cuda:0 from step");
 }
 
 // The terminal's usage names the last step end, and a device's ledger of an earlier one says so.

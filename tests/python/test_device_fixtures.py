@@ -105,7 +105,8 @@ def test_the_usage_ledger_sums_to_nvmls_figure_and_leaves_little_unexplained(fix
     assert len(ledgers) == 1, fixture.findings["usage"]
     u = ledgers[0]
     assert u["nvml_used"] is not None, u
-    parts = u["torch_reserved"] + sum(lib["bytes"] for lib in u["libraries"]) + u["context"] + u["unexplained"]
+    parts = (u["torch_reserved"] + sum(lib["bytes"] for lib in u["libraries"]) + u["context"] + u["page_rounding"]
+             + u["unexplained"])
     assert parts == u["nvml_used"], u
     tolerance = max(0.01 * u["nvml_used"], 64 << 20)
     truth = fixture.truth["steps"][u["step"]]

@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "analysis/driver_pages.h"
 #include "analysis/libraries.h"
 
 namespace vramscope {
@@ -222,7 +223,7 @@ void Replay::process(const Event& e) {
     case EventKind::device_usage: {
         const size_t i = device_slot(e.device);
         hold_timeline_bytes(sizeof(NvmlReading));
-        nvml[i].push_back(NvmlReading{step_, e.size, state_[i].reserved, state_[i].external});
+        nvml[i].push_back(NvmlReading{step_, e.size, state_[i].reserved, state_[i].external, state_[i].page_rounding});
         break;
     }
     default: break;
@@ -244,7 +245,8 @@ void Replay::external_alloc(const Event& e) {
     change(sites[site], int64_t(e.size));
     sites[site].last_stack = e.stack;
     change(holders[holder_of(e.device, memory, e.stack)], int64_t(e.size));
-    (memory == Memory::pinned ? s.pinned : s.external) += int64_t(e.size);
+    if (memory == Memory::pinned) s.pinned += int64_t(e.size);
+    else s.external += int64_t(e.size), s.page_rounding += int64_t(page_rounding_bound(e.size));
 }
 
 // Given back, as the block was allocated: its device, its size (a capture records only the frees
@@ -258,7 +260,8 @@ void Replay::external_free(const Event& e) {
     const LiveAlloc& block = pool_[a];
     const Memory memory = sites[block.site].memory;
     DeviceState& s = state_[device_slot(block.device)];
-    (memory == Memory::pinned ? s.pinned : s.external) -= int64_t(block.size);
+    if (memory == Memory::pinned) s.pinned -= int64_t(block.size);
+    else s.external -= int64_t(block.size), s.page_rounding -= int64_t(page_rounding_bound(block.size));
     change(holders[holder_of(block.device, memory, block.stack)], -int64_t(block.size));
     released(block);
     free_slots_.push_back(a);

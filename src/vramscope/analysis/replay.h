@@ -29,6 +29,9 @@ struct NvmlReading {
     size_t step;  // the timeline point it was read in (the unfinished tail's, for one at close)
     uint64_t used;
     int64_t reserved, external;
+    // How much more than `external` the driver's pages of that memory may read on NVML, at most
+    // (analysis/driver_pages.h).
+    int64_t page_rounding = 0;
     bool stands = false;  // for its point's end
     // What no recorded allocation holds then (negative when NVML lags a free).
     int64_t residual() const { return int64_t(used) - std::max<int64_t>(0, reserved) - std::max<int64_t>(0, external); }
@@ -135,6 +138,7 @@ private:
         int64_t allocated, reserved, pending, peak;
         std::vector<int64_t> by_stream;  // by stream index
         int64_t external = 0, pinned = 0;  // outside torch's allocator
+        int64_t page_rounding = 0;         // of the live `external` allocations, at most
     };
     size_t device_slot(uint8_t device) {
         return slot_of_device_[device] >= 0 ? size_t(slot_of_device_[device]) : add_device(device);

@@ -64,6 +64,13 @@ const NvmlReading* base_reading(const std::vector<NvmlReading>& readings, size_t
     return nullptr;
 }
 
+// Of `grown`, a residual's gain from `since` to `now`, what the driver's pages of the outside
+// allocations taken between them may account for (analysis/driver_pages.h); the rest is unexplained.
+// Taken from the two moments' totals, so what was freed between them widens nothing.
+int64_t page_rounding_of(int64_t grown, const NvmlReading& now, const NvmlReading& since) {
+    return std::clamp<int64_t>(now.page_rounding - since.page_rounding, 0, std::max<int64_t>(0, grown));
+}
+
 // Each holder's bytes at the step end `last` and its growth from `first`, largest first; holders
 // that held nothing at either are left out.
 std::vector<LibraryBytes> holders_of(const std::vector<HolderSeries>& holders, std::optional<uint16_t> device, Memory memory,
@@ -111,11 +118,6 @@ Usage usage_ledgers(const std::vector<DeviceSummary>& devices, const std::vector
         l.libraries = holders_of(holders, d.device, Memory::external, first, at);
         const NvmlReading* base = base_reading(read, first, last);
         const int64_t context = base ? std::max<int64_t>(0, base->residual()) : 0;
-        if (now) {
-            l.nvml_used = now->nvml;
-            l.context = uint64_t(base ? context : std::max<int64_t>(0, residual(now->nvml, end)));
-            l.unexplained = residual(now->nvml, end) - int64_t(*l.context);
-        }
         // What is checked against the context, each reading against its own allowance: the last
         // reading within the judged steps (standing for its step end or not), the ledger's, and
         // the one at close. Past the allowance, growth no recorded allocation explains keeps the
@@ -131,11 +133,20 @@ Usage usage_ledgers(const std::vector<DeviceSummary>& devices, const std::vector
             if (now && !close_taken && r.step == now->step && r.stands) ledgers = &r;
             if (r.step == last + 1 && d.timeline.size() == last + 2) close = &r;
         }
+        if (now) {
+            l.nvml_used = now->nvml;
+            l.context = uint64_t(base ? context : std::max<int64_t>(0, residual(now->nvml, end)));
+            const int64_t grown = residual(now->nvml, end) - int64_t(*l.context);
+            const NvmlReading* its = close_taken ? close : ledgers;
+            l.page_rounding = uint64_t(base && its ? page_rounding_of(grown, *its, *base) : 0);
+            l.unexplained = grown - int64_t(*l.page_rounding);
+        }
         bool checked = false, blocked = false;  // one sentence a device
         // `r` against `since`: the base, or for what came after the judged steps, the last step end's.
         const auto check = [&](const NvmlReading& r, const NvmlReading& since, bool blocks) {
             checked |= blocks;  // a note on what came after the judged steps checks none of them
-            const int64_t unexplained = r.residual() - (&since == base ? context : since.residual());
+            const int64_t grown = r.residual() - (&since == base ? context : since.residual());
+            const int64_t unexplained = grown - page_rounding_of(grown, r, since);
             // 2% of NVML's growth: a fall (segments given back) widens nothing.
             const int64_t allowed = unexplained_allowance(std::max<int64_t>(0, int64_t(r.used) - int64_t(since.used)));
             if (unexplained <= allowed || (blocks && std::exchange(blocked, true))) return;

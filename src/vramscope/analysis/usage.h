@@ -1,10 +1,11 @@
 // Everything the process holds, reconciled with what the driver says it uses. Per device, at the
 // last judged step end that read NVML (the last full step end where none did):
 //   NVML's figure = torch's reserved bytes + each holder's own device memory (analysis/libraries.h)
-//                 + the CUDA context and module images + unexplained, exactly.
+//                 + the CUDA context and module images + the driver's pages + unexplained, exactly.
 // The context is NVML's residual (its figure less torch's reserved and the libraries' bytes, as the
-// trace held them when it was read) at the first judged step end, the end of warm-up; what the
-// residual gained since is unexplained. Past unexplained_allowance() (analysis/ledger.h) of NVML's
+// trace held them when it was read) at the first judged step end, the end of warm-up; of what the
+// residual gained since, the driver's 2 MiB pages of the outside allocations taken since may hold
+// some (analysis/driver_pages.h), and the rest is unexplained. Past unexplained_allowance() (analysis/ledger.h) of NVML's
 // own growth, at the last reading within the judged steps, the ledger's, or the one at close
 // unless the last step end's own reading bounds the judged steps, no verdict may be "no leak".
 // Pinned host memory is the host's, by holder, with no NVML figure. docs/findings.md says the same.

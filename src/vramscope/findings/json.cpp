@@ -119,7 +119,7 @@ void ledger_array(Json& j, const std::vector<DeviceLedger>& ledger) {
 }
 
 // Everything the process holds at the last step end, by device and then the host: NVML's figure
-// and its parts (torch_reserved + libraries' bytes + context + unexplained = nvml_used).
+// and its parts (torch_reserved + libraries' bytes + context + page_rounding + unexplained = nvml_used).
 void usage_array(Json& j, const std::vector<UsageLedger>& usage) {
     j.key("usage");
     j.open('[');
@@ -140,6 +140,7 @@ void usage_array(Json& j, const std::vector<UsageLedger>& usage) {
         }
         j.close(']');
         optional_number(j, "context", u.context);
+        optional_number(j, "page_rounding", u.page_rounding);
         optional_number(j, "unexplained", u.unexplained);
         j.close('}');
     }

@@ -151,6 +151,7 @@ std::string render_usage(const Findings& f, const Style& st) {
             libraries += b.bytes;
         }
         if (u.context) terms.push_back("CUDA context " + format_bytes(double(*u.context)));
+        if (u.page_rounding.value_or(0)) terms.push_back("driver's pages " + format_bytes(double(*u.page_rounding)));
         if (u.unexplained) terms.push_back("unexplained " + format_bytes(double(*u.unexplained)));
         if (!u.device) {
             if (u.libraries.empty()) continue;
