@@ -49,6 +49,9 @@ struct Loop {
     uint32_t driver_stack(const char* library, const char* call, uint32_t line) {
         return b.stack({{library, 0, call}, {kTrain, line, "train"}});
     }
+    uint32_t cupy_stack(uint32_t line) {
+        return driver_stack("/v/site-packages/cupy/cuda/memory.cpython-312-x86_64-linux-gnu.so", "cuMemAlloc_v2", line);
+    }
     void add(EventKind kind, uint64_t addr, uint64_t size, uint32_t stack = 0, uint8_t device = 0) {
         Event e;
         e.kind = kind;
@@ -235,8 +238,7 @@ TEST(Usage, TheLedgersPartsSumToNvmlsFigureAndGrowthNoAllocationExplainsIsNoNoLe
         SCOPED_TRACE(unrecorded);
         Loop run;
         const uint32_t nccl = run.driver_stack("/usr/lib/libnccl.so.2", "cuMemCreate", 50);
-        const uint32_t cupy = run.driver_stack("/v/site-packages/cupy/cuda/memory.cpython-312-x86_64-linux-gnu.so",
-                                               "cuMemAlloc_v2", 51);
+        const uint32_t cupy = run.cupy_stack(51);
         constexpr uint64_t kContext = 500 * MiB;
         for (int s = 0; s < 30; ++s) {
             run.torch_step(s);
@@ -282,8 +284,7 @@ TEST(Usage, TheLedgerIsAtTheLastStepEndNvmlReadAndTheReadingAtCloseServesTheLast
     for (const bool changed_after : {false, true}) {
         SCOPED_TRACE(changed_after);
         Loop run;
-        const uint32_t cupy = run.driver_stack("/v/site-packages/cupy/cuda/memory.cpython-312-x86_64-linux-gnu.so",
-                                               "cuMemAlloc_v2", 51);
+        const uint32_t cupy = run.cupy_stack(51);
         constexpr uint64_t kContext = 500 * MiB;
         uint64_t kept = 0;
         for (int s = 0; s < 30; ++s) {
@@ -577,27 +578,33 @@ TEST(Usage, AnAllocationsPageMayShowTheRestOfItsPageAndNoMoreThanItself) {
     EXPECT_EQ(page_rounding_bound(0), 0u);
 }
 
-// A library takes eight 1.5 MiB buffers once, after warm-up, and keeps them: NVML grows by their
-// eight 2 MiB pages. The 4 MiB beyond their bytes is the driver's pages, in the ledger as such: it
-// is no memory nobody recorded (before, a "cannot judge" beside a run that leaks nothing).
-TEST(Usage, TheDriversPagesOfALibrarysSmallBuffersAreNotUnexplained) {
+// A library that takes `count` buffers of `size` bytes once, after warm-up (step 12), and keeps
+// them, while NVML's figure grows by `nvml_growth` then; NVML read at every step end.
+static Findings taken_once(const char* library, uint64_t count, uint64_t size, uint64_t nvml_growth) {
     Loop run;
-    const uint32_t cupy = run.driver_stack("/v/site-packages/cupy/cuda/memory.cpython-312-x86_64-linux-gnu.so",
-                                           "cuMemAlloc_v2", 51);
-    constexpr uint64_t kContext = 500 * MiB;
-    uint64_t pages = 0;
+    const uint32_t stack = run.driver_stack(library, "cuMemAlloc_v2", 51);
+    uint64_t grown = 0;
     for (int s = 0; s < 30; ++s) {
         run.torch_step(s);
-        if (s == 12)
-            for (uint64_t k = 0; k < 8; ++k) run.add(EventKind::external_alloc, 0x7200'0000'0000 + k * 4 * MiB, 3 * MiB / 2, cupy);
-        if (s == 12) pages = 8 * 2 * MiB;
-        run.nvml(run.reserved() + pages + kContext);
+        if (s == 12) {
+            for (uint64_t k = 0; k < count; ++k) run.add(EventKind::external_alloc, 0x7200'0000'0000 + k * 4 * MiB, size, stack);
+            grown = nvml_growth;
+        }
+        run.nvml(run.reserved() + grown + 500 * MiB);
         run.b.step();
     }
-    const Findings f = analyze(run.b.t);
+    return analyze(run.b.t);
+}
+
+// Eight 1.5 MiB buffers: NVML grows by their eight 2 MiB pages. The 4 MiB beyond their bytes is
+// the driver's pages, in the ledger as such: it is no memory nobody recorded (before, a "cannot
+// judge" beside a run that leaks nothing).
+TEST(Usage, TheDriversPagesOfALibrarysSmallBuffersAreNotUnexplained) {
+    const Findings f = taken_once("/v/site-packages/cupy/cuda/memory.cpython-312-x86_64-linux-gnu.so", 8, 3 * MiB / 2,
+                                  8 * 2 * MiB);
     const UsageLedger& u = f.usage.at(0);
     ASSERT_TRUE(u.nvml_used && u.context && u.page_rounding && u.unexplained);
-    EXPECT_EQ(*u.context, kContext);
+    EXPECT_EQ(*u.context, 500 * MiB);
     EXPECT_EQ(*u.page_rounding, 4 * MiB);
     EXPECT_EQ(*u.unexplained, 0);
     EXPECT_EQ(int64_t(*u.nvml_used), parts(u));
@@ -610,19 +617,8 @@ TEST(Usage, TheDriversPagesOfALibrarysSmallBuffersAreNotUnexplained) {
 // Many tiny allocations cannot cover growth beyond what they hold: 64 of 4 KiB, beside 128 MiB
 // that NVML shows and nobody recorded, leave all but their own 256 KiB unexplained.
 TEST(Usage, TinyAllocationsWidenTheDriversPagesByNoMoreThanTheirOwnBytes) {
-    Loop run;
-    const uint32_t ext = run.driver_stack("/home/u/build/tiny_ext.so", "cuMemAlloc_v2", 52);
-    constexpr uint64_t kContext = 500 * MiB, kTiny = 4096;
-    uint64_t grown = 0;
-    for (int s = 0; s < 30; ++s) {
-        run.torch_step(s);
-        if (s == 12)
-            for (uint64_t k = 0; k < 64; ++k) run.add(EventKind::external_alloc, 0x7200'0000'0000 + k * kTiny, kTiny, ext);
-        if (s == 12) grown = 64 * 2 * MiB;
-        run.nvml(run.reserved() + grown + kContext);
-        run.b.step();
-    }
-    const Findings f = analyze(run.b.t);
+    constexpr uint64_t kTiny = 4096;
+    const Findings f = taken_once("/home/u/build/tiny_ext.so", 64, kTiny, 64 * 2 * MiB);
     const UsageLedger& u = f.usage.at(0);
     ASSERT_TRUE(u.page_rounding && u.unexplained);
     EXPECT_EQ(*u.page_rounding, 64 * kTiny);
