@@ -9,6 +9,7 @@
 #include <functional>
 #include <numeric>
 #include <random>
+#include <tuple>
 
 #include "analysis/analyze.h"
 #include "analysis/driver_pages.h"
@@ -103,7 +104,7 @@ void expect_said_first_and_no_verdict(const Findings& f, const std::string& note
 
 // The parts of a device's usage ledger, added up.
 int64_t parts(const UsageLedger& u) {
-    int64_t sum = int64_t(u.torch_reserved) + int64_t(u.context.value_or(0)) + int64_t(u.page_rounding.value_or(0)) +
+    int64_t sum = int64_t(u.torch_reserved) + int64_t(u.context.value_or(0)) + u.page_rounding.value_or(0) +
                   u.unexplained.value_or(0);
     for (const LibraryBytes& l : u.libraries) sum += int64_t(l.bytes);
     return sum;
@@ -569,20 +570,25 @@ TEST(Usage, AReadingAtTheEndOfWarmUpThatStandsForNoStepEndIsStillTheContexts) {
 
 // The driver maps device memory in 2 MiB pages, and NVML counts pages: what an allocation may
 // show beyond its bytes is the rest of its last page, and never more than itself (small ones share).
-TEST(Usage, AnAllocationsPageMayShowTheRestOfItsPageAndNoMoreThanItself) {
+TEST(Usage, AnAllocationLargerThanHalfAPageMayShowTheRestOfItsPageAndASmallerOneNothing) {
     EXPECT_EQ(page_rounding_bound(3 * MiB / 2), MiB / 2);  // CuPy's 1.5 MiB: a page of its own
     EXPECT_EQ(page_rounding_bound(2 * MiB), 0u);
     EXPECT_EQ(page_rounding_bound(3 * MiB), MiB);
     EXPECT_EQ(page_rounding_bound(MiB + 1), MiB - 1);
-    EXPECT_EQ(page_rounding_bound(4096), 4096u);
+    EXPECT_EQ(page_rounding_bound(MiB), 0u);  // two share a page
+    EXPECT_EQ(page_rounding_bound(4096), 0u);
     EXPECT_EQ(page_rounding_bound(0), 0u);
+    EXPECT_TRUE(maps_own_pages("cuMemAlloc_v2"));
+    EXPECT_FALSE(maps_own_pages("cuMemAllocAsync"));  // a pool's pages
+    EXPECT_FALSE(maps_own_pages("cuMemCreate"));      // whole pages already
 }
 
-// A library that takes `count` buffers of `size` bytes once, after warm-up (step 12), and keeps
-// them, while NVML's figure grows by `nvml_growth` then; NVML read at every step end.
-static Findings taken_once(const char* library, uint64_t count, uint64_t size, uint64_t nvml_growth) {
+// A library that takes `count` buffers of `size` bytes through `call` once, after warm-up (step
+// 12), and keeps them, while NVML's figure grows by `nvml_growth` then; NVML read at every step end.
+static Findings taken_once(const char* library, uint64_t count, uint64_t size, uint64_t nvml_growth,
+                           const char* call = "cuMemAlloc_v2") {
     Loop run;
-    const uint32_t stack = run.driver_stack(library, "cuMemAlloc_v2", 51);
+    const uint32_t stack = run.driver_stack(library, call, 51);
     uint64_t grown = 0;
     for (int s = 0; s < 30; ++s) {
         run.torch_step(s);
@@ -596,16 +602,17 @@ static Findings taken_once(const char* library, uint64_t count, uint64_t size, u
     return analyze(run.b.t);
 }
 
+constexpr const char* kCuPy = "/v/site-packages/cupy/cuda/memory.cpython-312-x86_64-linux-gnu.so";
+
 // Eight 1.5 MiB buffers: NVML grows by their eight 2 MiB pages. The 4 MiB beyond their bytes is
 // the driver's pages, in the ledger as such: it is no memory nobody recorded (before, a "cannot
 // judge" beside a run that leaks nothing).
 TEST(Usage, TheDriversPagesOfALibrarysSmallBuffersAreNotUnexplained) {
-    const Findings f = taken_once("/v/site-packages/cupy/cuda/memory.cpython-312-x86_64-linux-gnu.so", 8, 3 * MiB / 2,
-                                  8 * 2 * MiB);
+    const Findings f = taken_once(kCuPy, 8, 3 * MiB / 2, 8 * 2 * MiB);
     const UsageLedger& u = f.usage.at(0);
     ASSERT_TRUE(u.nvml_used && u.context && u.page_rounding && u.unexplained);
     EXPECT_EQ(*u.context, 500 * MiB);
-    EXPECT_EQ(*u.page_rounding, 4 * MiB);
+    EXPECT_EQ(*u.page_rounding, int64_t(4 * MiB));
     EXPECT_EQ(*u.unexplained, 0);
     EXPECT_EQ(int64_t(*u.nvml_used), parts(u));
     EXPECT_EQ(f.verdict, Verdict::no_leak);
@@ -614,17 +621,47 @@ TEST(Usage, TheDriversPagesOfALibrarysSmallBuffersAreNotUnexplained) {
     EXPECT_NE(out.find("driver's pages 4.0 MiB"), std::string::npos) << out;
 }
 
-// Many tiny allocations cannot cover growth beyond what they hold: 64 of 4 KiB, beside 128 MiB
-// that NVML shows and nobody recorded, leave all but their own 256 KiB unexplained.
-TEST(Usage, TinyAllocationsWidenTheDriversPagesByNoMoreThanTheirOwnBytes) {
-    constexpr uint64_t kTiny = 4096;
-    const Findings f = taken_once("/home/u/build/tiny_ext.so", 64, kTiny, 64 * 2 * MiB);
+// Allocations of half a page or less share pages: sixteen of 512 KiB fill four, and cover none of
+// the 8 MiB beside them that nobody recorded. Nor does a pool's allocation, whose pages are the
+// pool's: 1.5 MiB buffers from cuMemAllocAsync cover none of their pages' rest.
+TEST(Usage, SmallAllocationsAndAPoolsCoverNoGrowthNobodyRecorded) {
+    for (const auto& [size, count, call] : {std::tuple{MiB / 2, uint64_t(16), "cuMemAlloc_v2"},
+                                            std::tuple{3 * MiB / 2, uint64_t(8), "cuMemAllocAsync"}}) {
+        SCOPED_TRACE(call);
+        const Findings f = taken_once(kCuPy, count, size, count * size + 8 * MiB, call);
+        const UsageLedger& u = f.usage.at(0);
+        ASSERT_TRUE(u.page_rounding && u.unexplained);
+        EXPECT_EQ(*u.page_rounding, 0);
+        EXPECT_EQ(*u.unexplained, int64_t(8 * MiB));
+        EXPECT_EQ(int64_t(*u.nvml_used), parts(u));
+        expect_said_first_and_no_verdict(f, "NVML says the process grew by 8.0 MiB on cuda:0 from step");
+    }
+}
+
+// Pages given back count as the pages taken do: sixteen 1.5 MiB buffers kept from warm-up and freed
+// at step 12 take 32 MiB off NVML's figure, 8 MiB of it their pages' rest, so the 8 MiB nobody
+// recorded that arrives then is not hidden by their fall.
+TEST(Usage, PagesGivenBackHideNoGrowthNobodyRecorded) {
+    Loop run;
+    const uint32_t cupy = run.driver_stack(kCuPy, "cuMemAlloc_v2", 51);
+    uint64_t nvml = run.reserved() + 500 * MiB + 16 * 2 * MiB;
+    for (uint64_t k = 0; k < 16; ++k) run.add(EventKind::external_alloc, 0x7200'0000'0000 + k * 4 * MiB, 3 * MiB / 2, cupy);
+    for (int s = 0; s < 30; ++s) {
+        run.torch_step(s);
+        if (s == 12) {
+            for (uint64_t k = 0; k < 16; ++k) run.add(EventKind::external_free, 0x7200'0000'0000 + k * 4 * MiB, 3 * MiB / 2);
+            nvml = run.reserved() + 500 * MiB + 8 * MiB;
+        }
+        run.nvml(nvml);
+        run.b.step();
+    }
+    const Findings f = analyze(run.b.t);
     const UsageLedger& u = f.usage.at(0);
     ASSERT_TRUE(u.page_rounding && u.unexplained);
-    EXPECT_EQ(*u.page_rounding, 64 * kTiny);
-    EXPECT_EQ(*u.unexplained, int64_t(128 * MiB - 2 * 64 * kTiny));
+    EXPECT_EQ(*u.page_rounding, -int64_t(8 * MiB));
+    EXPECT_EQ(*u.unexplained, int64_t(8 * MiB));
     EXPECT_EQ(int64_t(*u.nvml_used), parts(u));
-    expect_said_first_and_no_verdict(f, "NVML says the process grew by 127.5 MiB on cuda:0 from step");
+    expect_said_first_and_no_verdict(f, "NVML says the process grew by 8.0 MiB on cuda:0 from step");
 }
 
 // The terminal's usage names the last step end, and a device's ledger of an earlier one says so.

@@ -273,7 +273,7 @@ def test_report_shows_memory_outside_torch_its_libraries_and_nvml(tmp_path, brow
     usage = page.inner_text("table.usage")
     for words in ["cuda:0\tNVML, step 19's end\t2.0 GiB", "torch reserved\t1.0 GiB",
                   "leaky_ext.so\t40.0 MiB\t+32.0 MiB", "NCCL\t510.0 MiB", "CUDA context and modules\t516.0 MiB",
-                  "the driver's 2 MiB pages of the libraries' allocations, beyond their bytes\t4.0 MiB",
+                  "the driver's 2 MiB pages of the libraries' allocations since warm-up, beyond their bytes\t4.0 MiB",
                   "host\tpinned, step 19's end\t83.0 MiB", "torch\t83.0 MiB\t+16.0 MiB"]:
         assert words in usage, (words, usage)
 

@@ -74,6 +74,13 @@ uint32_t Replay::holder_of(uint8_t device, Memory memory, uint32_t stack) {
     return it->second = holder->second;
 }
 
+int64_t Replay::page_rounding(uint32_t stack, uint64_t size) {
+    if (!stack) return 0;
+    auto [it, added] = maps_own_pages_.try_emplace(stack, false);
+    if (added) it->second = maps_own_pages(context.stacks.string(context.stacks.frame(context.stacks.node(stack).frame).function));
+    return it->second ? int64_t(page_rounding_bound(size)) : 0;
+}
+
 uint32_t Replay::placed_again(AddressMap& map, uint64_t key, uint32_t slot, uint32_t old) {
     if (checks_) {
         map.put(key, old);
@@ -246,7 +253,7 @@ void Replay::external_alloc(const Event& e) {
     sites[site].last_stack = e.stack;
     change(holders[holder_of(e.device, memory, e.stack)], int64_t(e.size));
     if (memory == Memory::pinned) s.pinned += int64_t(e.size);
-    else s.external += int64_t(e.size), s.page_rounding += int64_t(page_rounding_bound(e.size));
+    else s.external += int64_t(e.size), s.page_rounding += page_rounding(e.stack, e.size);
 }
 
 // Given back, as the block was allocated: its device, its size (a capture records only the frees
@@ -261,7 +268,7 @@ void Replay::external_free(const Event& e) {
     const Memory memory = sites[block.site].memory;
     DeviceState& s = state_[device_slot(block.device)];
     if (memory == Memory::pinned) s.pinned -= int64_t(block.size);
-    else s.external -= int64_t(block.size), s.page_rounding -= int64_t(page_rounding_bound(block.size));
+    else s.external -= int64_t(block.size), s.page_rounding -= page_rounding(block.stack, block.size);
     change(holders[holder_of(block.device, memory, block.stack)], -int64_t(block.size));
     released(block);
     free_slots_.push_back(a);

@@ -138,7 +138,7 @@ private:
         int64_t allocated, reserved, pending, peak;
         std::vector<int64_t> by_stream;  // by stream index
         int64_t external = 0, pinned = 0;  // outside torch's allocator
-        int64_t page_rounding = 0;         // of the live `external` allocations, at most
+        int64_t page_rounding = 0;         // the live `external` allocations' pages may show, at most
     };
     size_t device_slot(uint8_t device) {
         return slot_of_device_[device] >= 0 ? size_t(slot_of_device_[device]) : add_device(device);
@@ -152,6 +152,9 @@ private:
     }
     [[gnu::noinline]] uint32_t find_site(uint8_t device, uint32_t stack, Memory memory);
     uint32_t holder_of(uint8_t device, Memory memory, uint32_t stack);
+    // What an outside device allocation of this stack may show on NVML beyond its bytes
+    // (analysis/driver_pages.h): its driver call is its stack's innermost frame.
+    int64_t page_rounding(uint32_t stack, uint64_t size);
     uint32_t place(AddressMap& map, uint64_t key);
     [[gnu::noinline, gnu::cold]] uint32_t placed_again(AddressMap& map, uint64_t key, uint32_t slot, uint32_t old);
     // Rare beside torch's events: kept out of take_any()'s code.
@@ -182,6 +185,7 @@ private:
     std::array<int16_t, 256> slot_of_device_;
     std::unordered_map<uint64_t, uint32_t> site_index_;  // memory << 40 | device << 32 | site frame
     std::unordered_map<uint64_t, uint32_t> holder_of_stack_;  // memory << 40 | device << 32 | stack -> holders
+    std::unordered_map<uint32_t, bool> maps_own_pages_;      // by stack
     std::unordered_map<std::string, uint32_t> holder_index_;  // device, memory and library name -> holders
     std::vector<uint32_t> site_of_stack_;                // by stack id, for device stack_device_: the hot path
     uint8_t stack_device_ = 0;

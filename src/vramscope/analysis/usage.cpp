@@ -64,11 +64,12 @@ const NvmlReading* base_reading(const std::vector<NvmlReading>& readings, size_t
     return nullptr;
 }
 
-// Of `grown`, a residual's gain from `since` to `now`, what the driver's pages of the outside
-// allocations taken between them may account for (analysis/driver_pages.h); the rest is unexplained.
-// Taken from the two moments' totals, so what was freed between them widens nothing.
+// Of `grown`, a residual's change from `since` to `now`, what the driver's pages of the outside
+// allocations may account for (analysis/driver_pages.h): their bound's change between the two
+// moments, no more than a gain. Pages given back count too (negative): the residual's fall with them
+// hides nothing nobody recorded.
 int64_t page_rounding_of(int64_t grown, const NvmlReading& now, const NvmlReading& since) {
-    return std::clamp<int64_t>(now.page_rounding - since.page_rounding, 0, std::max<int64_t>(0, grown));
+    return std::min(now.page_rounding - since.page_rounding, std::max<int64_t>(0, grown));
 }
 
 // Each holder's bytes at the step end `last` and its growth from `first`, largest first; holders
@@ -138,8 +139,8 @@ Usage usage_ledgers(const std::vector<DeviceSummary>& devices, const std::vector
             l.context = uint64_t(base ? context : std::max<int64_t>(0, residual(now->nvml, end)));
             const int64_t grown = residual(now->nvml, end) - int64_t(*l.context);
             const NvmlReading* its = close_taken ? close : ledgers;
-            l.page_rounding = uint64_t(base && its ? page_rounding_of(grown, *its, *base) : 0);
-            l.unexplained = grown - int64_t(*l.page_rounding);
+            l.page_rounding = base && its ? page_rounding_of(grown, *its, *base) : 0;
+            l.unexplained = grown - *l.page_rounding;
         }
         bool checked = false, blocked = false;  // one sentence a device
         // `r` against `since`: the base, or for what came after the judged steps, the last step end's.

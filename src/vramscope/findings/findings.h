@@ -137,11 +137,11 @@ struct UsageLedger {
     uint64_t torch_reserved = 0;          // allocated + cached-free (0 on the host)
     std::vector<LibraryBytes> libraries;  // outside torch's allocator, largest first
     // With NVML only: the CUDA context and module images (NVML's residual at the end of warm-up),
-    // of the residual's growth since, what the driver's 2 MiB pages of the outside allocations taken
-    // since may hold beyond their bytes (analysis/driver_pages.h), and what is left.
+    // of the residual's change since, what the driver's 2 MiB pages of the outside allocations may
+    // hold beyond their bytes, taken or given back since (analysis/driver_pages.h), and what is left.
     // nvml_used = torch_reserved + libraries + context + page_rounding + unexplained.
     std::optional<uint64_t> context;
-    std::optional<uint64_t> page_rounding;
+    std::optional<int64_t> page_rounding;
     std::optional<int64_t> unexplained;
 };
 

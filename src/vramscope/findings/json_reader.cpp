@@ -382,7 +382,7 @@ void FindingsReader::usage(const JsonValue& o, UsageLedger& u) const {
         whole(l, "growth", library.growth);
     });
     optional_whole(o, "context", u.context);
-    optional_whole(o, "page_rounding", u.page_rounding);
+    if (member(o, "page_rounding", T::number, "usage.page_rounding")) whole(o, "page_rounding", u.page_rounding.emplace());
     if (member(o, "unexplained", T::number, "usage.unexplained")) whole(o, "unexplained", u.unexplained.emplace());
 }
 
