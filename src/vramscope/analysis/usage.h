@@ -5,9 +5,10 @@
 // The context is NVML's residual (its figure less torch's reserved and the libraries' bytes, as the
 // trace held them when it was read) at the first judged step end, the end of warm-up; of what the
 // residual gained since, the change of what the driver's 2 MiB pages of the outside allocations
-// hold beyond their bytes accounts for some (analysis/driver_pages.h), and the rest is unexplained. Past unexplained_allowance() (analysis/ledger.h) of NVML's
-// own growth, at the last reading within the judged steps, the ledger's, or the one at close
-// unless the last step end's own reading bounds the judged steps, no verdict may be "no leak".
+// hold beyond their bytes accounts for some (analysis/driver_pages.h), and the rest is
+// unexplained. Past unexplained_allowance() (analysis/ledger.h) of NVML's own growth, at the last
+// reading within the judged steps, the ledger's, or the one at close unless the last step end's
+// own reading bounds the judged steps, no verdict may be "no leak".
 // Pinned host memory is the host's, by holder, with no NVML figure. docs/findings.md says the same.
 #pragma once
 #include <cstddef>
