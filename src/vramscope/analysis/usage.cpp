@@ -12,42 +12,36 @@
 namespace vramscope {
 namespace {
 
-// The step whose end last read NVML at or before step end k.
-std::optional<size_t> reading_at(const std::vector<StepPoint>& timeline, size_t k) {
-    for (size_t i = std::min(k + 1, timeline.size()); i-- > 0;)
-        if (timeline[i].nvml_used) return i;
-    return std::nullopt;
-}
-
 // NVML's figure `nvml` less what the trace saw at `p`: what no recorded allocation holds (may be
 // negative when NVML lags a free).
 int64_t residual(uint64_t nvml, const StepPoint& p) { return int64_t(nvml) - int64_t(p.reserved) - int64_t(p.external); }
 
-// A capture's last reading, at close: in the unfinished step's point after step end `last`.
-const StepPoint* reading_at_close(const std::vector<StepPoint>& timeline, size_t last) {
-    return timeline.size() == last + 2 && timeline.back().nvml_used ? &timeline.back() : nullptr;
-}
-
-// The step end whose NVML figure the ledger takes, and the figure: the last judged step end that
-// read NVML. The reading at close stands for the last step end when that one read none, the
-// device's holdings (torch's segments, memory outside its allocator) are as they were at it, and it
-// leaves no less unexplained than the reading before it, by more than a verdict may leave open: a
-// teardown that freed what no allocation recorded must not hide the growth the run's readings
-// showed (both are checked, in usage_ledgers()).
+// The reading whose figure the ledger takes, and the step end it stands for: the last judged step
+// end's that read NVML. The reading at close (in the unfinished step's point after step end `last`)
+// stands for the last step end when that one read none, the device's holdings (torch's segments,
+// memory outside its allocator) are as they were at it, and it leaves no less unexplained than the
+// reading before it, by more than a verdict may leave open: a teardown that freed what no allocation
+// recorded must not hide the growth the run's readings showed (both are checked, in usage_ledgers()).
 struct Reading {
     size_t step;
-    uint64_t nvml;
+    const NvmlReading* reading;
 };
-std::optional<Reading> ledger_reading(const std::vector<StepPoint>& timeline, size_t first, size_t last) {
-    std::optional<Reading> in_run;
-    if (const std::optional<size_t> k = reading_at(timeline, last); k && *k >= first) in_run = Reading{*k, *timeline[*k].nvml_used};
-    const StepPoint* close = reading_at_close(timeline, last);
+std::optional<Reading> ledger_reading(const std::vector<NvmlReading>& readings, const std::vector<StepPoint>& timeline,
+                                      size_t first, size_t last) {
+    const NvmlReading *in_run = nullptr, *close = nullptr;
+    for (const NvmlReading& r : readings) {
+        if (!r.stands) continue;
+        if (r.step <= last) in_run = &r;
+        else if (r.step == last + 1 && timeline.size() == last + 2) close = &r;
+    }
+    if (in_run && in_run->step < first) in_run = nullptr;
+    const std::optional<Reading> run = in_run ? std::optional<Reading>(Reading{in_run->step, in_run}) : std::nullopt;
     const StepPoint& end = timeline[last];
-    if ((in_run && in_run->step == last) || !close || close->reserved != end.reserved || close->external != end.external)
-        return in_run;
-    if (in_run && residual(*close->nvml_used, end) + unexplained_allowance(0) < residual(in_run->nvml, timeline[in_run->step]))
-        return in_run;
-    return Reading{last, *close->nvml_used};
+    if ((in_run && in_run->step == last) || !close || uint64_t(std::max<int64_t>(0, close->reserved)) != end.reserved ||
+        uint64_t(std::max<int64_t>(0, close->external)) != end.external)
+        return run;
+    if (in_run && close->residual() + unexplained_allowance(0) < in_run->residual()) return run;
+    return Reading{last, close};
 }
 
 // The reading the context is taken from, as NVML saw it once warm-up was over: the last at or
@@ -109,7 +103,7 @@ Usage usage_ledgers(const std::vector<DeviceSummary>& devices, const std::vector
         const DeviceSummary& d = devices[i];
         if (last >= d.timeline.size()) continue;
         const std::vector<NvmlReading>& read = readings.at(i);
-        const std::optional<Reading> now = ledger_reading(d.timeline, first, last);
+        const std::optional<Reading> now = ledger_reading(read, d.timeline, first, last);
         const size_t at = now ? now->step : last;  // NVML's figure and its parts of one moment
         const StepPoint& end = d.timeline[at];
         UsageLedger l;
@@ -126,20 +120,18 @@ Usage usage_ledgers(const std::vector<DeviceSummary>& devices, const std::vector
         // when the last step end's own reading bounds the judged steps, what it shows is only said.
         const bool last_read = d.timeline[last].nvml_used.has_value();
         const bool close_taken = now && now->step == last && !last_read;
-        const NvmlReading* latest = nullptr;   // within the judged steps, after the base
-        const NvmlReading* ledgers = nullptr;  // the ledger's, when read within the run
-        const NvmlReading* close = nullptr;    // after the last step end
+        const NvmlReading* latest = nullptr;  // within the judged steps, after the base
+        const NvmlReading* close = nullptr;   // after the last step end
         for (const NvmlReading& r : read) {
             if (base && &r > base && r.step <= last) latest = &r;
-            if (now && !close_taken && r.step == now->step && r.stands) ledgers = &r;
             if (r.step == last + 1 && d.timeline.size() == last + 2) close = &r;
         }
+        const NvmlReading* ledgers = now && !close_taken ? now->reading : nullptr;  // the ledger's, read within the run
         if (now) {
-            l.nvml_used = now->nvml;
-            l.context = uint64_t(base ? context : std::max<int64_t>(0, residual(now->nvml, end)));
-            const int64_t grown = residual(now->nvml, end) - int64_t(*l.context);
-            const NvmlReading* its = close_taken ? close : ledgers;
-            l.page_rounding = base && its ? page_rounding_of(grown, *its, *base) : 0;
+            l.nvml_used = now->reading->used;
+            l.context = uint64_t(base ? context : std::max<int64_t>(0, residual(now->reading->used, end)));
+            const int64_t grown = residual(now->reading->used, end) - int64_t(*l.context);
+            l.page_rounding = base ? page_rounding_of(grown, *now->reading, *base) : 0;
             l.unexplained = grown - *l.page_rounding;
         }
         bool checked = false, blocked = false;  // one sentence a device
