@@ -12,10 +12,6 @@
 namespace vramscope {
 namespace {
 
-// NVML's figure `nvml` less what the trace saw at `p`: what no recorded allocation holds (may be
-// negative when NVML lags a free).
-int64_t residual(uint64_t nvml, const StepPoint& p) { return int64_t(nvml) - int64_t(p.reserved) - int64_t(p.external); }
-
 // The reading whose figure the ledger takes, and the step end it stands for: the last judged step
 // end's that read NVML. The reading at close (in the unfinished step's point after step end `last`)
 // stands for the last step end when that one read none, the device's holdings (torch's segments,
@@ -127,10 +123,10 @@ Usage usage_ledgers(const std::vector<DeviceSummary>& devices, const std::vector
             if (r.step == last + 1 && d.timeline.size() == last + 2) close = &r;
         }
         const NvmlReading* ledgers = now && !close_taken ? now->reading : nullptr;  // the ledger's, read within the run
-        if (now) {
+        if (now) {  // its holdings are the step end's: it stands for it
             l.nvml_used = now->reading->used;
-            l.context = uint64_t(base ? context : std::max<int64_t>(0, residual(now->reading->used, end)));
-            const int64_t grown = residual(now->reading->used, end) - int64_t(*l.context);
+            l.context = uint64_t(base ? context : std::max<int64_t>(0, now->reading->residual()));
+            const int64_t grown = now->reading->residual() - int64_t(*l.context);
             l.page_rounding = base ? page_rounding_of(grown, *now->reading, *base) : 0;
             l.unexplained = grown - *l.page_rounding;
         }
