@@ -47,6 +47,32 @@ def test_frame_reader_agrees_with_the_interpreter():
     assert _core.python_frames_self_check() == ""
 
 
+def checked_at(depth: int, via_generator: bool = False) -> list[str]:
+    """The frame reader's self-check `depth` calls down (a generator's frame, which lives apart
+    from the thread's frame stack, on the way when asked)."""
+    if depth == 0:
+        return [_core.python_frames_self_check()]
+    if via_generator:
+        return next(iter_checked(depth - 1))
+    return checked_at(depth - 1) + ([_core.python_frames_self_check()] if depth % 7 == 0 else [])
+
+
+def iter_checked(depth: int):
+    yield checked_at(depth)
+
+
+def test_the_hooks_walk_hashes_the_same_frames_whatever_the_last_walk_left():
+    # The hook's walk guesses each next frame from the last walk's (the thread's trail): every change
+    # of stack between two walks must still hash exactly the frames there are. Deeper, shallower,
+    # the same depth through other callers, past the trail's 64 frames, through a generator.
+    results = []
+    for depth in (0, 3, 3, 10, 2, 40, 41, 39, 100, 70, 64, 63, 65, 1, 0, 150, 5):
+        results += checked_at(depth)
+        results += checked_at(depth, via_generator=depth > 0)
+        results += [x for x in map(lambda d: checked_at(d)[0], (depth // 2, depth))]
+    assert set(results) == {""}
+
+
 def test_a_leak_is_reported_live_at_its_line_and_in_the_trace(tmp_path):
     path = tmp_path / "leak.vscope"
     recorder = _core.Recorder(str(path))

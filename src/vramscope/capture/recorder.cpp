@@ -1,5 +1,6 @@
 #include "capture/recorder.h"
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -34,6 +35,9 @@ Recorder::~Recorder() {
 }
 
 void Recorder::worker() {
+#ifdef __linux__
+    pthread_setname_np(pthread_self(), "vramscope");  // what top, py-spy and perf show for it
+#endif
     auto next_flush = std::chrono::steady_clock::now();
     std::unique_lock lock(worker_mutex_);
     while (!closing_) {
