@@ -12,13 +12,20 @@ itself. The variants take turns a step at a time, as in capture_overhead.py --al
 For each: the median step, ns per event of each kind inside the sink (less the null sink's), the
 sink's time per step, and which threads other than the training thread ran how long per step.
 
+With --pollute D C (lists of line counts), more: "null, N data lines" and "null, N code lines",
+whose wrapper, inside the timed span, also touches N cache lines an event that the step has not
+(a 16 MiB buffer read and written N lines at a time, moving on; or N functions each in a line of
+its own). What such a sink costs the step beyond its time inside the calls is the price of the
+lines it evicts, paid later by torch's own code: the price per line to set against the lines
+vramscope's sink touches.
+
 With --fence, two more: "null, fenced" and "vramscope, fenced", whose wrapper waits for the sink's
 stores to reach the cache (mfence) inside the timed span. What that adds to vramscope's sink beyond
 the null sink's is the stores' own wait, which the unfenced sink leaves to the code after it (torch
 releasing its allocator's lock, a locked instruction, waits for them): the part of the step's cost
 that happens outside the timed calls because of them, if any.
 
-  python bench/hook_in_situ.py --cycles 100 --warmup 20 --out $OUT/in_situ.json [--fence]
+  python bench/hook_in_situ.py --cycles 100 --warmup 20 --out $OUT/in_situ.json [--fence] [--pollute 64,256 64,256]
 """
 
 from __future__ import annotations
@@ -44,6 +51,19 @@ typedef void (*sink_fn)(int, int, uint64_t, uint64_t, uint64_t, const char*);
 static sink_fn target;
 uint64_t ticks_in[16], calls[16], with_node[16];
 void set_target(uint64_t t) { target = (sink_fn)(uintptr_t)t; }
+/* Lines touched an event beyond the sink's own: data (16 MiB, round and round) and code. */
+#define POLLUTION_BYTES (16u << 20)
+static volatile unsigned char pollution[POLLUTION_BYTES] __attribute__((aligned(64)));
+static uint64_t data_lines, code_lines, at;
+typedef void (*block_fn)(void);
+extern block_fn code_blocks[];
+extern const int code_block_count;
+void set_pollution(uint64_t data, uint64_t code) { data_lines = data; code_lines = code < (uint64_t)code_block_count ? code : (uint64_t)code_block_count; }
+static inline void pollute(void) {
+    for (uint64_t i = 0; i < data_lines; ++i) pollution[(at + i * 64) & (POLLUTION_BYTES - 1)] += 1;
+    at = (at + data_lines * 64) & (POLLUTION_BYTES - 1);
+    for (uint64_t i = 0; i < code_lines; ++i) code_blocks[i]();
+}
 uint64_t now_ticks(void) { return __rdtsc(); }
 /* fence: also wait for the sink's stores to be globally visible before the second read. */
 static inline void timed_call(int fence, int k, int d, uint64_t a, uint64_t s, uint64_t st, const char* n) {
@@ -51,6 +71,7 @@ static inline void timed_call(int fence, int k, int d, uint64_t a, uint64_t s, u
     uint64_t t0 = __rdtsc();
     _mm_lfence();
     target(k, d, a, s, st, n);
+    pollute();
     if (fence) _mm_mfence();
     _mm_lfence();
     uint64_t t1 = __rdtsc();
@@ -65,8 +86,15 @@ void timed_fenced(int k, int d, uint64_t a, uint64_t s, uint64_t st, const char*
 VARIANTS = ["none", "null", "no-stacks", "vramscope"]
 
 
+CODE_BLOCKS = 1024
+
+
 def wrapper() -> ctypes.CDLL:
-    return c_library("in_situ_wrapper", WRAPPER)
+    """The timing wrapper, with CODE_BLOCKS functions of one line each for the code variants."""
+    blocks = "".join(f"__attribute__((noinline, aligned(64))) static void block_{i}(void) {{ __asm__ volatile(\"\"); }}\n"
+                     for i in range(CODE_BLOCKS))
+    table = "block_fn code_blocks[] = {" + ", ".join(f"block_{i}" for i in range(CODE_BLOCKS)) + "};\n"
+    return c_library("in_situ_wrapper", WRAPPER + blocks + table + f"const int code_block_count = {CODE_BLOCKS};\n")
 
 
 def thread_ns() -> dict[int, int]:
@@ -87,8 +115,16 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--out")
     ap.add_argument("--fence", action="store_true", help="also the null and vramscope sinks with their stores waited for")
+    ap.add_argument("--pollute", nargs=2, metavar=("DATA", "CODE"),
+                    help="comma-separated line counts: a null sink that also touches that many data (code) lines an event")
     a = ap.parse_args()
     variants = VARIANTS + (["null, fenced", "vramscope, fenced"] if a.fence else [])
+    pollution = {}
+    if a.pollute:
+        for kind, counts in zip(("data", "code"), a.pollute):
+            for n in filter(None, counts.split(",")):
+                pollution[f"null, {int(n)} {kind} lines"] = (int(n), 0) if kind == "data" else (0, int(n))
+    variants += list(pollution)
     import torch
     from vramscope import _core
 
@@ -108,6 +144,7 @@ def main() -> int:
     def enter_variant(v: str) -> None:
         sink_of = v.split(",")[0]
         enter("vramscope" if sink_of == "vramscope" else "vramscope-no-stacks" if v != "none" else "none")
+        lib.set_pollution(*(ctypes.c_uint64(n) for n in pollution.get(v, (0, 0))))
         if v != "none":
             lib.set_target(ctypes.c_uint64(nothing if sink_of == "null" else sink))
             hook.install(fenced if v.endswith("fenced") else timed)

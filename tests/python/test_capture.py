@@ -62,9 +62,10 @@ def iter_checked(depth: int):
 
 
 def test_the_hooks_walk_hashes_the_same_frames_whatever_the_last_walk_left():
-    # The hook's walk guesses each next frame from the last walk's (the thread's trail): every change
-    # of stack between two walks must still hash exactly the frames there are. Deeper, shallower,
-    # the same depth through other callers, past the trail's 64 frames, through a generator.
+    # The hook's walk hashes the frames instead of copying them, its loads asked for ahead from the
+    # last walk's (the thread's trail): every change of stack between two walks must still hash
+    # exactly the frames there are. Deeper, shallower, the same depth through other callers, past
+    # the trail's 64 frames, through a generator.
     results = []
     for depth in (0, 3, 3, 10, 2, 40, 41, 39, 100, 70, 64, 63, 65, 1, 0, 150, 5):
         results += checked_at(depth)

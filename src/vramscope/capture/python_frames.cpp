@@ -122,95 +122,53 @@ void append_utf8(std::string& out, PyObject* s) {
 bool python_frames_supported() { return VRAMSCOPE_FRAMES != 0; }
 
 namespace {
+// Calls f(code, offset) for up to `max` frames of the calling thread, innermost first, and
+// visited(frame, k) for the k-th frame passed through (shims too).
+template <class F, class V>
+void for_each_frame(size_t max, F&& f, V&& visited) {
 #if VRAMSCOPE_FRAMES
-// A frame's place in code, or false for a frame that has none yet (a shim of a C-to-Python call,
-// a frame still being set up).
-bool site_of(const InterpreterFrame* frame, PyCodeObject*& code, int32_t& offset) {
-    if (frame->owner == kOwnedByCStack) return false;
-    code = code_of(frame);
-    if (!code) return false;
-    offset = offset_of(frame, code);
-    return offset >= 0;
-}
-
-// The calling thread's innermost frame, from thread-local storage: no GIL needed to find it.
-const InterpreterFrame* innermost_frame() {
+    // The thread's own state, from thread-local storage: no GIL needed to find it.
     PyThreadState* t = PyGILState_GetThisThreadState();
-    return t ? current_frame(t) : nullptr;
-}
+    if (!t) return;
+    size_t n = 0, k = 0;
+    for (const InterpreterFrame* frame = current_frame(t); frame && n < max; frame = frame->previous) {
+        visited(static_cast<const void*>(frame), k++);
+        if (frame->owner == kOwnedByCStack) continue;
+        PyCodeObject* code = code_of(frame);
+        if (!code) continue;
+        const int32_t offset = offset_of(frame, code);
+        if (offset < 0) continue;
+        f(code, offset);
+        ++n;
+    }
+#else
+    (void)max;
+    (void)f;
+    (void)visited;
 #endif
+}
 }  // namespace
 
 size_t walk_python_frames(RawFrame* out, size_t max) {
     size_t n = 0;
-#if VRAMSCOPE_FRAMES
-    for (const InterpreterFrame* frame = innermost_frame(); frame && n < max; frame = frame->previous) {
-        PyCodeObject* code;
-        int32_t offset;
-        if (site_of(frame, code, offset)) out[n++] = RawFrame{code, offset};
-    }
-#else
-    (void)out;
-    (void)max;
-#endif
+    for_each_frame(max, [&](const void* code, int32_t offset) { out[n++] = RawFrame{code, offset}; },
+                   [](const void*, size_t) {});
     return n;
 }
 
-// The trail is also the walk's guess of the chain. Where frame k's `previous` is the trail's
-// entry k + 1, the walk goes on from the entry, not from the load it just compared: a branch the
-// core predicts instead of a load it waits for, so the frames' loads overlap rather than queue one
-// behind the other (each frame's link is still read and checked: the result is the chain as it
-// is). Where the chain leaves the trail (usually a new innermost call or two), `previous` is
-// followed, each frame looked for among the trail's unmatched entries; where it meets one again,
-// the trail's rest is moved to follow the new frames, and the guessing resumes.
 StackHasher hash_python_frames(size_t max, FrameTrail& trail) {
     for (size_t i = 0; i < trail.n; ++i) {  // a frame's fields we read span at most two lines
         __builtin_prefetch(trail.at[i]);
         __builtin_prefetch(static_cast<const char*>(trail.at[i]) + 64);
     }
     StackHasher h;
-#if VRAMSCOPE_FRAMES
-    constexpr size_t kCap = FrameTrail::kFrames;
-    constexpr size_t kLookFor = 8;  // frames off the trail looked for in it, before the rest are just followed
-    const void* fresh[kCap];        // frames off the trail from `off` on, not yet in it
-    size_t at = 0, n = 0, m = trail.n, off = 0;  // at: the frame's index; trail.at[off, m): unmatched
-    const InterpreterFrame* frame = innermost_frame();
-    bool on_trail = m && trail.at[0] == frame;
-    for (; frame && n < max; ++at) {
-        if (!on_trail && at < kCap) {
-            size_t j = off;
-            if (at - off < kLookFor)
-                while (j < m && trail.at[j] != frame) ++j;
-            if (j < m && at - off < kLookFor) {  // met the trail again: its rest goes after the new frames
-                const size_t kept = std::min(m - j, kCap - at);
-                std::memmove(trail.at + at, trail.at + j, kept * sizeof(trail.at[0]));
-                std::memcpy(trail.at + off, fresh, (at - off) * sizeof(trail.at[0]));
-                m = at + kept;
-                on_trail = true;
-            } else {
-                fresh[at - off] = frame;
-            }
-        }
-        PyCodeObject* code;
-        int32_t offset;
-        if (site_of(frame, code, offset)) h.add(code, offset), ++n;
-        const InterpreterFrame* previous = frame->previous;
-        if (on_trail && at + 1 < m) {
-            const void* guess = trail.at[at + 1];
-            if (previous == guess) {
-                asm("" : "+r"(guess));  // not `previous`, which the compiler would know it equals
-                frame = static_cast<const InterpreterFrame*>(guess);
-                continue;
-            }
-        }
-        if (on_trail) on_trail = false, off = at + 1;
-        frame = previous;
-    }
-    if (!on_trail && at > off) std::memcpy(trail.at + off, fresh, (std::min(at, kCap) - off) * sizeof(trail.at[0]));
-    trail.n = std::min(at, kCap);
-#else
-    (void)max;
-#endif
+    size_t visited = 0;
+    for_each_frame(max, [&](const void* code, int32_t offset) { h.add(code, offset); },
+                   [&](const void* frame, size_t k) {
+                       if (k < FrameTrail::kFrames) trail.at[k] = frame;
+                       visited = k + 1;
+                   });
+    trail.n = std::min(visited, FrameTrail::kFrames);
     return h;
 }
 
@@ -250,7 +208,7 @@ std::string self_check() {
     }
     Py_XDECREF(f);
     if (problem.empty() && i != n) problem = "walk found " + std::to_string(n) + " frames, Python " + std::to_string(i);
-    // The hook's walk, guessing from the trail this thread's earlier checks left, hashes the same frames.
+    // The hook's walk, prefetching from the trail this thread's earlier checks left, hashes the same frames.
     static thread_local FrameTrail trail;
     StackHasher expected;
     for (size_t k = 0; k < n; ++k) expected.add(walked[k].code, walked[k].offset);
