@@ -10,6 +10,7 @@
 #include <set>
 
 #include "analysis/analyze.h"
+#include "analysis/judge.h"
 #include "analysis/live_sink.h"
 #include "analysis/steps.h"
 #include "capture/driver_calls.h"
@@ -40,6 +41,8 @@ struct LiveCapture {
     std::mutex events_mutex;  // event(): one call at a time, as the recorder asks of every source
     LiveCapture(const std::string& path, const JudgeSettings& settings) : monitor(settings), recorder(path) {
         recorder.add_sink(&monitor);
+        // Through the first judged step end, the one the usage ledger's context is read at.
+        recorder.read_usage_at_first_steps(uint64_t(settings.warmup >= 0 ? settings.warmup : int(kWarmupSteps)) + 1);
     }
 };
 }  // namespace

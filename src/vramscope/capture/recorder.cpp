@@ -547,7 +547,8 @@ void Recorder::end_step(std::string_view unit) {
         // The monitor's word on the step before reaches the caller at this one at the latest: when
         // the worker has not drained that step yet (steps shorter than its period), this one does.
         if (steps_recorded_.load(std::memory_order_relaxed) < steps_.load(std::memory_order_relaxed)) drain();
-        std::vector<Event> marks = usage_events(read_usage(false));
+        const bool warming_up = steps_.load(std::memory_order_relaxed) < usage_at_first_steps_.load(std::memory_order_relaxed);
+        std::vector<Event> marks = usage_events(read_usage(warming_up));
         marks.push_back(mark(EventKind::step, unit));
         enqueue_marks(marks);
         steps_.fetch_add(1, std::memory_order_relaxed);
