@@ -41,8 +41,10 @@ struct LiveCapture {
     std::mutex events_mutex;  // event(): one call at a time, as the recorder asks of every source
     LiveCapture(const std::string& path, const JudgeSettings& settings) : monitor(settings), recorder(path) {
         recorder.add_sink(&monitor);
-        // Through the first judged step end, the one the usage ledger's context is read at.
-        recorder.read_usage_at_first_steps(uint64_t(settings.warmup >= 0 ? settings.warmup : int(kWarmupSteps)) + 1);
+        // At the first judged step end, which the usage ledger's context is read at: with the
+        // default warm-up, any of the first kWarmupSteps + 1 (fewer in runs too short to judge).
+        if (settings.warmup >= 0) recorder.read_usage_at_step_ends(uint64_t(settings.warmup), uint64_t(settings.warmup));
+        else recorder.read_usage_at_step_ends(0, kWarmupSteps);
     }
 };
 }  // namespace

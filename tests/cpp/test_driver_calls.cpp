@@ -348,18 +348,18 @@ TEST(DeviceUsage, TheRecorderWritesTheFiguresAtWatchBeforeEachStepMarkerAndAtThe
     EXPECT_EQ(seen, expected);
 }
 
-// The usage ledger's context is read at the end of warm-up: the first step ends read NVML even
+// The usage ledger's context is read at the end of warm-up: the step ends asked for read NVML even
 // when the steps are too short for a read to be due, so that no earlier reading stands in for it.
-TEST(DeviceUsage, TheFirstStepEndsReadWhetherDueOrNot) {
+TEST(DeviceUsage, TheStepEndsAskedForReadWhetherDueOrNot) {
     g_listed = {{kPid, 100u << 20, 0, 0}};
     const std::string path = temp_trace("first_steps");
     {
         Recorder r(path);
         r.allocator_event(EventKind::alloc, 0, 0x1000, 512, 0, nullptr);
         r.use_device_usage(std::make_unique<DeviceUsage>(kFakeNvml, kPid));
-        r.read_usage_at_first_steps(2);
+        r.read_usage_at_step_ends(1, 2);
         EXPECT_EQ(r.watch_device(0, "00000000:00:06.0"), "");
-        for (uint64_t mib : {200, 300, 400, 500}) {  // four step ends at once, NVML's figure growing
+        for (uint64_t mib : {200, 300, 400, 500, 600}) {  // five step ends at once, NVML's figure growing
             g_listed[0].usedGpuMemory = mib << 20;
             r.end_step("optimizer step");
         }
@@ -371,8 +371,11 @@ TEST(DeviceUsage, TheFirstStepEndsReadWhetherDueOrNot) {
     for (const Event& e : of_kinds(t, {EventKind::device_usage, EventKind::step}))
         seen.emplace_back(e.kind, e.kind == EventKind::device_usage ? e.size : 0);
     const std::vector<std::pair<EventKind, uint64_t>> expected = {
-        {EventKind::device_usage, 100u << 20}, {EventKind::device_usage, 200u << 20}, {EventKind::step, 0},
-        {EventKind::device_usage, 300u << 20}, {EventKind::step, 0},              {EventKind::step, 0},
-        {EventKind::step, 0},                  {EventKind::device_usage, 500u << 20}};
+        {EventKind::device_usage, 100u << 20},  // as the device is watched
+        {EventKind::step, 0},                   // step 0: not due, not asked for
+        {EventKind::device_usage, 300u << 20}, {EventKind::step, 0},  // 1 and 2: asked for
+        {EventKind::device_usage, 400u << 20}, {EventKind::step, 0},
+        {EventKind::step, 0},                  {EventKind::step, 0},  // 3 and 4: neither
+        {EventKind::device_usage, 600u << 20}};                       // at close
     EXPECT_EQ(seen, expected);
 }

@@ -547,8 +547,10 @@ void Recorder::end_step(std::string_view unit) {
         // The monitor's word on the step before reaches the caller at this one at the latest: when
         // the worker has not drained that step yet (steps shorter than its period), this one does.
         if (steps_recorded_.load(std::memory_order_relaxed) < steps_.load(std::memory_order_relaxed)) drain();
-        const bool warming_up = steps_.load(std::memory_order_relaxed) < usage_at_first_steps_.load(std::memory_order_relaxed);
-        std::vector<Event> marks = usage_events(read_usage(warming_up));
+        const uint64_t step = steps_.load(std::memory_order_relaxed);
+        const bool asked = step >= usage_from_step_.load(std::memory_order_relaxed) &&
+                           step <= usage_through_step_.load(std::memory_order_relaxed);
+        std::vector<Event> marks = usage_events(read_usage(asked));
         marks.push_back(mark(EventKind::step, unit));
         enqueue_marks(marks);
         steps_.fetch_add(1, std::memory_order_relaxed);

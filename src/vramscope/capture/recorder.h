@@ -96,10 +96,14 @@ public:
     // Queues NVML's figures, then the step marker, named by the step's unit ("optimizer step",
     // "eval batch", ...: what Steps::unit reads back), after every event numbered before it.
     void end_step(std::string_view unit);
-    // NVML read at each of the first `steps` step ends, due or not (a handful of reads a run):
-    // the analysis takes what the CUDA context holds from the reading at the end of warm-up, and
-    // one read earlier would count the modules warm-up loads after it as growth nobody recorded.
-    void read_usage_at_first_steps(uint64_t steps) { usage_at_first_steps_.store(steps, std::memory_order_relaxed); }
+    // NVML read at each step end from `first` through `last` (0-based), due or not (a handful of
+    // reads a run): the analysis takes what the CUDA context holds from the reading at the end of
+    // warm-up, and one read earlier would count the modules warm-up loads after it as growth
+    // nobody recorded.
+    void read_usage_at_step_ends(uint64_t first, uint64_t last) {
+        usage_from_step_.store(first, std::memory_order_relaxed);
+        usage_through_step_.store(last, std::memory_order_relaxed);
+    }
     uint64_t steps() const { return steps_.load(std::memory_order_relaxed); }  // ended so far
     // Every event recorded so far, markers included, into the file and the sinks.
     void drain();
@@ -293,7 +297,7 @@ private:
 
     mutable std::mutex usage_mutex_;
     std::unique_ptr<DeviceUsage> usage_;
-    std::atomic<uint64_t> usage_at_first_steps_{0};
+    std::atomic<uint64_t> usage_from_step_{1}, usage_through_step_{0};  // none unless asked
     std::string usage_off_;  // why NVML could not be opened
 
     std::mutex worker_mutex_;
