@@ -320,6 +320,16 @@ TEST(DeviceUsage, AnotherPidNamespaceIsReadOnlyWhileTheDeviceRunsOneProcess) {
     EXPECT_EQ(crowded.state().rfind("off: ", 0), 0u);
 }
 
+// A trace's NVML figures and step markers in order (a marker as 0), the trace removed.
+static std::vector<std::pair<EventKind, uint64_t>> figures_and_steps(const std::string& path) {
+    Trace t = read_trace(path);
+    std::filesystem::remove(path);
+    std::vector<std::pair<EventKind, uint64_t>> seen;
+    for (const Event& e : of_kinds(t, {EventKind::device_usage, EventKind::step}))
+        seen.emplace_back(e.kind, e.kind == EventKind::device_usage ? e.size : 0);
+    return seen;
+}
+
 TEST(DeviceUsage, TheRecorderWritesTheFiguresAtWatchBeforeEachStepMarkerAndAtTheEnd) {
     g_listed = {{kPid, 100u << 20, 0, 0}};
     const std::string path = temp_trace("device_usage");
@@ -337,11 +347,7 @@ TEST(DeviceUsage, TheRecorderWritesTheFiguresAtWatchBeforeEachStepMarkerAndAtThe
         g_listed[0].usedGpuMemory = 300u << 20;
         r.close();
     }
-    Trace t = read_trace(path);
-    std::filesystem::remove(path);
-    std::vector<std::pair<EventKind, uint64_t>> seen;
-    for (const Event& e : of_kinds(t, {EventKind::device_usage, EventKind::step}))
-        seen.emplace_back(e.kind, e.kind == EventKind::device_usage ? e.size : 0);
+    const auto seen = figures_and_steps(path);
     const std::vector<std::pair<EventKind, uint64_t>> expected = {
         {EventKind::device_usage, 100u << 20}, {EventKind::device_usage, 200u << 20}, {EventKind::step, 0},
         {EventKind::step, 0}, {EventKind::device_usage, 300u << 20}};
@@ -365,11 +371,7 @@ TEST(DeviceUsage, TheStepEndsAskedForReadWhetherDueOrNot) {
         }
         r.close();
     }
-    Trace t = read_trace(path);
-    std::filesystem::remove(path);
-    std::vector<std::pair<EventKind, uint64_t>> seen;
-    for (const Event& e : of_kinds(t, {EventKind::device_usage, EventKind::step}))
-        seen.emplace_back(e.kind, e.kind == EventKind::device_usage ? e.size : 0);
+    const auto seen = figures_and_steps(path);
     const std::vector<std::pair<EventKind, uint64_t>> expected = {
         {EventKind::device_usage, 100u << 20},  // as the device is watched
         {EventKind::step, 0},                   // step 0: not due, not asked for
