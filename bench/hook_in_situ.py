@@ -15,9 +15,11 @@ sink's time per step, and which threads other than the training thread ran how l
 With --pollute D C (lists of line counts), more: "null, N data lines" and "null, N code lines",
 whose wrapper, inside the timed span, also touches N cache lines an event that the step has not
 (a 16 MiB buffer read and written N lines at a time, moving on; or N functions each in a line of
-its own). What such a sink costs the step beyond its time inside the calls is the price of the
-lines it evicts, paid later by torch's own code: the price per line to set against the lines
-vramscope's sink touches.
+its own, called through a table that adds a data line every eight). What such a sink costs the
+step beyond its time inside the calls is the price of the lines it evicts, paid later by torch's
+own code: the price per line to set against the lines vramscope's sink touches. The buffer fits
+a large last-level cache, so its lines evict from the first two levels, where a sink's own
+lines, touched every event, live too.
 
 With --fence, two more: "null, fenced" and "vramscope, fenced", whose wrapper waits for the sink's
 stores to reach the cache (mfence) inside the timed span. What that adds to vramscope's sink beyond
@@ -123,6 +125,8 @@ def main() -> int:
     if a.pollute:
         for kind, counts in zip(("data", "code"), a.pollute):
             for n in filter(None, counts.split(",")):
+                if kind == "code" and int(n) > CODE_BLOCKS:
+                    ap.error(f"--pollute: at most {CODE_BLOCKS} code lines")
                 pollution[f"null, {int(n)} {kind} lines"] = (int(n), 0) if kind == "data" else (0, int(n))
     variants += list(pollution)
     import torch

@@ -23,7 +23,8 @@ def _start(config: dict) -> None:
 
         launched_directly = os.getppid() == config.get("launcher")
         capture = Capture(config["output"], summary=False, device_memory=config.get("device_memory", 0),
-                          shared_name=launched_directly, analyse_at_end=False, max_steps=config.get("max_steps", 0))
+                          shared_name=launched_directly, analyse_at_end=False, max_steps=config.get("max_steps", 0),
+                          warmup=config.get("warmup", -1))
         capture.start()
         atexit.register(capture.stop)
     except Exception as e:
@@ -73,7 +74,7 @@ def _preload(modules: list[str]) -> None:
 
 
 # What `vramscope run` puts in VRAMSCOPE_RUN (launch.run_environment): each key's type.
-_CONFIG = {"output": str, "launcher": int, "device_memory": int, "max_steps": int, "preload": list}
+_CONFIG = {"output": str, "launcher": int, "device_memory": int, "max_steps": int, "warmup": int, "preload": list}
 
 
 def _config(text: str) -> dict:
@@ -86,6 +87,8 @@ def _config(text: str) -> dict:
         value = config.get(key, kind())
         if not isinstance(value, kind) or isinstance(value, bool):
             raise ValueError(f"{key} is not {kind.__name__}")
+    if config.get("warmup", -1) < -1:
+        raise ValueError("warmup is below -1")
     if not all(isinstance(m, str) for m in config.get("preload", [])):
         raise ValueError("preload is not a list of module names")
     return config

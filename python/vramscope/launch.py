@@ -39,12 +39,14 @@ def why_no_trace(rc: int | None, output_of_command: str) -> str:
             f"vramscope is installed in ({sys.executable})")
 
 
-def run_environment(output: Path, *, device_memory: int = 0, max_steps: int = 0, preload=(), base=None) -> dict:
+def run_environment(output: Path, *, device_memory: int = 0, max_steps: int = 0, warmup: int = -1, preload=(),
+                    base=None) -> dict:
     """The environment under which vramscope_run.pth captures each Python process of a command
-    started by this process."""
+    started by this process; `warmup`: the analysis' (-1: the judge's default), so that the
+    capture reads NVML at its end and the live monitor judges the steps the analysis will."""
     env = dict(os.environ if base is None else base)
     env["VRAMSCOPE_RUN"] = json.dumps({"output": str(output), "launcher": os.getpid(), "device_memory": device_memory,
-                                       "max_steps": max_steps, "preload": list(preload)})
+                                       "max_steps": max_steps, "warmup": warmup, "preload": list(preload)})
     return env
 
 
@@ -59,7 +61,7 @@ def run(command: list[str], output: str, max_steps: int, options) -> int:
     if command[0].endswith(".py"):
         command = [sys.executable, *command]
     output = Path(output).absolute()
-    env = run_environment(output, device_memory=options.device_memory, max_steps=max_steps)
+    env = run_environment(output, device_memory=options.device_memory, max_steps=max_steps, warmup=options.warmup)
     started = time.time() - 1  # file times have coarse resolution on some filesystems
     try:
         child = subprocess.Popen(command, env=env)

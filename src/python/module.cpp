@@ -42,9 +42,12 @@ struct LiveCapture {
     LiveCapture(const std::string& path, const JudgeSettings& settings) : monitor(settings), recorder(path) {
         recorder.add_sink(&monitor);
         // At the first judged step end, which the usage ledger's context is read at: with the
-        // default warm-up, any of the first kWarmupSteps + 1 (fewer in runs too short to judge).
-        if (settings.warmup >= 0) recorder.read_usage_at_step_ends(uint64_t(settings.warmup), uint64_t(settings.warmup));
-        else recorder.read_usage_at_step_ends(0, kWarmupSteps);
+        // default warm-up, any of the first kWarmupSteps + 1 (fewer in runs too short to judge);
+        // never the first step end of a trace that starts mid-run (its step is cut short).
+        if (settings.warmup >= 0)
+            recorder.read_usage_at_step_ends(uint64_t(settings.warmup), std::max<uint64_t>(uint64_t(settings.warmup), 1));
+        else
+            recorder.read_usage_at_step_ends(0, kWarmupSteps);
     }
 };
 }  // namespace
@@ -153,6 +156,12 @@ void bind_commands(nb::module_& m) {
         .def(nb::init<>())
         .def_prop_rw("device_memory", [](const CommandOptions& o) { return o.analysis.device_memory; },
                      [](CommandOptions& o, uint64_t bytes) { o.analysis.device_memory = bytes; })
+        .def_prop_ro("warmup",
+                     [](const CommandOptions& o) {
+                         return o.analysis.first_step > 0 ? int64_t(o.analysis.first_step) : int64_t(o.analysis.judge.warmup);
+                     },
+                     "The steps the analysis leaves unjudged at the start: --warmup, or --steps' first; -1: the "
+                     "judge's default (what a run's capture reads NVML at the end of, and its live monitor skips).")
         .def_rw("json", &CommandOptions::json)
         .def_rw("html", &CommandOptions::html)
         .def_rw("markdown", &CommandOptions::markdown)

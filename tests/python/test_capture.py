@@ -49,7 +49,7 @@ def test_frame_reader_agrees_with_the_interpreter():
 
 def checked_at(depth: int, via_generator: bool = False) -> list[str]:
     """The frame reader's self-check `depth` calls down (a generator's frame, which lives apart
-    from the thread's frame stack, on the way when asked)."""
+    from the thread's frame stack, on the way when asked), and at every seventh on the way back."""
     if depth == 0:
         return [_core.python_frames_self_check()]
     if via_generator:
@@ -61,16 +61,12 @@ def iter_checked(depth: int):
     yield checked_at(depth)
 
 
-def test_the_hooks_walk_hashes_the_same_frames_whatever_the_last_walk_left():
-    # The hook's walk hashes the frames instead of copying them, its loads asked for ahead from the
-    # last walk's (the thread's trail): every change of stack between two walks must still hash
-    # exactly the frames there are. Deeper, shallower, the same depth through other callers, past
-    # the trail's 64 frames, through a generator.
+def test_the_hooks_hashed_walk_is_the_walk_at_any_depth():
+    # The hook hashes the frames instead of copying them (capture/stack_hash.h): the hash must be
+    # that of the frames the walk finds, however deep and whatever the walk before it left.
     results = []
-    for depth in (0, 3, 3, 10, 2, 40, 41, 39, 100, 70, 64, 63, 65, 1, 0, 150, 5):
-        results += checked_at(depth)
-        results += checked_at(depth, via_generator=depth > 0)
-        results += [x for x in map(lambda d: checked_at(d)[0], (depth // 2, depth))]
+    for depth in (0, 3, 10, 2, 40, 100, 1, 150, 5):
+        results += checked_at(depth) + checked_at(depth, via_generator=depth > 0)
     assert set(results) == {""}
 
 

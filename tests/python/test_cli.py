@@ -254,6 +254,17 @@ def test_run_says_what_happened_when_no_trace_was_written(tmp_path):
         assert "no CUDA device here (torch.cuda.is_available() is False)" in quiet, quiet
 
 
+@pytest.mark.parametrize("options, warmup", [((), -1), (("--warmup", "7"), 7), (("--steps", "5:"), 5)])
+def test_run_hands_the_analysis_warmup_to_each_capture(options, warmup, tmp_path):
+    """Each process's capture reads NVML at the end of the warm-up the analysis will use (the usage
+    ledger's context is taken there) and its live monitor skips the same steps."""
+    import sys
+
+    said = vramscope("run", "-o", str(tmp_path / "t.vscope"), *options, "--", sys.executable, "-c",
+                     "import json, os; print('warmup', json.loads(os.environ['VRAMSCOPE_RUN'])['warmup'])").stdout
+    assert f"warmup {warmup}\n" in said, said
+
+
 def test_the_readme_shows_what_analyze_prints_today():
     """The README's sample is the real output of its command, run where it says (the bundled
     traces name the recording checkout's files relative to it: no machine's paths)."""

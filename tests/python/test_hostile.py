@@ -384,6 +384,7 @@ def test_a_size_past_2_to_the_64_is_no_size():
 
 @pytest.mark.parametrize("value", ["[1]", "null", '"x"', '{"output": 5}', '{"output": "t.vscope", "preload": "abc"}',
                                    '{"output": "t.vscope", "max_steps": "many"}', '{"output": "t.vscope", "preload": [1]}',
+                                   '{"output": "t.vscope", "warmup": -2}', '{"output": "t.vscope", "warmup": 1.5}',
                                    "[" * 100_000])
 def test_vramscope_run_of_the_wrong_shape_warns_once_and_steps_aside(value, tmp_path):
     """VRAMSCOPE_RUN is read by vramscope_run.pth in every Python process of the environment: one

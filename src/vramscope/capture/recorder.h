@@ -99,7 +99,7 @@ public:
     // NVML read at each step end from `first` through `last` (0-based), due or not (a handful of
     // reads a run): the analysis takes what the CUDA context holds from the reading at the end of
     // warm-up, and one read earlier would count the modules warm-up loads after it as growth
-    // nobody recorded.
+    // nobody recorded. Before the first step end.
     void read_usage_at_step_ends(uint64_t first, uint64_t last) {
         usage_from_step_.store(first, std::memory_order_relaxed);
         usage_through_step_.store(last, std::memory_order_relaxed);
