@@ -393,6 +393,34 @@ TEST(Usage, AReadingWithNoneBeforeItChecksNothingAndIsSaid) {
                             "it: memory that no recorded allocation explains could not be checked there."));
 }
 
+// Modules loaded in warm-up after an early reading, none at the end of warm-up: the context is
+// that earlier reading's, the load reads as growth nobody recorded, and the note says why. With a
+// reading at the end of warm-up (what a capture now takes), the load is the context's.
+TEST(Usage, ModulesWarmUpLoadedAfterAnEarlyReadingAreSaidToBeWarmUps) {
+    for (const bool read_at_warm_up_end : {false, true}) {
+        SCOPED_TRACE(read_at_warm_up_end);
+        Loop run;
+        run.torch_steps(30, [&](int s) -> std::optional<uint64_t> {
+            const uint64_t modules = s >= 2 ? 64 * MiB : 0;  // loaded in step 2
+            if (s == 1 || (s == 3 && read_at_warm_up_end) || s >= 6) return run.reserved() + 500 * MiB + modules;
+            return std::nullopt;
+        });
+        const Findings f = analyze(run.b.t);
+        ASSERT_EQ(f.warmup_steps, 3u);
+        if (read_at_warm_up_end) {
+            EXPECT_EQ(f.verdict, Verdict::no_leak);
+            EXPECT_EQ(*f.usage.at(0).context, 564 * MiB);
+            continue;
+        }
+        expect_said_first_and_no_verdict(f, "NVML says the process grew by 64.0 MiB on cuda:0 from step 1 to 29");
+        EXPECT_NE(f.notes[0].find("The CUDA context was read at step 1, before warm-up ended (step 3), so what warm-up "
+                                  "loaded after it is counted here too: a capture reads NVML where the warm-up it is "
+                                  "given ends (track(warmup=3), vramscope run --warmup 3)."),
+                  std::string::npos)
+            << f.notes[0];
+    }
+}
+
 // When the reading at close stands for the last step end, the one before it is checked too:
 // growth past the allowance there is not hidden by a close reading a little lower.
 TEST(Usage, TheReadingTheOneAtClosePassedOverIsCheckedToo) {

@@ -54,6 +54,16 @@ const NvmlReading* base_reading(const std::vector<NvmlReading>& readings, size_t
     return nullptr;
 }
 
+// Where the context's reading came before the first judged step end (`first`): what warm-up
+// loaded after it counts as growth, and how to record a reading there.
+std::string read_before_warm_up_ended(const NvmlReading& base, size_t first) {
+    if (base.step >= first) return "";
+    return " The CUDA context was read at step " + std::to_string(base.step) + ", before warm-up ended (step " +
+           std::to_string(first) + "), so what warm-up loaded after it is counted here too: a capture reads NVML "
+           "where the warm-up it is given ends (track(warmup=" + std::to_string(first) + "), vramscope run --warmup " +
+           std::to_string(first) + ").";
+}
+
 // Of `grown`, a residual's change from `since` to `now`, what the driver's pages of the outside
 // allocations may account for (analysis/driver_pages.h): their bound's change between the two
 // moments, no more than a gain. Pages given back count too (negative): the residual's fall with them
@@ -148,7 +158,7 @@ Usage usage_ledgers(const std::vector<DeviceSummary>& devices, const std::vector
                                     : "the run's end (after step " + std::to_string(last) + ", whose end NVML did not read)") +
                     " that no recorded allocation explains (more than the " + format_bytes(double(allowed)) +
                     " a verdict may leave open): memory taken past the driver calls vramscope records, or the CUDA "
-                    "context growing (modules loaded late).");
+                    "context growing (modules loaded late)." + read_before_warm_up_ended(*base, first));
             else
                 u.notes.push_back("NVML's reading as the run ended shows " + format_bytes(double(unexplained)) + " more on " +
                                   where + " than at the last step end (" + std::to_string(last) +
