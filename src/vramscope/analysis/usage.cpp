@@ -133,19 +133,26 @@ Usage usage_ledgers(const std::vector<DeviceSummary>& devices, const std::vector
             if (r.step == last + 1 && d.timeline.size() == last + 2) close = &r;
         }
         const NvmlReading* ledgers = now && !close_taken ? now->reading : nullptr;  // the ledger's, read within the run
+        // Of the residual's gain from `since` (the base: the context) to `r`, what the driver's
+        // pages account for, and the rest: what no recorded allocation explains.
+        const auto gained = [&](const NvmlReading& r, const NvmlReading& since) {
+            const int64_t grown = r.residual() - (&since == base ? context : since.residual());
+            const int64_t pages = page_rounding_of(grown, r, since);
+            return std::pair{pages, grown - pages};
+        };
         if (now) {  // its holdings are the step end's: it stands for it
             l.nvml_used = now->reading->used;
             l.context = uint64_t(base ? context : std::max<int64_t>(0, now->reading->residual()));
-            const int64_t grown = now->reading->residual() - int64_t(*l.context);
-            l.page_rounding = base ? page_rounding_of(grown, *now->reading, *base) : 0;
-            l.unexplained = grown - *l.page_rounding;
+            const auto [pages, unexplained] =
+                base ? gained(*now->reading, *base) : std::pair{int64_t(0), now->reading->residual() - int64_t(*l.context)};
+            l.page_rounding = pages;
+            l.unexplained = unexplained;
         }
         bool checked = false, blocked = false;  // one sentence a device
         // `r` against `since`: the base, or for what came after the judged steps, the last step end's.
         const auto check = [&](const NvmlReading& r, const NvmlReading& since, bool blocks) {
             checked |= blocks;  // a note on what came after the judged steps checks none of them
-            const int64_t grown = r.residual() - (&since == base ? context : since.residual());
-            const int64_t unexplained = grown - page_rounding_of(grown, r, since);
+            const int64_t unexplained = gained(r, since).second;
             // 2% of NVML's growth: a fall (segments given back) widens nothing.
             const int64_t allowed = unexplained_allowance(std::max<int64_t>(0, int64_t(r.used) - int64_t(since.used)));
             if (unexplained <= allowed || (blocks && std::exchange(blocked, true))) return;
