@@ -10,11 +10,11 @@ import subprocess
 import tempfile
 
 
-def c_library(name: str, source: str) -> ctypes.CDLL:
+def c_library(name: str, source: str, flags: tuple[str, ...] = ()) -> ctypes.CDLL:
     build = os.path.join(tempfile.gettempdir(), f"vramscope_{name}_{os.getuid()}")
     os.makedirs(build, exist_ok=True)
     path, lib = os.path.join(build, f"{name}.c"), os.path.join(build, f"{name}.so")
     with open(path, "w") as f:
         f.write(source)
-    subprocess.run([os.environ.get("CC", "cc"), "-O2", "-shared", "-fPIC", "-o", lib, path], check=True)
+    subprocess.run([os.environ.get("CC", "cc"), "-O2", "-shared", "-fPIC", *flags, "-o", lib, path], check=True)
     return ctypes.CDLL(lib)

@@ -148,7 +148,69 @@ def null_sink() -> int:
     return ctypes.cast(null_sink.lib.null_sink, ctypes.c_void_p).value
 
 
-IN_PROCESS = VARIANTS + ["vramscope-no-stacks", "hook-to-null-sink"]
+# The least any recorder of the hook's events must do on the allocating thread: find the thread's
+# buffer (thread-local, in a loaded library, as vramscope's), read the time, store the fields as
+# they come (stream handle, node pointer: naming them can wait for a reader), take a number in the
+# device's order (the allocator's lock serialises a device's calls, but not its threads) and publish
+# the count; with "walk", also the calling thread's Python frames hashed in place, innermost
+# first, at each allocation (CPython 3.11 and 3.12's frame layout, as capture/python_frames.cpp
+# reads it). Nothing drains them: a ring of 1,024 records a thread, about a drain period's worth.
+# What vramscope's sink costs beyond these is the price of its own choices.
+FLOOR_SINK = r"""
+#include <stdint.h>
+#include <stdlib.h>
+#include <Python.h>
+#include <x86intrin.h>
+typedef struct { uint64_t addr, size, stream, ticks, seq, stack; const char* node; int32_t kind, device; } record;
+#define RING 1024
+typedef struct { record* items; uint64_t count; } ring;
+static __thread ring t_ring;
+static struct { uint64_t next; char pad[56]; } lanes[256] __attribute__((aligned(64)));
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+typedef struct frame { PyObject *func, *globals, *builtins, *locals; PyCodeObject* code; PyObject* obj;
+                       struct frame* previous; _Py_CODEUNIT* instr; int stacktop; char is_entry, owner; } frame;
+#define FRAMES(t) ((t)->cframe ? (const frame*)(t)->cframe->current_frame : 0)
+#elif PY_VERSION_HEX >= 0x030C0000 && PY_VERSION_HEX < 0x030D0000
+typedef struct frame { PyCodeObject* code; struct frame* previous; PyObject *func, *globals, *builtins, *locals, *obj;
+                       _Py_CODEUNIT* instr; int stacktop; uint16_t return_offset; char owner; } frame;
+#define FRAMES(t) ((t)->cframe ? (const frame*)(t)->cframe->current_frame : 0)
+#else
+#error "floor walk: CPython 3.11 or 3.12"
+#endif
+static inline void put(int k, int d, uint64_t a, uint64_t s, uint64_t st, const char* n, uint64_t stack) {
+    ring* r = &t_ring;
+    if (!r->items && !(r->items = aligned_alloc(64, RING * sizeof(record)))) return;
+    record* e = &r->items[r->count & (RING - 1)];
+    e->addr = a, e->size = s, e->stream = st, e->ticks = __rdtsc(), e->node = n, e->kind = k, e->device = d;
+    e->stack = stack;
+    e->seq = lanes[(uint8_t)d].next++;
+    __atomic_store_n(&r->count, r->count + 1, __ATOMIC_RELEASE);
+}
+void floor_sink(int k, int d, uint64_t a, uint64_t s, uint64_t st, const char* n) { put(k, d, a, s, st, n, 0); }
+void floor_walk_sink(int k, int d, uint64_t a, uint64_t s, uint64_t st, const char* n) {
+    uint64_t h = 0;
+    if (k == 0) {  /* an allocation: its stack */
+        PyThreadState* t = PyGILState_GetThisThreadState();
+        for (const frame* f = t ? FRAMES(t) : 0; f; f = f->previous)
+            if (f->owner != 3) h = ((h << 7) | (h >> 57)) ^ (uint64_t)(uintptr_t)f->code ^ ((uint64_t)(uintptr_t)f->instr << 17);
+    }
+    put(k, d, a, s, st, n, h);
+}
+"""
+
+
+def floor_sinks() -> tuple[int, int]:
+    """The addresses of the floor's two sinks (FLOOR_SINK; compiled on first use, kept loaded)."""
+    import ctypes
+    import sysconfig
+
+    from c_library import c_library
+
+    floor_sinks.lib = c_library("floor_sink", FLOOR_SINK, ("-I" + sysconfig.get_paths()["include"],))
+    return tuple(ctypes.cast(getattr(floor_sinks.lib, f), ctypes.c_void_p).value for f in ("floor_sink", "floor_walk_sink"))
+
+
+IN_PROCESS = VARIANTS + ["vramscope-no-stacks", "hook-to-null-sink", "hook-to-floor", "hook-to-floor-walk"]
 
 
 def in_process(name: str, warmup: int):
@@ -165,6 +227,7 @@ def in_process(name: str, warmup: int):
         step()
     capture = vramscope.track(tempfile.mktemp(suffix=".vscope"), summary=False, live_warnings=False).start()
     hook, recorder, sink, nothing = capture._hook, capture._recorder, _core.allocator_sink(), null_sink()
+    floors = dict(zip(("hook-to-floor", "hook-to-floor-walk"), floor_sinks()))
     # A step end belongs to vramscope's steps only: the others are as near a run without vramscope
     # as one process allows (the optimizer's hook still calls into a function that returns, and
     # torch still builds its trace entries for the idle tracker).
@@ -177,6 +240,8 @@ def in_process(name: str, warmup: int):
             hook.install(sink)
         elif variant == "hook-to-null-sink":
             hook.install(nothing)
+        elif variant in floors:
+            hook.install(floors[variant])
         else:
             hook.uninstall()
         recorder.set_python_stacks(variant == "vramscope")
