@@ -154,7 +154,7 @@ def null_sink() -> int:
 # device's order (the allocator's lock serialises a device's calls, but not its threads) and publish
 # the count; with "walk", also the calling thread's Python frames hashed in place, innermost
 # first, at each allocation (CPython 3.11 and 3.12's frame layout, as capture/python_frames.cpp
-# reads it). Nothing drains them: a ring of 1,024 records a thread, about a drain period's worth.
+# reads it); with "prefetch", that walk with vramscope's trail. Nothing drains them: a ring of 1,024 records a thread, about a drain period's worth.
 # What vramscope's sink costs beyond these is the price of its own choices.
 FLOOR_SINK = r"""
 #include <stdint.h>
@@ -196,21 +196,43 @@ void floor_walk_sink(int k, int d, uint64_t a, uint64_t s, uint64_t st, const ch
     }
     put(k, d, a, s, st, n, h);
 }
+/* The same walk, each frame's two lines asked for first from where the thread's last walk found
+   them (capture/python_frames.h's FrameTrail: between two allocations the step evicts them). */
+static __thread const void* t_trail[64];
+static __thread int t_trail_n;
+void floor_prefetch_sink(int k, int d, uint64_t a, uint64_t s, uint64_t st, const char* n) {
+    uint64_t h = 0;
+    if (k == 0) {
+        for (int i = 0; i < t_trail_n; ++i) {
+            __builtin_prefetch(t_trail[i]);
+            __builtin_prefetch((const char*)t_trail[i] + 64);
+        }
+        PyThreadState* t = PyGILState_GetThisThreadState();
+        int depth = 0;
+        for (const frame* f = t ? FRAMES(t) : 0; f; f = f->previous, ++depth) {
+            if (depth < 64) t_trail[depth] = f;
+            if (f->owner != 3) h = ((h << 7) | (h >> 57)) ^ (uint64_t)(uintptr_t)f->code ^ ((uint64_t)(uintptr_t)f->instr << 17);
+        }
+        t_trail_n = depth < 64 ? depth : 64;
+    }
+    put(k, d, a, s, st, n, h);
+}
 """
 
 
-def floor_sinks() -> tuple[int, int]:
-    """The addresses of the floor's two sinks (FLOOR_SINK; compiled on first use, kept loaded)."""
+def floor_sinks() -> tuple[int, int, int]:
+    """The addresses of the floor's three sinks (FLOOR_SINK; compiled on first use, kept loaded)."""
     import ctypes
     import sysconfig
 
     from c_library import c_library
 
     floor_sinks.lib = c_library("floor_sink", FLOOR_SINK, ("-I" + sysconfig.get_paths()["include"],))
-    return tuple(ctypes.cast(getattr(floor_sinks.lib, f), ctypes.c_void_p).value for f in ("floor_sink", "floor_walk_sink"))
+    return tuple(ctypes.cast(getattr(floor_sinks.lib, f), ctypes.c_void_p).value for f in ("floor_sink", "floor_walk_sink", "floor_prefetch_sink"))
 
 
-IN_PROCESS = VARIANTS + ["vramscope-no-stacks", "hook-to-null-sink", "hook-to-floor", "hook-to-floor-walk"]
+IN_PROCESS = VARIANTS + ["vramscope-no-stacks", "hook-to-null-sink", "hook-to-floor", "hook-to-floor-walk",
+                           "hook-to-floor-prefetch"]
 
 
 def in_process(name: str, warmup: int):
@@ -227,7 +249,7 @@ def in_process(name: str, warmup: int):
         step()
     capture = vramscope.track(tempfile.mktemp(suffix=".vscope"), summary=False, live_warnings=False).start()
     hook, recorder, sink, nothing = capture._hook, capture._recorder, _core.allocator_sink(), null_sink()
-    floors = dict(zip(("hook-to-floor", "hook-to-floor-walk"), floor_sinks()))
+    floors = dict(zip(("hook-to-floor", "hook-to-floor-walk", "hook-to-floor-prefetch"), floor_sinks()))
     # A step end belongs to vramscope's steps only: the others are as near a run without vramscope
     # as one process allows (the optimizer's hook still calls into a function that returns, and
     # torch still builds its trace entries for the idle tracker).
