@@ -381,3 +381,36 @@ TEST(DeviceUsage, TheStepEndsAskedForReadWhetherDueOrNot) {
         {EventKind::device_usage, 600u << 20}};                       // at close
     EXPECT_EQ(seen, expected);
 }
+
+// The analysis forgets the step ends that no memory event precedes, so the step ends asked for are
+// counted from the first one after memory: a run that ends steps before it allocates (a loop that
+// moves its model to the GPU late) still has its context read where its warm-up ends.
+TEST(DeviceUsage, TheStepEndsAskedForAreCountedFromTheFirstMemory) {
+    g_listed = {{kPid, 100u << 20, 0, 0}};
+    const std::string path = temp_trace("steps_before_memory");
+    {
+        Recorder r(path);
+        r.use_device_usage(std::make_unique<DeviceUsage>(kFakeNvml, kPid));
+        r.read_usage_at_step_ends(1, 1);
+        EXPECT_EQ(r.watch_device(0, "00000000:00:06.0"), "");
+        for (uint64_t mib : {150, 160}) {  // two step ends before any memory: the analysis forgets them
+            g_listed[0].usedGpuMemory = mib << 20;
+            r.end_step("optimizer step");
+        }
+        r.allocator_event(EventKind::alloc, 0, 0x1000, 512, 0, nullptr);
+        for (uint64_t mib : {200, 300, 400}) {  // the analysis's steps 0, 1 and 2
+            g_listed[0].usedGpuMemory = mib << 20;
+            r.end_step("optimizer step");
+        }
+        r.close();
+    }
+    const auto seen = figures_and_steps(path);
+    const std::vector<std::pair<EventKind, uint64_t>> expected = {
+        {EventKind::device_usage, 100u << 20},  // as the device is watched
+        {EventKind::step, 0}, {EventKind::step, 0},  // before memory
+        {EventKind::step, 0},                        // step 0: not asked for
+        {EventKind::device_usage, 300u << 20}, {EventKind::step, 0},  // step 1: asked for
+        {EventKind::step, 0},                                         // step 2
+        {EventKind::device_usage, 400u << 20}};                       // at close
+    EXPECT_EQ(seen, expected);
+}

@@ -503,12 +503,12 @@ Event Recorder::mark(EventKind kind, std::string_view name) {
     return e;
 }
 
-void Recorder::enqueue_marks(const std::vector<Event>& marks) {
-    if (marks.empty()) return;
+bool Recorder::enqueue_marks(const std::vector<Event>& marks) {
+    if (marks.empty()) return false;
     try {
         HookThread* t = static_cast<HookThread*>(t_hook);
         if (!t || t->recorder != id_) [[unlikely]] {
-            if (!(t = join_thread())) return fail("capture stopped: out of memory");
+            if (!(t = join_thread())) return fail("capture stopped: out of memory"), false;
         }
         // The cuts are read under the marks' lock: a drain looks for the open group under it after
         // taking the queues, so what it recorded with no group to stop it is inside these cuts,
@@ -526,9 +526,12 @@ void Recorder::enqueue_marks(const std::vector<Event>& marks) {
         }
         for (const Event& e : marks) t->events.push(Queued{e, next_mark_++});
         g.last = next_mark_ - 1;
+        const bool after_memory = !g.cuts.empty();
         mark_groups_.push_back(std::move(g));
+        return after_memory;
     } catch (const std::exception& ex) {
         fail(std::string("capture stopped: ") + ex.what());
+        return false;
     }
 }
 
@@ -547,12 +550,15 @@ void Recorder::end_step(std::string_view unit) {
         // The monitor's word on the step before reaches the caller at this one at the latest: when
         // the worker has not drained that step yet (steps shorter than its period), this one does.
         if (steps_recorded_.load(std::memory_order_relaxed) < steps_.load(std::memory_order_relaxed)) drain();
-        const uint64_t step = steps_.load(std::memory_order_relaxed);
+        // This step end as the analysis will number it, if a memory event comes before it; if none
+        // does, the analysis forgets it, and a reading asked for here with it.
+        const uint64_t step =
+            steps_.load(std::memory_order_relaxed) - steps_before_memory_.load(std::memory_order_relaxed);
         const bool asked = step >= usage_from_step_.load(std::memory_order_relaxed) &&
                            step <= usage_through_step_.load(std::memory_order_relaxed);
         std::vector<Event> marks = usage_events(read_usage(asked));
         marks.push_back(mark(EventKind::step, unit));
-        enqueue_marks(marks);
+        if (!enqueue_marks(marks)) steps_before_memory_.fetch_add(1, std::memory_order_relaxed);
         steps_.fetch_add(1, std::memory_order_relaxed);
     } catch (const std::exception& ex) {
         fail(std::string("capture stopped: ") + ex.what());

@@ -96,10 +96,12 @@ public:
     // Queues NVML's figures, then the step marker, named by the step's unit ("optimizer step",
     // "eval batch", ...: what Steps::unit reads back), after every event numbered before it.
     void end_step(std::string_view unit);
-    // NVML read at each step end from `first` through `last` (0-based), due or not (a handful of
-    // reads a run): the analysis takes what the CUDA context holds from the reading at the end of
-    // warm-up, and one read earlier would count the modules warm-up loads after it as growth
-    // nobody recorded. Before the first step end.
+    // NVML read at each step end from `first` through `last`, due or not (a handful of reads a
+    // run): the analysis takes what the CUDA context holds from the reading at the end of warm-up,
+    // and one read earlier would count the modules warm-up loads after it as growth nobody
+    // recorded. Counted from 0 as the analysis counts them: from the first step end that a memory
+    // event precedes (it forgets the ones before, Replay::forget_steps_before_memory). Before the
+    // first step end.
     void read_usage_at_step_ends(uint64_t first, uint64_t last) {
         usage_from_step_.store(first, std::memory_order_relaxed);
         usage_through_step_.store(last, std::memory_order_relaxed);
@@ -208,8 +210,8 @@ private:
     SinkFrame frame_of(const RawFrame& f);
     uint16_t stream_index(uint64_t handle);
     // Numbered in the marker lane as one group, cut after what every other lane numbered so far,
-    // and queued on the calling thread's queue.
-    void enqueue_marks(const std::vector<Event>& marks);
+    // and queued on the calling thread's queue. Whether any memory event was numbered before it.
+    bool enqueue_marks(const std::vector<Event>& marks);
     Event mark(EventKind kind, std::string_view name);  // stamped now, its name interned
     // NVML's figures now (asked outside the drain's lock: a read may take a millisecond), as events.
     std::vector<DeviceUsage::Reading> read_usage(bool every);
@@ -277,6 +279,7 @@ private:
     uint64_t next_mark_ = 0;
     std::deque<MarkGroup> mark_groups_;  // not yet recorded whole, in number order
     std::atomic<uint64_t> steps_{0}, steps_recorded_{0};  // ended; drained
+    std::atomic<uint64_t> steps_before_memory_{0};        // ended with no memory event numbered before
 
     mutable std::mutex intern_mutex_;  // the hook's caches, below
     std::unordered_map<uint64_t, uint32_t> stack_by_hash_;  // -> index in stacks_
