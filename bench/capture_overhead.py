@@ -18,6 +18,11 @@ per-process medians.
       variant follows every other equally often: neighbouring steps compared, every step
       counted; the ratio of medians and of 20th percentiles to no capture, and the paired ratio
       (each step over its cycle's no-capture step), with 95% intervals)
+  python bench/capture_overhead.py --alternate 200 20 --workloads transformer --variants none hook-to-null-sink \
+      hook-to-floor hook-to-floor-ahead hook-to-floor-ahead-prefetch vramscope-no-stacks vramscope
+      (vramscope beside the floor: sinks that do the least any recorder of these events must do,
+      FLOOR_SINK), then --pool FILES --against hook-to-floor-ahead-prefetch: each variant's steps over
+      that variant's in the same cycles instead of over no capture's
   python bench/capture_overhead.py --pool a.json b.json   # several --alternate --out files as one
       (and, from separate processes, each run's own figure: their median and range)
   python bench/capture_overhead.py --alloc-cost 200000          # ns per allocation, by state
@@ -152,10 +157,14 @@ def null_sink() -> int:
 # buffer (thread-local, in a loaded library, as vramscope's), read the time, store the fields as
 # they come (stream handle, node pointer: naming them can wait for a reader), take a number in the
 # device's order (the allocator's lock serialises a device's calls, but not its threads) and publish
-# the count; with "walk", also the calling thread's Python frames hashed in place, innermost
-# first, at each allocation (CPython 3.11 and 3.12's frame layout, as capture/python_frames.cpp
-# reads it); with "prefetch", that walk with vramscope's trail. Nothing drains them: a ring of 1,024 records a thread, about a drain period's worth.
-# What vramscope's sink costs beyond these is the price of its own choices.
+# the count. "walk": also the calling thread's Python frames hashed in place, innermost first, at
+# each allocation (CPython 3.11 and 3.12's frame layout, as capture/python_frames.cpp reads it);
+# "prefetch": that walk with vramscope's trail (each frame's lines asked for first from where the
+# last walk found them); "ahead": the next record's line asked for, for writing, at each store (as
+# capture/chunk_queue.h does: torch releases its allocator's lock right after the hook, and that
+# waits for the hook's stores; a ring line written 1,024 events ago has left the core's caches).
+# Nothing drains them: a ring of 1,024 records a thread, about a drain period's worth. What
+# vramscope's sink costs beyond these is the price of its own choices.
 FLOOR_SINK = r"""
 #include <stdint.h>
 #include <stdlib.h>
@@ -177,7 +186,7 @@ typedef struct frame { PyCodeObject* code; struct frame* previous; PyObject *fun
 #else
 #error "floor walk: CPython 3.11 or 3.12"
 #endif
-static inline void put(int k, int d, uint64_t a, uint64_t s, uint64_t st, const char* n, uint64_t stack) {
+static inline void put(int k, int d, uint64_t a, uint64_t s, uint64_t st, const char* n, uint64_t stack, int ahead) {
     ring* r = &t_ring;
     if (!r->items && !(r->items = aligned_alloc(64, RING * sizeof(record)))) return;
     record* e = &r->items[r->count & (RING - 1)];
@@ -185,54 +194,62 @@ static inline void put(int k, int d, uint64_t a, uint64_t s, uint64_t st, const 
     e->stack = stack;
     e->seq = lanes[(uint8_t)d].next++;
     __atomic_store_n(&r->count, r->count + 1, __ATOMIC_RELEASE);
+    if (ahead) __asm__ volatile("prefetchw %0" ::"m"(r->items[r->count & (RING - 1)]));
 }
-void floor_sink(int k, int d, uint64_t a, uint64_t s, uint64_t st, const char* n) { put(k, d, a, s, st, n, 0); }
-void floor_walk_sink(int k, int d, uint64_t a, uint64_t s, uint64_t st, const char* n) {
+static inline uint64_t walk(void) {
     uint64_t h = 0;
-    if (k == 0) {  /* an allocation: its stack */
-        PyThreadState* t = PyGILState_GetThisThreadState();
-        for (const frame* f = t ? FRAMES(t) : 0; f; f = f->previous)
-            if (f->owner != 3) h = ((h << 7) | (h >> 57)) ^ (uint64_t)(uintptr_t)f->code ^ ((uint64_t)(uintptr_t)f->instr << 17);
-    }
-    put(k, d, a, s, st, n, h);
+    PyThreadState* t = PyGILState_GetThisThreadState();
+    for (const frame* f = t ? FRAMES(t) : 0; f; f = f->previous)
+        if (f->owner != 3) h = ((h << 7) | (h >> 57)) ^ (uint64_t)(uintptr_t)f->code ^ ((uint64_t)(uintptr_t)f->instr << 17);
+    return h;
 }
-/* The same walk, each frame's two lines asked for first from where the thread's last walk found
-   them (capture/python_frames.h's FrameTrail: between two allocations the step evicts them). */
 static __thread const void* t_trail[64];
 static __thread int t_trail_n;
-void floor_prefetch_sink(int k, int d, uint64_t a, uint64_t s, uint64_t st, const char* n) {
-    uint64_t h = 0;
-    if (k == 0) {
-        for (int i = 0; i < t_trail_n; ++i) {
-            __builtin_prefetch(t_trail[i]);
-            __builtin_prefetch((const char*)t_trail[i] + 64);
-        }
-        PyThreadState* t = PyGILState_GetThisThreadState();
-        int depth = 0;
-        for (const frame* f = t ? FRAMES(t) : 0; f; f = f->previous, ++depth) {
-            if (depth < 64) t_trail[depth] = f;
-            if (f->owner != 3) h = ((h << 7) | (h >> 57)) ^ (uint64_t)(uintptr_t)f->code ^ ((uint64_t)(uintptr_t)f->instr << 17);
-        }
-        t_trail_n = depth < 64 ? depth : 64;
+static inline uint64_t prefetched_walk(void) {
+    for (int i = 0; i < t_trail_n; ++i) {
+        __builtin_prefetch(t_trail[i]);
+        __builtin_prefetch((const char*)t_trail[i] + 64);
     }
-    put(k, d, a, s, st, n, h);
+    uint64_t h = 0;
+    PyThreadState* t = PyGILState_GetThisThreadState();
+    int depth = 0;
+    for (const frame* f = t ? FRAMES(t) : 0; f; f = f->previous, ++depth) {
+        if (depth < 64) t_trail[depth] = f;
+        if (f->owner != 3) h = ((h << 7) | (h >> 57)) ^ (uint64_t)(uintptr_t)f->code ^ ((uint64_t)(uintptr_t)f->instr << 17);
+    }
+    t_trail_n = depth < 64 ? depth : 64;
+    return h;
+}
+/* k == 0: an allocation, the one kind with a stack here */
+void floor_sink(int k, int d, uint64_t a, uint64_t s, uint64_t st, const char* n) { put(k, d, a, s, st, n, 0, 0); }
+void floor_walk_sink(int k, int d, uint64_t a, uint64_t s, uint64_t st, const char* n) {
+    put(k, d, a, s, st, n, k == 0 ? walk() : 0, 0);
+}
+void floor_prefetch_sink(int k, int d, uint64_t a, uint64_t s, uint64_t st, const char* n) {
+    put(k, d, a, s, st, n, k == 0 ? prefetched_walk() : 0, 0);
+}
+void floor_ahead_sink(int k, int d, uint64_t a, uint64_t s, uint64_t st, const char* n) { put(k, d, a, s, st, n, 0, 1); }
+void floor_ahead_prefetch_sink(int k, int d, uint64_t a, uint64_t s, uint64_t st, const char* n) {
+    put(k, d, a, s, st, n, k == 0 ? prefetched_walk() : 0, 1);
 }
 """
+FLOORS = {"hook-to-floor": "floor_sink", "hook-to-floor-walk": "floor_walk_sink",
+          "hook-to-floor-prefetch": "floor_prefetch_sink", "hook-to-floor-ahead": "floor_ahead_sink",
+          "hook-to-floor-ahead-prefetch": "floor_ahead_prefetch_sink"}
 
 
-def floor_sinks() -> tuple[int, int, int]:
-    """The addresses of the floor's three sinks (FLOOR_SINK; compiled on first use, kept loaded)."""
+def floor_sinks() -> dict[str, int]:
+    """The floor's sinks by variant, their addresses (FLOOR_SINK; compiled on first use, kept loaded)."""
     import ctypes
     import sysconfig
 
     from c_library import c_library
 
     floor_sinks.lib = c_library("floor_sink", FLOOR_SINK, ("-I" + sysconfig.get_paths()["include"],))
-    return tuple(ctypes.cast(getattr(floor_sinks.lib, f), ctypes.c_void_p).value for f in ("floor_sink", "floor_walk_sink", "floor_prefetch_sink"))
+    return {v: ctypes.cast(getattr(floor_sinks.lib, f), ctypes.c_void_p).value for v, f in FLOORS.items()}
 
 
-IN_PROCESS = VARIANTS + ["vramscope-no-stacks", "hook-to-null-sink", "hook-to-floor", "hook-to-floor-walk",
-                           "hook-to-floor-prefetch"]
+IN_PROCESS = VARIANTS + ["vramscope-no-stacks", "hook-to-null-sink", *FLOORS]
 
 
 def in_process(name: str, warmup: int):
@@ -249,7 +266,7 @@ def in_process(name: str, warmup: int):
         step()
     capture = vramscope.track(tempfile.mktemp(suffix=".vscope"), summary=False, live_warnings=False).start()
     hook, recorder, sink, nothing = capture._hook, capture._recorder, _core.allocator_sink(), null_sink()
-    floors = dict(zip(("hook-to-floor", "hook-to-floor-walk", "hook-to-floor-prefetch"), floor_sinks()))
+    floors = floor_sinks()
     # A step end belongs to vramscope's steps only: the others are as near a run without vramscope
     # as one process allows (the optimizer's hook still calls into a function that returns, and
     # torch still builds its trace entries for the idle tracker).
@@ -366,18 +383,19 @@ def alternate(name: str, cycles: int, warmup: int, variants: list[str]) -> dict:
     return {v: {"times_ms": times[v]} for v in variants}
 
 
-def summarise_alternate(runs: list[dict]) -> dict:
+def summarise_alternate(runs: list[dict], against: str = "none") -> dict:
     """The figures of one or more --alternate runs (separate processes pooled: each run's steps
     divided by its own "none" median first). Per variant: the ratio of its median step to no
     capture's, and of their 20th percentiles; and the paired ratio, the median over cycles of its
     step over the same cycle's "none" step. Each with a 95 % interval from resampling cycles within
-    each run. The paired ratio is the one drift cannot move: the GPU hosts' step time wanders
+    each run. `against`: another variant in the place of "none" (vramscope beside a floor sink, say).
+    The paired ratio is the one drift cannot move: the GPU hosts' step time wanders
     between regimes (30 ms for a while, then 50 to 60 ms), which the pooled medians mix unevenly,
     while one cycle's five steps take a fifth of a second."""
     import random
 
     def normalised(run: dict, v: str, cycle_ids) -> list[float]:
-        base = statistics.median(run["none"]["times_ms"])
+        base = statistics.median(run[against]["times_ms"])
         return [run[v]["times_ms"][i] / base for i in cycle_ids]
 
     def at(xs: list[float], q: float) -> float:
@@ -386,14 +404,14 @@ def summarise_alternate(runs: list[dict]) -> dict:
 
     def ratio(v: str, picks: list, q: float) -> float:
         mine = [x for run, ids in zip(runs, picks) for x in normalised(run, v, ids)]
-        none = [x for run, ids in zip(runs, picks) for x in normalised(run, "none", ids)]
-        return at(mine, q) / at(none, q)
+        base = [x for run, ids in zip(runs, picks) for x in normalised(run, against, ids)]
+        return at(mine, q) / at(base, q)
 
     def paired(v: str, picks: list) -> float:
-        return statistics.median(x for run, ids in zip(runs, picks) for x in cycle_ratios(run, v, ids))
+        return statistics.median(x for run, ids in zip(runs, picks) for x in cycle_ratios(run, v, ids, against))
 
     rng = random.Random(0)
-    cycles = [len(run["none"]["times_ms"]) for run in runs]
+    cycles = [len(run[against]["times_ms"]) for run in runs]
     everything = [range(n) for n in cycles]
     draws = [[[rng.randrange(n) for _ in range(n)] for n in cycles] for _ in range(1000)]
     out = {}
@@ -410,17 +428,17 @@ def summarise_alternate(runs: list[dict]) -> dict:
     return out
 
 
-def cycle_ratios(run: dict, v: str, cycle_ids) -> list[float]:
-    """Each of those cycles' step of variant v over the same cycle's "none" step."""
-    return [run[v]["times_ms"][i] / run["none"]["times_ms"][i] for i in cycle_ids]
+def cycle_ratios(run: dict, v: str, cycle_ids, against: str = "none") -> list[float]:
+    """Each of those cycles' step of variant v over the same cycle's step of `against`."""
+    return [run[v]["times_ms"][i] / run[against]["times_ms"][i] for i in cycle_ids]
 
 
-def per_run_ratios(runs: list[dict]) -> dict:
+def per_run_ratios(runs: list[dict], against: str = "none") -> dict:
     """Each --alternate run's own figures, per variant: its median step over its "none" median, and
     its paired ratio. With runs from fresh processes, the median of these and their range are the
     whole set repeated."""
-    return {v: ([statistics.median(r[v]["times_ms"]) / statistics.median(r["none"]["times_ms"]) for r in runs],
-                [statistics.median(cycle_ratios(r, v, range(len(r["none"]["times_ms"])))) for r in runs])
+    return {v: ([statistics.median(r[v]["times_ms"]) / statistics.median(r[against]["times_ms"]) for r in runs],
+                [statistics.median(cycle_ratios(r, v, range(len(r[against]["times_ms"])), against)) for r in runs])
             for v in measured(runs)}
 
 
@@ -542,6 +560,8 @@ def main() -> int:
     ap.add_argument("--variants", nargs="+", choices=IN_PROCESS, default=IN_PROCESS,
                     help="with --alternate: these variants only (none among them); fewer make a cycle shorter")
     ap.add_argument("--pool", nargs="+", metavar="JSON", help="the figures of several --alternate --out files together")
+    ap.add_argument("--against", default="none", choices=IN_PROCESS,
+                    help="with --alternate or --pool: the variant the others are divided by (default: none)")
     ap.add_argument("--repeat", type=int, default=1, metavar="N",
                     help="with --interleaved: the whole set N times, each in a fresh process")
     ap.add_argument("--alloc-cost", type=int, metavar="PAIRS", help="ns per small allocate+free, by state")
@@ -563,14 +583,16 @@ def main() -> int:
                     for name, r in json.load(f)["runs"].items():
                         runs.setdefault(name, []).extend(r)
         for name, rs in runs.items():
-            for v, r in summarise_alternate(rs).items():
+            if any(args.against not in run for run in rs):
+                ap.error(f"--against: {args.against} was not measured in every run")
+            for v, r in summarise_alternate(rs, args.against).items():
                 m, p, c = r["median_ratio_95"], r["p20_ratio_95"], r["paired_ratio_95"]
-                print(f"{name:13s} {v:19s} median step {r['median_ms']:7.2f} ms  x{r['median_ratio']:.3f} [{m[0]:.3f}, {m[1]:.3f}]"
+                print(f"{name:13s} {v:28s} median step {r['median_ms']:7.2f} ms  x{r['median_ratio']:.3f} [{m[0]:.3f}, {m[1]:.3f}]"
                       f"  20th percentile x{r['p20_ratio']:.3f} [{p[0]:.3f}, {p[1]:.3f}]"
                       f"  paired x{r['paired_ratio']:.3f} [{c[0]:.3f}, {c[1]:.3f}]  ({r['steps']} steps, {r['runs']} runs)")
             if len(rs) > 1:
-                for v, (ratios, paired) in per_run_ratios(rs).items():
-                    print(f"{name:13s} {v:19s} each run x" + " x".join(f"{x:.3f}" for x in ratios) +
+                for v, (ratios, paired) in per_run_ratios(rs, args.against).items():
+                    print(f"{name:13s} {v:28s} each run x" + " x".join(f"{x:.3f}" for x in ratios) +
                           f"  median of runs x{statistics.median(ratios):.3f}, range x{min(ratios):.3f}-x{max(ratios):.3f};"
                           f"  paired x" + " x".join(f"{x:.3f}" for x in paired) + between_processes(paired))
         if args.out:
@@ -584,7 +606,7 @@ def main() -> int:
         for name, variants in result.items():
             for v, r in variants.items():
                 q = r["round_ratio_quartiles"]
-                print(f"{name:13s} {v:19s} median {r['median_ms']:7.2f} ms  x{r['ratio_to_none']:.3f} pooled;  "
+                print(f"{name:13s} {v:28s} median {r['median_ms']:7.2f} ms  x{r['ratio_to_none']:.3f} pooled;  "
                       f"per round x{r['round_ratio_median']:.3f} (quartiles {q[0]:.3f}..{q[2]:.3f}, "
                       f"range {r['round_ratio_range'][0]:.3f}..{r['round_ratio_range'][1]:.3f}, {r['rounds']} rounds)")
         if args.out:
