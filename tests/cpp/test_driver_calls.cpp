@@ -414,3 +414,26 @@ TEST(DeviceUsage, TheStepEndsAskedForAreCountedFromTheFirstMemory) {
         {EventKind::device_usage, 400u << 20}};                       // at close
     EXPECT_EQ(seen, expected);
 }
+
+// Step ends before any memory are forgotten by the analysis, readings and all: none is forced there
+// (a run that ends many steps before it allocates would read NVML at each).
+TEST(DeviceUsage, NoStepEndBeforeMemoryIsAskedToRead) {
+    g_listed = {{kPid, 100u << 20, 0, 0}};
+    const std::string path = temp_trace("no_reads_before_memory");
+    {
+        Recorder r(path);
+        r.use_device_usage(std::make_unique<DeviceUsage>(kFakeNvml, kPid));
+        r.read_usage_at_step_ends(0, 3);
+        EXPECT_EQ(r.watch_device(0, "00000000:00:06.0"), "");
+        for (int i = 0; i < 10; ++i) r.end_step("optimizer step");  // at once: none due
+        r.allocator_event(EventKind::alloc, 0, 0x1000, 512, 0, nullptr);
+        g_listed[0].usedGpuMemory = 200u << 20;
+        r.end_step("optimizer step");  // the analysis's step 0: asked for
+        r.close();
+    }
+    std::vector<std::pair<EventKind, uint64_t>> expected = {{EventKind::device_usage, 100u << 20}};
+    expected.insert(expected.end(), 10, {EventKind::step, 0});
+    expected.insert(expected.end(), {{EventKind::device_usage, 200u << 20}, {EventKind::step, 0},
+                                     {EventKind::device_usage, 200u << 20}});
+    EXPECT_EQ(figures_and_steps(path), expected);
+}

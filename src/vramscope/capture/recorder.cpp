@@ -515,15 +515,7 @@ bool Recorder::enqueue_marks(const std::vector<Event>& marks) {
         // and two threads' groups are numbered in the order of their cuts.
         std::lock_guard lock(marks_mutex_);
         MarkGroup g;
-        for (size_t d = 0; d < device_lanes_.size(); ++d) {  // a free request still waiting is not numbered yet
-            const uint64_t next = device_lanes_[d].next.load(std::memory_order_relaxed);
-            if (next) g.cuts.push_back(Cut{uint32_t(d), next});
-        }
-        {
-            std::lock_guard driver(driver_.lock);
-            for (size_t d = 0; d < driver_seq_.size(); ++d)
-                if (driver_seq_[d]) g.cuts.push_back(Cut{uint32_t(256 + d), driver_seq_[d]});
-        }
+        g.cuts = cuts_now();
         for (const Event& e : marks) t->events.push(Queued{e, next_mark_++});
         g.last = next_mark_ - 1;
         const bool after_memory = !g.cuts.empty();
@@ -533,6 +525,18 @@ bool Recorder::enqueue_marks(const std::vector<Event>& marks) {
         fail(std::string("capture stopped: ") + ex.what());
         return false;
     }
+}
+
+std::vector<Recorder::Cut> Recorder::cuts_now() {
+    std::vector<Cut> cuts;
+    for (size_t d = 0; d < device_lanes_.size(); ++d) {  // a free request still waiting is not numbered yet
+        const uint64_t next = device_lanes_[d].next.load(std::memory_order_relaxed);
+        if (next) cuts.push_back(Cut{uint32_t(d), next});
+    }
+    std::lock_guard driver(driver_.lock);
+    for (size_t d = 0; d < driver_seq_.size(); ++d)
+        if (driver_seq_[d]) cuts.push_back(Cut{uint32_t(256 + d), driver_seq_[d]});
+    return cuts;
 }
 
 void Recorder::marker(EventKind kind, std::string_view name) {
@@ -550,15 +554,15 @@ void Recorder::end_step(std::string_view unit) {
         // The monitor's word on the step before reaches the caller at this one at the latest: when
         // the worker has not drained that step yet (steps shorter than its period), this one does.
         if (steps_recorded_.load(std::memory_order_relaxed) < steps_.load(std::memory_order_relaxed)) drain();
-        // This step end as the analysis will number it, if a memory event comes before it; if none
-        // does, the analysis forgets it, and a reading asked for here with it.
-        const uint64_t step =
-            steps_.load(std::memory_order_relaxed) - steps_before_memory_.load(std::memory_order_relaxed);
+        // This step end as the analysis will number it. One that no memory event precedes it
+        // forgets, with any reading taken there: so none is asked for there.
+        const uint64_t step = steps_after_memory_.load(std::memory_order_relaxed);
         const bool asked = step >= usage_from_step_.load(std::memory_order_relaxed) &&
-                           step <= usage_through_step_.load(std::memory_order_relaxed);
+                           step <= usage_through_step_.load(std::memory_order_relaxed) &&
+                           (step > 0 || !cuts_now().empty());
         std::vector<Event> marks = usage_events(read_usage(asked));
         marks.push_back(mark(EventKind::step, unit));
-        if (!enqueue_marks(marks)) steps_before_memory_.fetch_add(1, std::memory_order_relaxed);
+        if (enqueue_marks(marks)) steps_after_memory_.fetch_add(1, std::memory_order_relaxed);
         steps_.fetch_add(1, std::memory_order_relaxed);
     } catch (const std::exception& ex) {
         fail(std::string("capture stopped: ") + ex.what());

@@ -212,6 +212,8 @@ private:
     // Numbered in the marker lane as one group, cut after what every other lane numbered so far,
     // and queued on the calling thread's queue. Whether any memory event was numbered before it.
     bool enqueue_marks(const std::vector<Event>& marks);
+    // Each lane that numbered an event so far, with its next number: what a marker queued now follows.
+    std::vector<Cut> cuts_now();
     Event mark(EventKind kind, std::string_view name);  // stamped now, its name interned
     // NVML's figures now (asked outside the drain's lock: a read may take a millisecond), as events.
     std::vector<DeviceUsage::Reading> read_usage(bool every);
@@ -279,7 +281,7 @@ private:
     uint64_t next_mark_ = 0;
     std::deque<MarkGroup> mark_groups_;  // not yet recorded whole, in number order
     std::atomic<uint64_t> steps_{0}, steps_recorded_{0};  // ended; drained
-    std::atomic<uint64_t> steps_before_memory_{0};        // ended with no memory event numbered before
+    std::atomic<uint64_t> steps_after_memory_{0};         // ended with a memory event numbered before
 
     mutable std::mutex intern_mutex_;  // the hook's caches, below
     std::unordered_map<uint64_t, uint32_t> stack_by_hash_;  // -> index in stacks_
