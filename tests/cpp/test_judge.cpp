@@ -239,6 +239,48 @@ TEST(Judge, LiveSinkAndOfflineAnalysisAgreeOnMemoryOutsideTorch) {
     EXPECT_EQ(offline.count({0, "/home/u/train.py:40", Memory::pinned}), 1u);
 }
 
+// Step ends before the first memory event (a capture started before the model reached the GPU)
+// are forgotten by the analysis; the live sink forgets them too, so the two number steps alike:
+// the same warm-up judged away, the same first step of the climb, as if the run had begun with
+// its first allocation.
+TEST(Judge, LiveSinkNumbersStepsAsTheAnalysisWhenStepsEndBeforeMemory) {
+    auto judged = [](int steps_before_memory) {
+        vramscope::testing::TraceBuilder b;
+        const uint32_t kept = b.stack({{"/home/u/train.py", 27, "train"}});
+        const uint32_t acts = b.stack({{"/home/u/train.py", 30, "train"}});
+        for (int s = 0; s < steps_before_memory; ++s) b.step();
+        b.segment(0x7000'0000'0000, 1ull << 30);
+        for (uint64_t s = 0; s < 40; ++s) {
+            b.alloc(0x7000'1000'0000, 8 * uint64_t(MiB), acts);
+            if (s >= 10) b.alloc(0x7000'2000'0000 + s * uint64_t(MiB), uint64_t(MiB), kept);  // from step 10 on
+            b.free(0x7000'1000'0000, 8 * uint64_t(MiB));
+            b.step();
+        }
+        LiveSink sink;
+        for (uint32_t stack = 1; stack <= b.t.stacks.stack_count(); ++stack) {
+            std::vector<SinkFrame> frames;
+            for (uint32_t id : b.t.stacks.frames_of(stack)) {
+                const Frame& fr = b.t.stacks.frame(id);
+                frames.push_back(SinkFrame{id, b.t.stacks.string(fr.file), b.t.stacks.string(fr.function), fr.line});
+            }
+            sink.stack(stack, frames);
+        }
+        sink.events(b.t.events);
+        return std::pair(analyze(b.t), sink.leaking());
+    };
+    const auto [offline, live] = judged(0);
+    const auto [offline_late, live_late] = judged(6);
+    ASSERT_EQ(offline.leaks.size(), 1u);
+    ASSERT_EQ(offline_late.leaks.size(), 1u);
+    ASSERT_EQ(live.size(), 1u);
+    ASSERT_EQ(live_late.size(), 1u);
+    EXPECT_EQ(offline_late.leaks[0].first_step, offline.leaks[0].first_step);
+    EXPECT_EQ(live_late[0].site.line, 27u);
+    EXPECT_EQ(live_late[0].since_step, live[0].since_step);
+    EXPECT_EQ(live_late[0].projected_oom_step, live[0].projected_oom_step);
+    EXPECT_NEAR(live_late[0].bytes_per_step, offline_late.leaks[0].bytes_per_step, 0.05 * offline_late.leaks[0].bytes_per_step);
+}
+
 // The live monitor projects the OOM step from the same rate the offline analysis uses: the recent
 // slope, which for a leak that slows is below the whole series' slope.
 TEST(Judge, LiveOomProjectionUsesTheRecentRateAsOfflineDoes) {

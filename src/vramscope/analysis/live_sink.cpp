@@ -40,6 +40,7 @@ void LiveSink::stack(uint32_t stack, std::span<const SinkFrame> frames) {
 void LiveSink::events(std::span<const Event> events) {
     std::lock_guard lock(mutex_);
     for (const Event& e : events) {
+        seen_memory_ |= is_memory_event(e.kind);
         if (e.kind == EventKind::alloc || is_external_alloc(e.kind)) {
             const uint32_t site = e.stack < site_of_stack_.size() ? site_of_stack_[e.stack] : 0;
             monitor_.alloc(e.device, e.addr, e.size, site, memory_of(e.kind));
@@ -50,7 +51,7 @@ void LiveSink::events(std::span<const Event> events) {
             }
         } else if (is_release(e.kind) || is_external_event(e.kind)) {  // external: its allocs are taken above
             monitor_.release(e.device, e.addr, memory_of(e.kind));
-        } else if (e.kind == EventKind::step) {
+        } else if (e.kind == EventKind::step && seen_memory_) {  // the steps the analysis numbers
             for (LiveFinding& f : described(monitor_.end_step())) said_.push_back(std::move(f));
         }
     }

@@ -41,6 +41,7 @@ private:
     std::unordered_map<uint64_t, std::string> library_of_site_;
     std::unordered_map<uint32_t, int8_t> rank_of_frame_;   // a FrameRank, by frame id
     std::vector<LiveFinding> said_;
+    bool seen_memory_ = false;  // step ends before the first memory event are not judged (is_memory_event)
 };
 
 }  // namespace vramscope

@@ -197,7 +197,7 @@ void Replay::take_any(const Event& e) {
 
 void Replay::process(const Event& e) {
     entries += 1 + (e.kind == EventKind::free);
-    if (!has_memory_events && (is_block_event(e.kind) || is_segment_event(e.kind) || is_external_event(e.kind))) {
+    if (!has_memory_events && is_memory_event(e.kind)) {
         has_memory_events = true;
         if (cuts_before_memory_) forget_steps_before_memory();
     }

@@ -47,6 +47,10 @@ constexpr bool is_segment_event(EventKind k) {
 // Memory outside torch's caching allocator, on the device or pinned on the host.
 constexpr bool is_external_event(EventKind k) { return k >= EventKind::external_alloc && k <= EventKind::pinned_free; }
 constexpr bool is_external_alloc(EventKind k) { return k == EventKind::external_alloc || k == EventKind::pinned_alloc; }
+// What the allocator or the driver did with memory (not a marker, an OOM or a reading): step ends
+// before the first of these are forgotten, by the analysis and the live monitor alike (a ring
+// buffer that wrapped keeps markers of steps whose memory it lost).
+constexpr bool is_memory_event(EventKind k) { return is_block_event(k) || is_segment_event(k) || is_external_event(k); }
 // Kinds with an address and size (for oom: bytes free on the device, and bytes asked; for
 // device_usage: the bytes only).
 constexpr bool carries_address(EventKind k) {
