@@ -354,24 +354,33 @@ TEST(DeviceUsage, TheRecorderWritesTheFiguresAtWatchBeforeEachStepMarkerAndAtThe
     EXPECT_EQ(seen, expected);
 }
 
+// What a recorder reading the fake NVML (100 MiB as device 0 is watched), asked to read at step
+// ends first..last, wrote as `run` drove it: the figures and the step markers.
+template <class Run>
+static std::vector<std::pair<EventKind, uint64_t>> asked_reads(const char* name, uint64_t first, uint64_t last, Run run) {
+    g_listed = {{kPid, 100u << 20, 0, 0}};
+    const std::string path = temp_trace(name);
+    {
+        Recorder r(path);
+        r.use_device_usage(std::make_unique<DeviceUsage>(kFakeNvml, kPid));
+        r.read_usage_at_step_ends(first, last);
+        EXPECT_EQ(r.watch_device(0, "00000000:00:06.0"), "");
+        run(r);
+        r.close();
+    }
+    return figures_and_steps(path);
+}
+
 // The usage ledger's context is read at the end of warm-up: the step ends asked for read NVML even
 // when the steps are too short for a read to be due, so that no earlier reading stands in for it.
 TEST(DeviceUsage, TheStepEndsAskedForReadWhetherDueOrNot) {
-    g_listed = {{kPid, 100u << 20, 0, 0}};
-    const std::string path = temp_trace("first_steps");
-    {
-        Recorder r(path);
+    const auto seen = asked_reads("first_steps", 1, 2, [](Recorder& r) {
         r.allocator_event(EventKind::alloc, 0, 0x1000, 512, 0, nullptr);
-        r.use_device_usage(std::make_unique<DeviceUsage>(kFakeNvml, kPid));
-        r.read_usage_at_step_ends(1, 2);
-        EXPECT_EQ(r.watch_device(0, "00000000:00:06.0"), "");
         for (uint64_t mib : {200, 300, 400, 500, 600}) {  // five step ends at once, NVML's figure growing
             g_listed[0].usedGpuMemory = mib << 20;
             r.end_step("optimizer step");
         }
-        r.close();
-    }
-    const auto seen = figures_and_steps(path);
+    });
     const std::vector<std::pair<EventKind, uint64_t>> expected = {
         {EventKind::device_usage, 100u << 20},  // as the device is watched
         {EventKind::step, 0},                   // step 0: not due, not asked for
@@ -386,13 +395,7 @@ TEST(DeviceUsage, TheStepEndsAskedForReadWhetherDueOrNot) {
 // counted from the first one after memory: a run that ends steps before it allocates (a loop that
 // moves its model to the GPU late) still has its context read where its warm-up ends.
 TEST(DeviceUsage, TheStepEndsAskedForAreCountedFromTheFirstMemory) {
-    g_listed = {{kPid, 100u << 20, 0, 0}};
-    const std::string path = temp_trace("steps_before_memory");
-    {
-        Recorder r(path);
-        r.use_device_usage(std::make_unique<DeviceUsage>(kFakeNvml, kPid));
-        r.read_usage_at_step_ends(1, 1);
-        EXPECT_EQ(r.watch_device(0, "00000000:00:06.0"), "");
+    const auto seen = asked_reads("steps_before_memory", 1, 1, [](Recorder& r) {
         for (uint64_t mib : {150, 160}) {  // two step ends before any memory: the analysis forgets them
             g_listed[0].usedGpuMemory = mib << 20;
             r.end_step("optimizer step");
@@ -402,9 +405,7 @@ TEST(DeviceUsage, TheStepEndsAskedForAreCountedFromTheFirstMemory) {
             g_listed[0].usedGpuMemory = mib << 20;
             r.end_step("optimizer step");
         }
-        r.close();
-    }
-    const auto seen = figures_and_steps(path);
+    });
     const std::vector<std::pair<EventKind, uint64_t>> expected = {
         {EventKind::device_usage, 100u << 20},  // as the device is watched
         {EventKind::step, 0}, {EventKind::step, 0},  // before memory
@@ -418,22 +419,15 @@ TEST(DeviceUsage, TheStepEndsAskedForAreCountedFromTheFirstMemory) {
 // Step ends before any memory are forgotten by the analysis, readings and all: none is forced there
 // (a run that ends many steps before it allocates would read NVML at each).
 TEST(DeviceUsage, NoStepEndBeforeMemoryIsAskedToRead) {
-    g_listed = {{kPid, 100u << 20, 0, 0}};
-    const std::string path = temp_trace("no_reads_before_memory");
-    {
-        Recorder r(path);
-        r.use_device_usage(std::make_unique<DeviceUsage>(kFakeNvml, kPid));
-        r.read_usage_at_step_ends(0, 3);
-        EXPECT_EQ(r.watch_device(0, "00000000:00:06.0"), "");
+    const auto seen = asked_reads("no_reads_before_memory", 0, 3, [](Recorder& r) {
         for (int i = 0; i < 10; ++i) r.end_step("optimizer step");  // at once: none due
         r.allocator_event(EventKind::alloc, 0, 0x1000, 512, 0, nullptr);
         g_listed[0].usedGpuMemory = 200u << 20;
         r.end_step("optimizer step");  // the analysis's step 0: asked for
-        r.close();
-    }
+    });
     std::vector<std::pair<EventKind, uint64_t>> expected = {{EventKind::device_usage, 100u << 20}};
     expected.insert(expected.end(), 10, {EventKind::step, 0});
     expected.insert(expected.end(), {{EventKind::device_usage, 200u << 20}, {EventKind::step, 0},
                                      {EventKind::device_usage, 200u << 20}});
-    EXPECT_EQ(figures_and_steps(path), expected);
+    EXPECT_EQ(seen, expected);
 }
