@@ -156,10 +156,7 @@ void bind_commands(nb::module_& m) {
         .def(nb::init<>())
         .def_prop_rw("device_memory", [](const CommandOptions& o) { return o.analysis.device_memory; },
                      [](CommandOptions& o, uint64_t bytes) { o.analysis.device_memory = bytes; })
-        .def_prop_ro("warmup",
-                     [](const CommandOptions& o) {
-                         return o.analysis.first_step > 0 ? int64_t(o.analysis.first_step) : int64_t(o.analysis.judge.warmup);
-                     },
+        .def_prop_ro("warmup", [](const CommandOptions& o) { return o.analysis.judged_from(); },
                      "The steps the analysis leaves unjudged at the start: --warmup, or --steps' first; -1: the "
                      "judge's default (what a run's capture reads NVML at the end of, and its live monitor skips).")
         .def_rw("json", &CommandOptions::json)

@@ -561,8 +561,7 @@ Findings conclude(Replay& r, const Steps& steps, const AnalysisOptions& opt,
     Span span;
     span.S = r.full_steps();
     f.step_count = span.S;
-    span.s0 = opt.first_step > 0         ? std::min<size_t>(opt.first_step, span.S)
-                                        : opt.judge.warmup_of(span.S);
+    span.s0 = opt.judged_from(span.S);
     // The first step of a trace that starts mid-run is cut short: never judged.
     const bool starts_mid_run =
         f.steps_before_trace > 0 ||

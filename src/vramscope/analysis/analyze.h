@@ -1,5 +1,6 @@
 // Trace in, findings out: replays the events step by step and judges every allocation site.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -17,6 +18,14 @@ struct AnalysisOptions {
     // --steps A:B: judge steps A..B only (A replaces the warm-up; the trace is read up to B's end).
     uint64_t first_step = 0;
     uint64_t last_step = UINT64_MAX;
+    // The first step judged, before a run's length bounds it: --steps' first, else the warm-up;
+    // -1: the judge's default, warmup_steps() of the run. What a capture is told too (vramscope run).
+    int64_t judged_from() const { return first_step > 0 ? int64_t(first_step) : int64_t(judge.warmup); }
+    // And in a run of `steps` steps.
+    size_t judged_from(size_t steps) const {
+        const int64_t from = judged_from();
+        return from >= 0 ? std::min<size_t>(size_t(from), steps) : warmup_steps(steps);
+    }
 };
 
 // A trace in memory.

@@ -25,8 +25,6 @@ struct JudgeSettings {
                                                      std::to_string(warmup));
         if (min_steps < 2) throw std::invalid_argument("min_steps must be at least 2, not " + std::to_string(min_steps));
     }
-    // The warm-up of a run of `steps` steps.
-    size_t warmup_of(size_t steps) const { return warmup >= 0 ? std::min<size_t>(size_t(warmup), steps) : warmup_steps(steps); }
     // The default warm-up of a run made to judge `judged` steps after it (a test's check): the
     // warm-up that warmup_steps() gives the whole run.
     static size_t warmup_for_judged(size_t judged) {
