@@ -196,41 +196,36 @@ static inline void put(int k, int d, uint64_t a, uint64_t s, uint64_t st, const 
     __atomic_store_n(&r->count, r->count + 1, __ATOMIC_RELEASE);
     if (ahead) __asm__ volatile("prefetchw %0" ::"m"(r->items[r->count & (RING - 1)]));
 }
-static inline uint64_t walk(void) {
-    uint64_t h = 0;
-    PyThreadState* t = PyGILState_GetThisThreadState();
-    for (const frame* f = t ? FRAMES(t) : 0; f; f = f->previous)
-        if (f->owner != 3) h = ((h << 7) | (h >> 57)) ^ (uint64_t)(uintptr_t)f->code ^ ((uint64_t)(uintptr_t)f->instr << 17);
-    return h;
-}
 static __thread const void* t_trail[64];
 static __thread int t_trail_n;
-static inline uint64_t prefetched_walk(void) {
-    for (int i = 0; i < t_trail_n; ++i) {
-        __builtin_prefetch(t_trail[i]);
-        __builtin_prefetch((const char*)t_trail[i] + 64);
-    }
+/* trail: each frame's lines asked for first, where the thread's last walk found them */
+static inline uint64_t walk(int trail) {
+    if (trail)
+        for (int i = 0; i < t_trail_n; ++i) {
+            __builtin_prefetch(t_trail[i]);
+            __builtin_prefetch((const char*)t_trail[i] + 64);
+        }
     uint64_t h = 0;
     PyThreadState* t = PyGILState_GetThisThreadState();
     int depth = 0;
     for (const frame* f = t ? FRAMES(t) : 0; f; f = f->previous, ++depth) {
-        if (depth < 64) t_trail[depth] = f;
+        if (trail && depth < 64) t_trail[depth] = f;
         if (f->owner != 3) h = ((h << 7) | (h >> 57)) ^ (uint64_t)(uintptr_t)f->code ^ ((uint64_t)(uintptr_t)f->instr << 17);
     }
-    t_trail_n = depth < 64 ? depth : 64;
+    if (trail) t_trail_n = depth < 64 ? depth : 64;
     return h;
 }
 /* k == 0: an allocation, the one kind with a stack here */
 void floor_sink(int k, int d, uint64_t a, uint64_t s, uint64_t st, const char* n) { put(k, d, a, s, st, n, 0, 0); }
 void floor_walk_sink(int k, int d, uint64_t a, uint64_t s, uint64_t st, const char* n) {
-    put(k, d, a, s, st, n, k == 0 ? walk() : 0, 0);
+    put(k, d, a, s, st, n, k == 0 ? walk(0) : 0, 0);
 }
 void floor_prefetch_sink(int k, int d, uint64_t a, uint64_t s, uint64_t st, const char* n) {
-    put(k, d, a, s, st, n, k == 0 ? prefetched_walk() : 0, 0);
+    put(k, d, a, s, st, n, k == 0 ? walk(1) : 0, 0);
 }
 void floor_ahead_sink(int k, int d, uint64_t a, uint64_t s, uint64_t st, const char* n) { put(k, d, a, s, st, n, 0, 1); }
 void floor_ahead_prefetch_sink(int k, int d, uint64_t a, uint64_t s, uint64_t st, const char* n) {
-    put(k, d, a, s, st, n, k == 0 ? prefetched_walk() : 0, 1);
+    put(k, d, a, s, st, n, k == 0 ? walk(1) : 0, 1);
 }
 """
 FLOORS = {"hook-to-floor": "floor_sink", "hook-to-floor-walk": "floor_walk_sink",
@@ -239,13 +234,15 @@ FLOORS = {"hook-to-floor": "floor_sink", "hook-to-floor-walk": "floor_walk_sink"
 
 
 def floor_sinks() -> dict[str, int]:
-    """The floor's sinks by variant, their addresses (FLOOR_SINK; compiled on first use, kept loaded)."""
+    """The floor's sinks by variant, their addresses (FLOOR_SINK; compiled on first use, kept loaded:
+    it needs Python's headers, which only the floor variants do)."""
     import ctypes
     import sysconfig
 
     from c_library import c_library
 
-    floor_sinks.lib = c_library("floor_sink", FLOOR_SINK, ("-I" + sysconfig.get_paths()["include"],))
+    if not hasattr(floor_sinks, "lib"):
+        floor_sinks.lib = c_library("floor_sink", FLOOR_SINK, ("-I" + sysconfig.get_paths()["include"],))
     return {v: ctypes.cast(getattr(floor_sinks.lib, f), ctypes.c_void_p).value for v, f in FLOORS.items()}
 
 
@@ -266,7 +263,6 @@ def in_process(name: str, warmup: int):
         step()
     capture = vramscope.track(tempfile.mktemp(suffix=".vscope"), summary=False, live_warnings=False).start()
     hook, recorder, sink, nothing = capture._hook, capture._recorder, _core.allocator_sink(), null_sink()
-    floors = floor_sinks()
     # A step end belongs to vramscope's steps only: the others are as near a run without vramscope
     # as one process allows (the optimizer's hook still calls into a function that returns, and
     # torch still builds its trace entries for the idle tracker).
@@ -279,8 +275,8 @@ def in_process(name: str, warmup: int):
             hook.install(sink)
         elif variant == "hook-to-null-sink":
             hook.install(nothing)
-        elif variant in floors:
-            hook.install(floors[variant])
+        elif variant in FLOORS:
+            hook.install(floor_sinks()[variant])
         else:
             hook.uninstall()
         recorder.set_python_stacks(variant == "vramscope")

@@ -59,7 +59,13 @@ uint64_t pump(uint64_t sink, int64_t n, int alloc, int requested, int completed,
 
 
 def pump_library() -> ctypes.CDLL:
-    return c_library("pump", PUMP)
+    library = c_library("pump", PUMP)
+    library.pump.argtypes = [ctypes.c_uint64, ctypes.c_int64, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
+                             ctypes.c_int64, ctypes.POINTER(ctypes.c_uint64)]
+    library.pump.restype = ctypes.c_uint64
+    library.none_sink.restype = ctypes.c_uint64
+    library.now_ticks.restype = ctypes.c_uint64
+    return library
 
 
 def deep(depth: int, fn):
@@ -77,11 +83,6 @@ def main() -> int:
 
     library = pump_library()
     pump = library.pump
-    pump.argtypes = [ctypes.c_uint64, ctypes.c_int64, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
-                     ctypes.c_int64, ctypes.POINTER(ctypes.c_uint64)]
-    pump.restype = ctypes.c_uint64
-    library.none_sink.restype = ctypes.c_uint64
-    library.now_ticks.restype = ctypes.c_uint64
     k0, t0 = library.now_ticks(), time.perf_counter()
     time.sleep(0.2)
     ticks_per_second = (library.now_ticks() - k0) / (time.perf_counter() - t0)

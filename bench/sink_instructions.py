@@ -30,14 +30,12 @@ def pump(sink: str, triples: int, depth: int) -> None:
     from vramscope import _core
 
     library = pump_library()
-    library.pump.argtypes = [ctypes.c_uint64, ctypes.c_int64, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                             ctypes.c_void_p, ctypes.c_int64, ctypes.POINTER(ctypes.c_uint64)]
-    library.none_sink.restype = ctypes.c_uint64
     kind = _core.EventKind
     kinds = [int(kind.alloc.value), int(kind.free_requested.value), int(kind.free_completed.value)]
     recorder = _core.Recorder(os.path.join(tempfile.mkdtemp(), "instructions.vscope"))
     recorder.activate()
-    address = {"none": library.none_sink(), "vramscope": _core.allocator_sink(), **floor_sinks()}[sink]
+    address = (library.none_sink() if sink == "none" else _core.allocator_sink() if sink == "vramscope"
+               else floor_sinks()[sink])
     whole, nothing = ctypes.c_uint64(), ctypes.create_string_buffer(1)
     run = lambda n: deep(depth, lambda: library.pump(address, n, *kinds, nothing, 0, ctypes.byref(whole)))
     run(1000)  # warm: vramscope's stack is met once, the floors' buffers allocated
