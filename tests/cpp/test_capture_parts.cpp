@@ -41,29 +41,29 @@ TEST(ChunkQueue, AReaderOnAnotherThreadLosesNothingWhileTheWriterRunsAhead) {
 }
 
 namespace {
-StackKey key_of(const std::vector<std::pair<uintptr_t, int64_t>>& frames, const char* node = nullptr) {
+StackKey key_of(const std::vector<uintptr_t>& instructions, const char* node = nullptr) {
     StackHasher h;
-    for (const auto& [code, offset] : frames) h.add(reinterpret_cast<const void*>(code), offset);
+    for (uintptr_t at : instructions) h.add(reinterpret_cast<const void*>(at));
     return h.key(node);
 }
 }  // namespace
 
 TEST(StackHash, TwoStacksWhoseDifferencesCancelInTheLinearHashDifferInItsCheck) {
-    // `hash` rotates by 17 a frame, so frames four apart meet rotated by 68 = 4 bits: an offset
-    // differing in bit 0 at one and in bit 4 at the other cancel out exactly.
+    // `hash` rotates by 17 a frame, so frames four apart meet rotated by 68 = 4 bits: an
+    // instruction differing in bit 1 at one and in bit 5 at the other cancel out exactly.
     const uintptr_t code = 0x7f00'1234'5000;
-    std::vector<std::pair<uintptr_t, int64_t>> a, b;
-    for (int i = 0; i < 8; ++i) a.emplace_back(code + 0x100 * i, 40 + 2 * i);
+    std::vector<uintptr_t> a, b;
+    for (int i = 0; i < 8; ++i) a.push_back(code + 0x100 * i + 40 + 2 * i);
     b = a;
-    b[1].second ^= 1;
-    b[5].second ^= 16;
+    b[1] ^= 2;
+    b[5] ^= 32;
     const StackKey ka = key_of(a), kb = key_of(b);
     EXPECT_EQ(ka.hash, kb.hash);  // the structure the check is there for
     EXPECT_NE(ka.check, kb.check);
 }
 
 TEST(StackHash, DepthAndNodeArePartOfTheKey) {
-    const std::vector<std::pair<uintptr_t, int64_t>> one{{0x1000, 8}}, two{{0x1000, 8}, {0x2000, 16}};
+    const std::vector<uintptr_t> one{0x1008}, two{0x1008, 0x2010};
     EXPECT_NE(key_of(one).check, key_of(two).check);
     EXPECT_EQ(key_of(two).frames, 2u);
     static const char mm[] = "MmBackward0", add[] = "AddBackward0";

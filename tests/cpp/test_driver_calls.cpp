@@ -21,8 +21,8 @@
 // stand-in says every thread has none (events still come, with their library frame alone).
 namespace vramscope::capture {
 bool python_frames_supported() { return false; }
-size_t walk_python_frames(RawFrame*, size_t) { return 0; }
-StackHasher hash_python_frames(size_t, FrameTrail&) { return {}; }
+size_t walk_python_frames(RawFrame*) { return 0; }
+StackHasher hash_python_frames(FrameTrail&) { return {}; }
 CodeInfo describe_code(const void*) { return {}; }
 uint32_t line_of(const void*, int32_t) { return 0; }
 std::string self_check() { return "no interpreter"; }

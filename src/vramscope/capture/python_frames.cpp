@@ -61,8 +61,6 @@ struct InterpreterFrame {
 #endif
 
 #if VRAMSCOPE_FRAMES
-constexpr char kOwnedByCStack = 3;  // 3.12+: a shim frame of a C-to-Python call, not code
-
 const InterpreterFrame* current_frame(PyThreadState* t) {
 #if VRAMSCOPE_FRAMES >= 313
     return reinterpret_cast<const InterpreterFrame*>(t->current_frame);
@@ -71,24 +69,63 @@ const InterpreterFrame* current_frame(PyThreadState* t) {
 #endif
 }
 
+// A frame of Python code, not the shim of a C-to-Python call (3.12 on; 3.11 has none). Up to 3.12
+// the hashed walk reads only this byte, the instruction pointer and the link of each frame.
+bool runs_code(const InterpreterFrame* f) {
+    [[maybe_unused]] constexpr char kOwnedByCStack = 3;
+#if VRAMSCOPE_FRAMES >= 313
+    return f->owner != kOwnedByCStack && PyCode_Check(f->f_executable);
+#elif VRAMSCOPE_FRAMES >= 312
+    return f->owner != kOwnedByCStack;
+#else
+    (void)f;
+    return true;
+#endif
+}
+
 PyCodeObject* code_of(const InterpreterFrame* f) {
 #if VRAMSCOPE_FRAMES >= 313
-    return PyCode_Check(f->f_executable) ? reinterpret_cast<PyCodeObject*>(f->f_executable) : nullptr;
+    return reinterpret_cast<PyCodeObject*>(f->f_executable);
 #else
     return f->f_code;
 #endif
 }
 
-// Byte offset of the instruction the frame is at; negative for a frame still being set up. Only
-// pointer arithmetic: reading the code object here would cost a cache miss a frame.
-int32_t offset_of(const InterpreterFrame* f, PyCodeObject* code) {
-    const auto* first = reinterpret_cast<const char*>(code) + offsetof(PyCodeObject, co_code_adaptive);
+const void* instruction_of(const InterpreterFrame* f) {
 #if VRAMSCOPE_FRAMES >= 313
-    const auto* at = reinterpret_cast<const char*>(f->instr_ptr);
+    return f->instr_ptr;
 #else
-    const auto* at = reinterpret_cast<const char*>(f->prev_instr);
+    return f->prev_instr;
 #endif
-    return int32_t(at - first);
+}
+
+// The bytes of a frame the hashed walk reads (up to 3.12, all of them): the trail asks for the
+// lines they span, not the frame's first.
+#if VRAMSCOPE_FRAMES >= 313
+constexpr size_t kReadFrom = offsetof(InterpreterFrame, f_executable), kReadTo = offsetof(InterpreterFrame, owner) + 1;
+#elif VRAMSCOPE_FRAMES >= 312
+constexpr size_t kReadFrom = offsetof(InterpreterFrame, previous), kReadTo = offsetof(InterpreterFrame, owner) + 1;
+#else
+constexpr size_t kReadFrom = offsetof(InterpreterFrame, previous), kReadTo = offsetof(InterpreterFrame, prev_instr) + 8;
+#endif
+
+const char* first_instruction(const void* code) {
+    return static_cast<const char*>(code) + offsetof(PyCodeObject, co_code_adaptive);
+}
+
+// Calls visited(frame, k) for the k-th of the innermost kWalkDepth frames, and took(frame) for
+// each of them that runs code; returns how many were visited.
+template <class V, class T>
+size_t for_each_frame(V&& visited, T&& took) {
+    // The thread's own state, from thread-local storage: no GIL needed to find it.
+    PyThreadState* t = PyGILState_GetThisThreadState();
+    if (!t) return 0;
+    size_t k = 0;
+    for (const InterpreterFrame* frame = current_frame(t); frame && k < kWalkDepth; frame = frame->previous, ++k) {
+        visited(frame, k);
+        if (runs_code(frame)) took(frame);
+    }
+    return k;
 }
 #endif
 
@@ -121,54 +158,34 @@ void append_utf8(std::string& out, PyObject* s) {
 
 bool python_frames_supported() { return VRAMSCOPE_FRAMES != 0; }
 
-namespace {
-// Calls f(code, offset) for up to `max` frames of the calling thread, innermost first, and
-// visited(frame, k) for the k-th frame passed through (shims too).
-template <class F, class V>
-void for_each_frame(size_t max, F&& f, V&& visited) {
-#if VRAMSCOPE_FRAMES
-    // The thread's own state, from thread-local storage: no GIL needed to find it.
-    PyThreadState* t = PyGILState_GetThisThreadState();
-    if (!t) return;
-    size_t n = 0, k = 0;
-    for (const InterpreterFrame* frame = current_frame(t); frame && n < max; frame = frame->previous) {
-        visited(static_cast<const void*>(frame), k++);
-        if (frame->owner == kOwnedByCStack) continue;
-        PyCodeObject* code = code_of(frame);
-        if (!code) continue;
-        const int32_t offset = offset_of(frame, code);
-        if (offset < 0) continue;
-        f(code, offset);
-        ++n;
-    }
-#else
-    (void)max;
-    (void)f;
-    (void)visited;
-#endif
-}
-}  // namespace
-
-size_t walk_python_frames(RawFrame* out, size_t max) {
+// A frame's offset is its instruction's from the code's first (negative for a frame still being
+// set up: its line is then the function's first).
+size_t walk_python_frames(RawFrame* out) {
     size_t n = 0;
-    for_each_frame(max, [&](const void* code, int32_t offset) { out[n++] = RawFrame{code, offset}; },
-                   [](const void*, size_t) {});
+#if VRAMSCOPE_FRAMES
+    for_each_frame([](const InterpreterFrame*, size_t) {},
+                   [&](const InterpreterFrame* f) {
+                       const void* code = code_of(f);
+                       out[n++] = RawFrame{code, static_cast<const char*>(instruction_of(f)) - first_instruction(code)};
+                   });
+#else
+    (void)out;
+#endif
     return n;
 }
 
-StackHasher hash_python_frames(size_t max, FrameTrail& trail) {
-    for (size_t i = 0; i < trail.n; ++i) {  // a frame's fields we read span at most two lines
-        __builtin_prefetch(trail.at[i]);
-        __builtin_prefetch(static_cast<const char*>(trail.at[i]) + 64);
-    }
+StackHasher hash_python_frames(FrameTrail& trail) {
     StackHasher h;
-    size_t visited = 0;
-    for_each_frame(max, [&](const void* code, int32_t offset) { h.add(code, offset); },
-                   [&](const void* frame, size_t k) {
-                       if (k < FrameTrail::kFrames) trail.at[k] = frame;
-                       visited = k + 1;
-                   });
-    trail.n = std::min(visited, FrameTrail::kFrames);
+#if VRAMSCOPE_FRAMES
+    for (size_t i = 0; i < trail.n; ++i) {  // one line, or two where the fields straddle them
+        __builtin_prefetch(static_cast<const char*>(trail.at[i]) + kReadFrom);
+        __builtin_prefetch(static_cast<const char*>(trail.at[i]) + kReadTo - 1);
+    }
+    trail.n = for_each_frame([&](const InterpreterFrame* f, size_t k) { trail.at[k] = f; },
+                             [&](const InterpreterFrame* f) { h.add(instruction_of(f)); });
+#else
+    (void)trail;
+#endif
     return h;
 }
 
@@ -187,8 +204,8 @@ uint32_t line_of(const void* code, int32_t offset) {
 
 std::string self_check() {
     if (!python_frames_supported()) return "no frame reader for Python " PY_VERSION;
-    RawFrame walked[256];
-    const size_t n = walk_python_frames(walked, 256);
+    RawFrame walked[kWalkDepth];
+    const size_t n = walk_python_frames(walked);
     size_t i = 0;
     PyFrameObject* f = PyEval_GetFrame();
     Py_XINCREF(f);
@@ -208,14 +225,16 @@ std::string self_check() {
     }
     Py_XDECREF(f);
     if (problem.empty() && i != n) problem = "walk found " + std::to_string(n) + " frames, Python " + std::to_string(i);
+#if VRAMSCOPE_FRAMES
     // The hook's walk, prefetching from the trail this thread's earlier checks left, hashes the same frames.
     static thread_local FrameTrail trail;
     StackHasher expected;
-    for (size_t k = 0; k < n; ++k) expected.add(walked[k].code, walked[k].offset);
-    const StackKey hashed = hash_python_frames(256, trail).key(nullptr), want = expected.key(nullptr);
+    for (size_t k = 0; k < n; ++k) expected.add(first_instruction(walked[k].code) + walked[k].offset);
+    const StackKey hashed = hash_python_frames(trail).key(nullptr), want = expected.key(nullptr);
     if (problem.empty() && (hashed.hash != want.hash || hashed.check != want.check || hashed.frames != want.frames))
         problem = "the hashed walk differs from the walk (" + std::to_string(hashed.frames) + " frames hashed, " +
                   std::to_string(n) + " walked)";
+#endif
     return problem;
 }
 

@@ -32,22 +32,27 @@ inline bool same_frames(const RawFrame* a, const RawFrame* b, size_t n) {
 
 bool python_frames_supported();
 
-// Fills up to `max` frames of the calling thread, innermost first; returns how many.
-size_t walk_python_frames(RawFrame* out, size_t max);
+// The frames a walk looks at, innermost first (a C-to-Python shim counts): deeper ones are left
+// out of stacks.
+constexpr size_t kWalkDepth = 256;
+
+// Fills `out` (room for kWalkDepth) with the calling thread's frames that run code, innermost
+// first; returns how many.
+size_t walk_python_frames(RawFrame* out);
 // Where a thread's frames were at its last walk. A walk is a chain of dependent loads, one frame
 // after the other, and between two allocations a training step pushes the outer frames out of
 // the caches: each would be a wait of its own. The next walk asks for them all at once first
 // (most are where they were: only the innermost few change), so the chain finds them in cache.
 struct FrameTrail {
-    static constexpr size_t kFrames = 64;  // the innermost; deeper ones are waited for
     size_t n = 0;
-    const void* at[kFrames];
+    const void* at[kWalkDepth];
 };
 
-// The same walk, hashed instead of copied: an allocation's stack is nearly always one its thread
-// met before, and then its frames need not be written anywhere (a dozen cache lines a walk).
+// The same walk, hashed instead of copied (each frame by its instruction pointer, the frame's own
+// field: the code object is not read): an allocation's stack is nearly always one its thread met
+// before, and then its frames need not be written anywhere (a dozen cache lines a walk).
 // `trail`: the thread's own, read to prefetch, then rewritten.
-StackHasher hash_python_frames(size_t max, FrameTrail& trail);
+StackHasher hash_python_frames(FrameTrail& trail);
 
 // Text of a code object's file and function, and the line of an offset. Safe without the GIL
 // while the code object is alive (its strings and line table are immutable).

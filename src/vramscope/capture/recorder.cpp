@@ -176,8 +176,8 @@ void Recorder::driver_event(EventKind kind, uint8_t device, uint64_t addr, uint6
         e.size = size;
         e.time_us = clock_.now_us();
         if (has_stack(kind)) {
-            std::vector<RawFrame> frames(python_stacks_.load(std::memory_order_relaxed) ? kMaxFrames : 0);
-            const size_t n = frames.empty() ? 0 : walk_python_frames(frames.data(), frames.size());
+            std::vector<RawFrame> frames(python_stacks_.load(std::memory_order_relaxed) ? kWalkDepth : 0);
+            const size_t n = frames.empty() ? 0 : walk_python_frames(frames.data());
             std::lock_guard lock(intern_mutex_);
             if (!writer_) return;  // closed while this event was on its way
             e.stack = intern_driver_stack(frames.data(), n, library, call);
@@ -273,7 +273,7 @@ bool Recorder::learn_stream(HookThread& t, uint64_t handle, uint16_t& index) {
 }
 
 bool Recorder::learn_stack(HookThread& t, ThreadStack& slot, const StackKey& key, const char* node) {
-    const size_t n = walk_python_frames(t.frames, key.frames);  // the frames just hashed, now copied
+    const size_t n = walk_python_frames(t.frames);  // the frames just hashed, now copied
     std::lock_guard lock(intern_mutex_);
     if (!writer_) return false;
     slot = ThreadStack{key.hash, key.check, node, key.frames, stack_of(key.hash, t.frames, n, node)};
@@ -320,7 +320,7 @@ void Recorder::allocator_event(EventKind kind, uint8_t device, uint64_t addr, ui
         else if (!learn_stream(*t, stream, e.stream)) [[unlikely]] return;
         if (has_stack(kind)) {
             const StackHasher walk =
-                python_stacks_.load(std::memory_order_relaxed) ? hash_python_frames(kMaxFrames, t->trail) : StackHasher{};
+                python_stacks_.load(std::memory_order_relaxed) ? hash_python_frames(t->trail) : StackHasher{};
             if (walk.frames() || node) {
                 const StackKey key = walk.key(node);
                 ThreadStack& slot = t->stacks[key.hash >> 56];

@@ -183,7 +183,6 @@ private:
         uint32_t frames = 0;
         uint32_t stack = 0;  // 0: an empty slot (a stack with frames is never 0)
     };
-    static constexpr size_t kMaxFrames = 256;
     static constexpr size_t kThreadStacks = 256;
     // All a hook thread keeps for the recorder it feeds: what every event reads in its first line.
     struct alignas(64) HookThread {
@@ -193,7 +192,7 @@ private:
         std::pair<uint64_t, uint16_t> streams[8];
         FrameTrail trail;
         ThreadStack stacks[kThreadStacks];
-        RawFrame frames[kMaxFrames];  // a walk's copy, for a stack the cache did not hold
+        RawFrame frames[kWalkDepth];  // a walk's copy, for a stack the cache did not hold
     };
     // The calling thread's, set up for this recorder on its first event (kept off the hot path).
     // The hook's rare paths are kept out of line and apart (cold), so that the lines of code an

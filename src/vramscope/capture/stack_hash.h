@@ -3,12 +3,12 @@
 // the shared stack table compares the frames themselves). Two different stacks that agree on all
 // of them have odds below 2^-64 per lookup.
 //
-// The walk and this are most of what an allocation with a known stack costs, so each chain is a
-// rotate and an xor a frame (a multiply on the chain made it one long wait). `hash` xors each
-// frame in as it is (offsets stay below 2^31, so shifted up they land on the pointers' constant
-// high bits): a linear map, whose colliding pairs are structured (two frames' differences that
-// cancel). `check` xors in each frame multiplied first, a product off the chain, so that no such
-// structure carries over to both.
+// The walk and this are most of what an allocation with a known stack costs, so a frame is one
+// value, its instruction pointer (which names its code and offset while the code lives: live code
+// objects do not overlap), and each chain is a rotate and an xor a frame (a multiply on the chain
+// made it one long wait). `hash` xors each frame in as it is: a linear map, whose colliding pairs
+// are structured (two frames' differences that cancel). `check` xors in each frame multiplied
+// first, a product off the chain, so that no such structure carries over to both.
 #pragma once
 #include <bit>
 #include <cstddef>
@@ -23,10 +23,10 @@ struct StackKey {
 
 class StackHasher {
 public:
-    void add(const void* code, int64_t offset) {
-        const uint64_t c = uint64_t(reinterpret_cast<uintptr_t>(code)), o = uint64_t(offset);
-        hash_ = std::rotl(hash_, 17) ^ c ^ (o << 33);
-        const uint64_t f = (c ^ o) * 0x9FB21C651E98DF25ull;
+    void add(const void* instruction) {
+        const uint64_t at = uint64_t(reinterpret_cast<uintptr_t>(instruction));
+        hash_ = std::rotl(hash_, 17) ^ at;
+        const uint64_t f = at * 0x9FB21C651E98DF25ull;
         check_ = std::rotl(check_, 29) ^ f ^ (f >> 32);
         ++frames_;
     }
