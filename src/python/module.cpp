@@ -54,7 +54,7 @@ struct LiveCapture {
 
 // The one entry point of the allocator hook (allocator_hook.cpp, built against the user's
 // torch): kinds are EventKind values, stream the cudaStream_t, node the running autograd node.
-extern "C" void vramscope_allocator_event(int kind, int device, uint64_t addr, uint64_t size, uint64_t stream,
+extern "C" [[gnu::hot]] void vramscope_allocator_event(int kind, int device, uint64_t addr, uint64_t size, uint64_t stream,
                                           const char* node) {
     if (capture::Recorder* r = g_active.load(std::memory_order_acquire))
         r->allocator_event(EventKind(kind), uint8_t(device), addr, size, stream, node);

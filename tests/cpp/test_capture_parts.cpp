@@ -2,12 +2,16 @@
 // a thread knows a stack again by.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdint>
+#include <memory>
+#include <set>
 #include <thread>
 #include <vector>
 
 #include "capture/chunk_queue.h"
 #include "capture/stack_hash.h"
+#include "capture/thread_table.h"
 
 using namespace vramscope::capture;
 
@@ -69,4 +73,54 @@ TEST(StackHash, DepthAndNodeArePartOfTheKey) {
     static const char mm[] = "MmBackward0", add[] = "AddBackward0";
     EXPECT_NE(key_of(one, mm).hash, key_of(one, add).hash);
     EXPECT_NE(key_of(one, mm).check, key_of(one, nullptr).check);
+}
+
+namespace {
+struct Counted {
+    int made;
+};
+}  // namespace
+
+TEST(ThreadTable, EachThreadFindsItsOwnStateEvenWhenItsBucketIsFull) {
+    using Table = ThreadTable<Counted>;
+    Table table;
+    std::vector<uintptr_t> same_bucket;  // more threads than a bucket has ways, all in one bucket
+    for (uintptr_t me = 0x7f00'0000'1000; same_bucket.size() < Table::kWays + 2; me += 0x80'0000)
+        if (Table::bucket_of(me) == Table::bucket_of(0x7f00'0000'1000)) same_bucket.push_back(me);
+    int made = 0;
+    auto make = [&] { return std::make_unique<Counted>(Counted{++made}); };
+    std::vector<Counted*> states;
+    for (uintptr_t me : same_bucket) {
+        EXPECT_EQ(table.find(me), nullptr);
+        states.push_back(table.join(me, make));
+    }
+    for (size_t i = 0; i < same_bucket.size(); ++i) {
+        const uintptr_t me = same_bucket[i];
+        EXPECT_EQ(table.find(me), i < Table::kWays ? states[i] : nullptr) << "thread " << i;
+        EXPECT_EQ(table.join(me, make), states[i]) << "thread " << i;  // the overflow's way in
+        EXPECT_EQ(states[i]->made, int(i) + 1);
+    }
+    EXPECT_EQ(made, int(same_bucket.size()));  // nobody's state made twice
+}
+
+TEST(ThreadTable, LiveThreadsHaveDistinctThreadPointersAndTheirOwnStates) {
+    ThreadTable<Counted> table;
+    constexpr int kThreads = 16;
+    std::vector<uintptr_t> pointers(kThreads);
+    std::vector<Counted*> states(kThreads);
+    std::atomic<int> arrived{0};
+    std::vector<std::thread> threads;
+    for (int i = 0; i < kThreads; ++i)
+        threads.emplace_back([&, i] {
+            pointers[i] = thread_pointer();
+            states[i] = table.join(pointers[i], [i] { return std::make_unique<Counted>(Counted{i}); });
+            ++arrived;
+            while (arrived < kThreads) std::this_thread::yield();  // all alive at once
+            EXPECT_EQ(thread_pointer(), pointers[i]);
+            Counted* found = table.find(thread_pointer());
+            if (found) EXPECT_EQ(found, states[i]);
+            EXPECT_EQ(table.join(thread_pointer(), [] { return std::make_unique<Counted>(Counted{-1}); })->made, i);
+        });
+    for (std::thread& t : threads) t.join();
+    EXPECT_EQ(std::set<uintptr_t>(pointers.begin(), pointers.end()).size(), size_t(kThreads));
 }

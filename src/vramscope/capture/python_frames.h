@@ -52,7 +52,7 @@ struct FrameTrail {
 // field: the code object is not read): an allocation's stack is nearly always one its thread met
 // before, and then its frames need not be written anywhere (a dozen cache lines a walk).
 // `trail`: the thread's own, read to prefetch, then rewritten.
-StackHasher hash_python_frames(FrameTrail& trail);
+[[gnu::hot]] StackHasher hash_python_frames(FrameTrail& trail);
 
 // Text of a code object's file and function, and the line of an offset. Safe without the GIL
 // while the code object is alive (its strings and line table are immutable).

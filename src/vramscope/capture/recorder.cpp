@@ -13,17 +13,10 @@ namespace {
 
 constexpr const char* kAutogradFile = "<autograd engine>";
 
-// The calling thread's hook state: the pointer is what the hot path reads (a trivial
-// thread_local, so no guard); the owner frees it when the thread ends.
-thread_local void* t_hook = nullptr;
-thread_local bool t_ended = false;
-
 }  // namespace
 
 Recorder::Recorder(const std::string& path)
     : path_(path), writer_(std::make_unique<TraceWriter>(path)) {
-    static std::atomic<uint64_t> recorders{0};
-    id_ = ++recorders;
     worker_ = std::make_unique<std::thread>([this] { worker(); });
 }
 
@@ -236,32 +229,24 @@ std::vector<Event> Recorder::usage_events(const std::vector<DeviceUsage::Reading
     return events;
 }
 
-Recorder::HookThread* Recorder::join_thread() noexcept {
-    struct Owner {
-        std::unique_ptr<HookThread> t;
-        ~Owner() { t_hook = nullptr, t_ended = true; }
-    };
-    thread_local Owner owner;
+Recorder::HookThread* Recorder::join_thread(uintptr_t me) noexcept {
     try {
-        HookThread* t = static_cast<HookThread*>(t_hook);
-        if (!t) {
-            // A thread ending frees its owner before some of its other thread_locals, whose
-            // destructors may still free GPU memory: those few events get a state of their own.
-            t = t_ended ? new HookThread : (owner.t = std::make_unique<HookThread>()).get();
-            t_hook = t;
-        }
-        {
+        return threads_.join(me, [this] {
+            auto t = std::make_unique<HookThread>();
             std::lock_guard lock(queues_mutex_);
             queues_.push_back(std::make_unique<EventQueue>());
             t->events = EventQueue::Writer(*queues_.back());
-        }
-        t->recorder = id_;
-        t->known_streams = 0;
-        for (ThreadStack& s : t->stacks) s.stack = 0;
-        return t;
+            return t;
+        });
     } catch (...) {
         return nullptr;
     }
+}
+
+inline Recorder::HookThread* Recorder::this_thread() noexcept {
+    const uintptr_t me = thread_pointer();
+    HookThread* t = threads_.find(me);
+    return t ? t : join_thread(me);
 }
 
 bool Recorder::learn_stream(HookThread& t, uint64_t handle, uint16_t& index) {
@@ -289,10 +274,8 @@ void Recorder::allocator_event(EventKind kind, uint8_t device, uint64_t addr, ui
                                const char* node) noexcept {
     if (stopped_.load(std::memory_order_relaxed)) return;
     try {
-        HookThread* t = static_cast<HookThread*>(t_hook);
-        if (!t || t->recorder != id_) [[unlikely]] {
-            if (!(t = join_thread())) return fail("capture stopped: out of memory");
-        }
+        HookThread* t = this_thread();
+        if (!t) [[unlikely]] return fail("capture stopped: out of memory");
         DeviceLane& lane = device_lanes_[device];
         if (lane.has_pending.load(std::memory_order_relaxed)) {
             lane.has_pending.store(false, std::memory_order_relaxed);
@@ -506,10 +489,8 @@ Event Recorder::mark(EventKind kind, std::string_view name) {
 bool Recorder::enqueue_marks(const std::vector<Event>& marks) {
     if (marks.empty()) return false;
     try {
-        HookThread* t = static_cast<HookThread*>(t_hook);
-        if (!t || t->recorder != id_) [[unlikely]] {
-            if (!(t = join_thread())) return fail("capture stopped: out of memory"), false;
-        }
+        HookThread* t = this_thread();
+        if (!t) [[unlikely]] return fail("capture stopped: out of memory"), false;
         // The cuts are read under the marks' lock: a drain looks for the open group under it after
         // taking the queues, so what it recorded with no group to stop it is inside these cuts,
         // and two threads' groups are numbered in the order of their cuts.

@@ -49,6 +49,7 @@
 #include "capture/device_usage.h"
 #include "capture/python_frames.h"
 #include "capture/spin_lock.h"
+#include "capture/thread_table.h"
 #include "events/event.h"
 #include "events/sink.h"
 #include "trace/writer.h"
@@ -75,8 +76,10 @@ public:
 
     // From the allocator hook. autograd_node: the backward node the engine is running, or null.
     // Calls for one device never overlap (torch's allocator holds its lock around them).
-    void allocator_event(EventKind kind, uint8_t device, uint64_t addr, uint64_t size, uint64_t stream,
-                         const char* autograd_node) noexcept;
+    // Hot: with the walk and the hook's entry point, in one run of code (.text.hot), so that the
+    // lines an event runs through are few and together.
+    [[gnu::hot]] void allocator_event(EventKind kind, uint8_t device, uint64_t addr, uint64_t size, uint64_t stream,
+                                      const char* autograd_node) noexcept;
     // From the driver's memory calls (driver_calls.h): an allocation is stacked with the calling
     // thread's Python frames under one frame for the library that called the driver (file: its
     // path, line 0, function: the driver call); a free carries no stack. Takes the stacks' lock.
@@ -184,20 +187,22 @@ private:
         uint32_t stack = 0;  // 0: an empty slot (a stack with frames is never 0)
     };
     static constexpr size_t kThreadStacks = 256;
-    // All a hook thread keeps for the recorder it feeds: what every event reads in its first line.
+    // All a hook thread keeps for this recorder (threads_ holds it): what every event reads in its
+    // first line.
     struct alignas(64) HookThread {
-        uint64_t recorder = 0;   // the id these are for
-        EventQueue::Writer events;  // into a queue the recorder owns: it outlives the thread
+        EventQueue::Writer events;  // into a queue the recorder owns
         size_t known_streams = 0;
         std::pair<uint64_t, uint16_t> streams[8];
         FrameTrail trail;
         ThreadStack stacks[kThreadStacks];
         RawFrame frames[kWalkDepth];  // a walk's copy, for a stack the cache did not hold
     };
-    // The calling thread's, set up for this recorder on its first event (kept off the hot path).
-    // The hook's rare paths are kept out of line and apart (cold), so that the lines of code an
-    // event runs through are few: between two events a step runs enough of torch to push them out.
-    [[gnu::cold]] HookThread* join_thread() noexcept;
+    // The calling thread's, set up on its first event (join_thread, kept off the hot path); null
+    // when out of memory. The hook's rare paths are kept out of line and apart (cold), so that the
+    // lines of code an event runs through are few: between two events a step runs enough of torch
+    // to push them out.
+    HookThread* this_thread() noexcept;
+    [[gnu::cold]] HookThread* join_thread(uintptr_t me) noexcept;
     [[gnu::cold]] bool learn_stream(HookThread& t, uint64_t handle, uint16_t& index);
     // A stack the thread's cache did not hold: walked again for its frames (the same: the thread
     // is still inside the allocator), found or added in the shared table, kept in `slot`.
@@ -231,7 +236,6 @@ private:
     void worker();
 
     // What every event reads, together.
-    uint64_t id_ = 0;  // never reused, unlike an address: keys the hook threads' caches
     std::atomic<bool> stopped_{false};
     std::atomic<bool> python_stacks_{true};
     EventClock clock_;
@@ -239,6 +243,7 @@ private:
     std::string path_;
     std::unique_ptr<TraceWriter> writer_;  // thread-safe itself
 
+    ThreadTable<HookThread> threads_;
     mutable std::mutex queues_mutex_;  // taken once per thread, to register its queue
     std::vector<std::unique_ptr<EventQueue>> queues_;
     struct DriverBuffer {
