@@ -281,12 +281,12 @@ void Recorder::allocator_event(EventKind kind, uint8_t device, uint64_t addr, ui
             lane.has_pending.store(false, std::memory_order_relaxed);
             Queued request = lane.pending;
             request.seq = lane.number();
-            if (kind == EventKind::free_completed && addr == request.event.addr && size == request.event.size &&
-                stream == lane.pending_stream) {
-                request.event.kind = EventKind::free;
-                return t->events.push(request);
-            }
-            t->events.push(request);  // the block waits on other streams: its completion comes later
+            // Else the block waits on other streams: its completion comes later.
+            const bool completed = kind == EventKind::free_completed && addr == request.event.addr &&
+                                   size == request.event.size && stream == lane.pending_stream;
+            if (completed) request.event.kind = EventKind::free;
+            t->events.push(request);
+            if (completed) return;
         }
         Queued q{Event{}, 0};
         Event& e = q.event;
