@@ -69,8 +69,8 @@ const InterpreterFrame* current_frame(PyThreadState* t) {
 #endif
 }
 
-// A frame of Python code, not the shim of a C-to-Python call (3.12 on; 3.11 has none). Up to 3.12
-// the hashed walk reads only this byte, the instruction pointer and the link of each frame.
+// A frame of Python code, not the shim of a C-to-Python call (3.12 on; 3.11 has none). The hashed
+// walk reads of each frame its instruction pointer and link, and on 3.12 this byte as well.
 bool runs_code(const InterpreterFrame* f) {
     [[maybe_unused]] constexpr char kOwnedByCStack = 3;
 #if VRAMSCOPE_FRAMES >= 313
