@@ -145,7 +145,8 @@ class Capture:
                 return self._off("a capture is already running in this process; this one is ignored", "nested")
             _active = _last = self
             self._undo += self._steps.install()
-            self._undo.append(torch_hooks.on_backward(self._on_backward))
+            self._undo.append(torch_hooks.on_backward(self._on_backward_begins, self._on_backward))
+            self._undo.append(torch_hooks.on_optimizer_step_begins(self._on_optimizer_step_begins))
             self._undo.append(torch_hooks.on_stream_created(self._on_stream))
             self._undo.append(torch_hooks.on_out_of_memory(self._on_oom))
             ref = weakref.ref(self)
@@ -381,10 +382,23 @@ class Capture:
         recorder = self._recorder
         return recorder.steps if recorder is not None else 0
 
+    # The phases of a step (analysis/phases.h): a backward from its start to the microbatch marker,
+    # an optimizer step from its start (torch's record_function name) to the step's end.
+    def _on_backward_begins(self) -> None:
+        recorder = self._recorder
+        if recorder is not None:
+            recorder.marker(_core.EventKind.annotation_start, _core.BACKWARD_ANNOTATION)
+
     def _on_backward(self) -> None:
         recorder = self._recorder
         if recorder is not None:
             recorder.marker(_core.EventKind.microbatch, "backward")
+
+    def _on_optimizer_step_begins(self, optimizer) -> None:
+        recorder = self._recorder
+        if recorder is not None:
+            name = type(optimizer).__name__
+            recorder.marker(_core.EventKind.annotation_start, f"Optimizer.step#{name}.step")
 
     def _on_stream(self, handle: int, label: str) -> None:
         recorder = self._recorder

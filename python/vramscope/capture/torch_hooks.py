@@ -122,17 +122,27 @@ def on_cuda_profiler_start(callback: Callable[[], None]) -> Undo:
                  if name in vars(profiler)])
 
 
-def on_backward(callback: Callable[[], None]) -> Undo:
-    """After each torch.autograd.backward (which Tensor.backward and accelerate call)."""
+def on_optimizer_step_begins(callback: Callable[[object], None]) -> Undo:
+    """torch.optim's global pre-step hook: fires before every optimizer's step()."""
+    from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+    handle = register_optimizer_step_pre_hook(lambda optimizer, args, kwargs: callback(optimizer))
+    return handle.remove
+
+
+def on_backward(begins: Callable[[], None], ended: Callable[[], None]) -> Undo:
+    """Around each torch.autograd.backward (which Tensor.backward and accelerate call): begins()
+    before it runs, ended() once it returned."""
     import torch.autograd
 
     def make(backward):
-        def after_backward(*args, **kwargs):
+        def around_backward(*args, **kwargs):
+            begins()
             result = backward(*args, **kwargs)
-            callback()
+            ended()
             return result
 
-        return after_backward
+        return around_backward
 
     return _wrap(torch.autograd, "backward", make)
 

@@ -33,36 +33,6 @@ namespace {
 // instead of from the 10 MB of events a 1 MiB chunk decodes to (t1: -10 % time).
 constexpr size_t kEventsInCache = 1024;
 
-SourceLine source_line(const StackTable& table, uint32_t frame) {
-    if (frame == 0) return SourceLine{kNoPythonFrame, 0, ""};
-    const Frame& f = table.frame(frame);
-    return SourceLine{std::string(table.string(f.file)), f.line, std::string(table.string(f.function))};
-}
-
-std::vector<SourceLine> stack_lines(const StackTable& table, uint32_t stack) {
-    std::vector<SourceLine> out;
-    for (uint32_t f : table.frames_of(stack)) out.push_back(source_line(table, f));
-    return out;
-}
-
-// Leading frames to skip when a stack is shown: the C++ frames (unwinder, allocator, dispatcher)
-// that torch's stacks="all" puts before the first Python frame, and a dispatch mode's own frames
-// with the wrappers torch calls it through (a live-tensor capture records from inside one): shown
-// from the op's caller. A stack of machinery alone shows whole.
-size_t machinery_frames(const std::vector<SourceLine>& stack) {
-    size_t first = 0;
-    while (first < stack.size() && is_cpp_file(stack[first].file)) ++first;
-    for (size_t i = first; i < stack.size() && i < first + 4; ++i) {
-        if (stack[i].function != "__torch_dispatch__") continue;
-        const auto wrapper = [](const std::string& file) {
-            return file.ends_with("/torch/_dynamo/eval_frame.py") || file.ends_with("/torch/_compile.py");
-        };
-        for (first = i + 1; first < stack.size() && wrapper(stack[first].file);) ++first;
-        break;
-    }
-    return first < stack.size() ? first : 0;
-}
-
 // A site the judge reads: one that left survivors, or whose holdings rose.
 struct JudgedSite {
     SiteSeries* s;
@@ -186,6 +156,7 @@ struct SiteTotals {
     std::map<uint16_t, double> leak_rate;                               // recent rates of the leaks, by device
     std::map<uint16_t, std::map<uint64_t, uint64_t>> leaked_by_stream;  // live bytes of leak sites
     std::vector<LedgerBuilder> ledgers;                                 // by index in r.devices
+    std::vector<bool> leaking;                                          // by site: a confirmed leak
 };
 
 // The sites judged: those that left survivors, in the order their first survivor was allocated,
@@ -314,6 +285,7 @@ SiteTotals judge_sites(Replay& r, Findings& f, const Span& span, const std::vect
     const Trace& t = r.context;
     const size_t S = span.S, s0 = span.s0, judged = span.judged();
     SiteTotals totals;
+    totals.leaking.assign(r.sites.size(), false);
     if (!span.judgeable) return totals;
     for (const LiveAlloc& a : live)
         if (a.step <= span.last_judged) r.sites[a.site].add_survivor(a, uint32_t(span.w), uint32_t(S));
@@ -378,6 +350,7 @@ SiteTotals judge_sites(Replay& r, Findings& f, const Span& span, const std::vect
             sf.confidence = std::clamp(j.r2, 0.0, 1.0) * std::min(1.0, double(recurring) / 5.0) *
                             std::min(1.0, double(judged) / 8.0);
             confirmed = sf.confidence >= 0.5;
+            totals.leaking[size_t(js.s - r.sites.data())] = confirmed;
             const LineFit& dfit = device_fit[{s.device, s.memory}];
             sf.share_of_growth = dfit.slope > 0 ? std::min(1.0, j.bytes_per_step / dfit.slope) : 0;
             // Pinned memory is the host's: it brings no device nearer its OOM.
@@ -538,9 +511,70 @@ void give_verdict(Findings& f, const Span& span, const std::string& unit, const 
         balanced = false;
         f.notes.insert(f.notes.begin(), why);
     }
-    f.verdict = total_rate > 0                      ? Verdict::leak
+    f.verdict = total_rate > 0 || !f.within_step.empty() ? Verdict::leak
                 : span.judgeable && balanced        ? Verdict::no_leak
                                                     : Verdict::cannot_judge;
+}
+
+// Sites whose holdings grew across a step's microbatches and were given back at its end
+// (analysis/within_step.h): leaks no step end shows.
+void within_step_leaks(Replay& r, Findings& f, SiteTotals& totals) {
+    const Trace& t = r.context;
+    for (size_t i = 0; i < r.sites.size(); ++i) {
+        const SiteSeries& s = r.sites[i];
+        if (!s.within) continue;
+        const WithinStepRecord& w = *s.within;
+        WithinStepLeak l;
+        l.site = source_line(t.stacks, s.site_frame);
+        l.stack = stack_lines(t.stacks, w.stack);
+        l.stack_shown_from = machinery_frames(l.stack);
+        l.device = s.device;
+        l.memory = s.memory;
+        l.unit = "microbatch";
+        l.bytes_per_unit = w.bytes_per_unit;
+        l.fit_r2 = w.r2;
+        l.units_per_step = w.units;
+        l.step = w.step;
+        l.steps_seen = w.steps_seen;
+        l.bytes_added = uint64_t(std::max<int64_t>(0, w.bytes_added));
+        for (const DeviceSummary& d : r.devices)
+            if (d.device == s.device && w.step < d.timeline.size() && d.total_memory && s.memory != Memory::pinned) {
+                const StepPoint& p = d.timeline[w.step];
+                const double held = double(p.peak_allocated + p.external);
+                l.oom_units = held >= double(d.total_memory)
+                                  ? w.units
+                                  : w.units + uint64_t(std::ceil((double(d.total_memory) - held) / w.bytes_per_unit));
+            }
+        if (i < totals.leaking.size()) totals.leaking[i] = true;
+        f.within_step.push_back(std::move(l));
+    }
+    std::sort(f.within_step.begin(), f.within_step.end(),
+              [](const WithinStepLeak& a, const WithinStepLeak& b) { return a.bytes_per_unit > b.bytes_per_unit; });
+}
+
+// Each device's highest moment, every byte in one category (analysis/peak.h).
+void describe_peaks(Replay& r, Findings& f, const SiteTotals& totals, const std::vector<LiveAlloc>& live) {
+    std::vector<PeakSiteKey> keys(r.sites.size());
+    for (size_t i = 0; i < r.sites.size(); ++i)
+        keys[i] = PeakSiteKey{r.sites[i].site_frame, i < totals.leaking.size() && totals.leaking[i]};
+    const std::vector<PeakMoment> moments = r.peaks();
+    for (size_t d = 0; d < moments.size(); ++d) {
+        const PeakMoment& m = moments[d];
+        if (m.bytes < 0) continue;
+        const uint16_t device = r.devices[d].device;
+        std::vector<PeakMember> at_end;
+        for (const LiveAlloc& a : live) {
+            if (a.device != device || a.seq >= m.seq_end || r.sites[a.site].memory != Memory::torch) continue;
+            PeakMember& p = at_end.emplace_back();
+            p.size = a.size;
+            p.site = a.site;
+            p.stack = a.stack;
+            p.alloc_step = a.step;
+            p.alloc_phase = a.allocated_in();
+            p.in_peak_phase = a.seq >= m.phase_start_seq;
+        }
+        f.peaks.push_back(describe_peak(device, m, at_end, keys, r.backward_marked(), r.full_steps(), r.context.stacks));
+    }
 }
 
 Findings conclude(Replay& r, const Steps& steps, const AnalysisOptions& opt,
@@ -582,6 +616,8 @@ Findings conclude(Replay& r, const Steps& steps, const AnalysisOptions& opt,
         usage = usage_ledgers(r.devices, r.nvml, r.holders, span.s0, span.S - 1, span.judgeable);
     }
     explain_devices(r, f, span, live, totals, usage, opt);
+    within_step_leaks(r, f, totals);
+    describe_peaks(r, f, totals, live);
     explain_before_trace(r, f, live, starts_mid_run);
     for (LedgerBuilder& l : totals.ledgers) f.ledger.push_back(l.finish());
     give_verdict(f, span, steps.unit.empty() ? "step" : steps.unit, usage);

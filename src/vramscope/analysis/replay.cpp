@@ -11,7 +11,7 @@
 namespace vramscope {
 
 Replay::Replay(const Trace& t, uint32_t window, uint64_t last_step, EventValidator* checks)
-    : context(t), resolver(t.stacks), window_(window), last_step_(last_step), checks_(checks), live_(4096) {
+    : context(t), resolver(t.stacks), window_(window), last_step_(last_step), checks_(checks), live_(4096), phases_(t.stacks) {
     slot_of_device_.fill(-1);
 }
 
@@ -20,14 +20,14 @@ size_t Replay::add_device(uint8_t device) {
     while (i < devices.size() && devices[i].device != device) ++i;
     if (i == devices.size()) {
         devices.push_back(DeviceSummary{device});
-        state_.push_back({0, 0, 0, 0, {}});
+        state_.push_back({0, 0, 0, 0, {}, 0, 0, 0, {}});
         nvml.emplace_back();
         for (const DeviceInfo& d : context.devices)
             if (d.device == device) {
                 devices[i].total_memory = d.total_memory;
                 if (d.total_memory) devices[i].capacity_source = "trace";
                 const auto a = int64_t(d.baseline_allocated);
-                state_[i] = {a, int64_t(d.baseline_reserved), 0, a, {}};
+                state_[i] = {a, int64_t(d.baseline_reserved), 0, a, {}, 0, 0, 0, {}};
             }
         // A device first seen mid-run held what it held before at the step ends already cut:
         // every timeline has one point per step, so step k is timeline[k] on every device.
@@ -99,6 +99,7 @@ void Replay::end_step() {
 
 void Replay::cut() {
     if (!has_memory_events) ++cuts_before_memory_;
+    judge_units_of_step();
     for (size_t i = 0; i < devices.size(); ++i) {
         DeviceState& s = state_[i];
         StepPoint p{uint64_t(std::max<int64_t>(0, s.allocated)), uint64_t(std::max<int64_t>(0, s.reserved)),
@@ -121,6 +122,70 @@ void Replay::cut() {
     }
     ++step_;
     events_since_cut_ = false;
+    if (phases_.step_ended()) phase_began();
+}
+
+void Replay::units_begin(SiteSeries& s, uint32_t site) {
+    s.units.step = step_;
+    s.units.at_start = s.live;
+    s.units.held.clear();
+    if (unit_ > 0) s.units.held.emplace_back(0, s.live);
+    s.units.touched = unit_;
+    touched_in_step_.push_back(site);
+}
+
+void Replay::judge_units_of_step() {
+    settle_units();
+    if (unit_ >= kMinSteps)
+        for (uint32_t site : touched_in_step_) {
+            const SiteSeries& s = sites[site];
+            if (auto rose = judge_units(s.units, s.live, unit_, step_, s.last_stack)) rose_in_step_.emplace_back(site, *rose);
+        }
+    touched_in_step_.clear();
+    unit_ = 0;
+}
+
+void Replay::settle_units() {
+    for (const auto& [site, rose] : rose_in_step_)
+        if (sites[site].live <= rose.first_unit) keep_worst(sites[site].within, rose);
+    rose_in_step_.clear();
+}
+
+void Replay::phase_began() { phase_start_seq_ = seq_; }
+
+void Replay::new_peak(DeviceState& s) {
+    PeakMoment& p = s.top;
+    p.bytes = s.allocated;
+    p.seq_end = seq_;
+    p.phase_start_seq = phase_start_seq_;
+    p.phase_count = phases_.count();
+    p.step = step_;
+    p.microbatch = unit_;
+    p.phase = phases_.now();
+    p.reserved = s.reserved;
+    p.external = s.external;
+    p.pinned = s.pinned;
+    p.freed.clear();
+}
+
+void Replay::peak_member_freed(DeviceState& s, const LiveAlloc& a) {
+    PeakMember& m = s.top.freed.emplace_back();
+    m.size = a.size;
+    m.site = a.site;
+    m.stack = a.stack;
+    m.alloc_step = a.step;
+    m.alloc_phase = a.allocated_in();
+    m.in_peak_phase = a.seq >= s.top.phase_start_seq;
+    m.freed = true;
+    m.freed_in_peak_phase = phases_.count() == s.top.phase_count;
+    m.free_phase = phases_.now();
+    m.free_step = step_;
+}
+
+std::vector<PeakMoment> Replay::peaks() const {
+    std::vector<PeakMoment> out;
+    for (const DeviceState& s : state_) out.push_back(s.top);
+    return out;
 }
 
 // A point per device per step, each with its streams: 256 devices and a step marker every two
@@ -227,6 +292,14 @@ void Replay::process(const Event& e) {
     case EventKind::pinned_alloc: external_alloc(e); break;
     case EventKind::external_free:
     case EventKind::pinned_free: external_free(e); break;
+    case EventKind::microbatch:
+        if (++unit_ == 1) settle_units();
+        if (phases_.see(e)) phase_began();
+        break;
+    case EventKind::annotation_start:
+    case EventKind::annotation_end:
+        if (phases_.see(e)) phase_began();
+        break;
     case EventKind::device_usage: {
         const size_t i = device_slot(e.device);
         hold_timeline_bytes(sizeof(NvmlReading));
@@ -248,7 +321,8 @@ void Replay::external_alloc(const Event& e) {
     }
     DeviceState& s = state_[device_slot(e.device)];
     const uint32_t site = find_site(e.device, e.stack, memory);
-    pool_[slot] = LiveAlloc{e.addr, e.size, seq_++, e.stack, site, step_, e.stream, e.device, false};
+    pool_[slot] = LiveAlloc{e.addr, e.size, seq_++, e.stack, site, step_, e.stream, e.device, false, uint8_t(phases_.now())};
+    note_unit(sites[site], site);
     change(sites[site], int64_t(e.size));
     sites[site].last_stack = e.stack;
     change(holders[holder_of(e.device, memory, e.stack)], int64_t(e.size));
@@ -283,6 +357,7 @@ void Replay::finish() {
         cut();
         step_ = full;
     }
+    settle_units();
 }
 
 std::vector<LiveAlloc> Replay::live_allocs() const {

@@ -13,7 +13,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include "analysis/peak.h"
+#include "analysis/phases.h"
 #include "analysis/sites.h"
+#include "analysis/within_step.h"
 #include "common/address_map.h"
 #include "events/trace.h"
 #include "findings/findings.h"
@@ -46,8 +49,11 @@ struct LiveAlloc {
     uint32_t step;
     uint16_t stream;    // index into Trace::streams
     uint8_t device;
-    bool requested;     // free_requested seen
+    uint8_t requested : 1;  // free_requested seen
+    uint8_t phase : 2;      // the Phase it was allocated in
+    Phase allocated_in() const { return Phase(phase); }
 };
+static_assert(sizeof(LiveAlloc) == 40, "a live block's size bounds the replay's memory");
 
 // Bytes held at step ends, written down only when they change.
 struct HeldSeries {
@@ -83,6 +89,8 @@ struct SiteSeries : HeldSeries {
     std::map<uint32_t, uint64_t> bytes_by_stack;
     uint64_t surviving_allocations = 0;
     uint64_t first_survivor = UINT64_MAX;  // seq of the earliest-allocated survivor
+    UnitSeries units;                      // at the unit ends of the step in hand (within_step.h)
+    std::optional<WithinStepRecord> within;  // its worst step, where it leaked inside one
 
     // A block allocated in a judged step and still live `window` steps later, until `until`.
     void add_survivor(const LiveAlloc& a, uint32_t window, uint32_t until);
@@ -126,6 +134,9 @@ public:
     std::vector<HolderSeries> holders;          // outside torch's allocator, by device, memory and holder
     std::vector<std::vector<NvmlReading>> nvml;  // every NVML reading, by device in `devices`' order
     std::vector<LiveAlloc> live_allocs() const;  // blocks never freed, in allocation order
+    // Each device's highest moment (peak.h), by index in `devices`; bytes -1 where nothing was allocated.
+    std::vector<PeakMoment> peaks() const;
+    bool backward_marked() const { return phases_.backward_marked(); }
     size_t full_steps() const { return step_; }
     uint64_t entries = 0;                        // as torch counts them (Trace::entry_count)
     uint64_t steps_before_trace = 0;             // cut before the first memory event
@@ -139,6 +150,7 @@ private:
         std::vector<int64_t> by_stream;  // by stream index
         int64_t external = 0, pinned = 0;  // outside torch's allocator
         int64_t page_rounding = 0;         // the live `external` allocations' pages may show, at most
+        PeakMoment top;                    // the highest `allocated` so far
     };
     size_t device_slot(uint8_t device) {
         return slot_of_device_[device] >= 0 ? size_t(slot_of_device_[device]) : add_device(device);
@@ -175,6 +187,13 @@ private:
     void release(const Event& e);
     void stop();
     void released(const LiveAlloc& a);
+    void note_unit(SiteSeries& s, uint32_t site);
+    [[gnu::noinline]] void units_begin(SiteSeries& s, uint32_t site);
+    [[gnu::noinline]] void new_peak(DeviceState& s);
+    [[gnu::noinline]] void peak_member_freed(DeviceState& s, const LiveAlloc& a);
+    void phase_began();
+    void judge_units_of_step();
+    void settle_units();
 
     const uint32_t window_;
     const uint64_t last_step_;
@@ -198,6 +217,13 @@ private:
     uint64_t cuts_before_memory_ = 0;
     uint32_t step_ = 0;
     bool events_since_cut_ = false, started_ = false;
+    PhaseClock phases_;
+    uint64_t phase_start_seq_ = 0;         // seq_ when the phase in hand began
+    uint32_t unit_ = 0;                    // microbatches ended in the step in hand
+    std::vector<uint32_t> touched_in_step_;  // sites changed in it, for judge_units_of_step()
+    // Sites that rose across the last step's units, until the next step's first unit end (or the
+    // trace's end) says whether they were given back: (site, that step's record).
+    std::vector<std::pair<uint32_t, WithinStepRecord>> rose_in_step_;
 };
 
 // take()'s short path, inlined into the loops that call it: as a call, each event saved and
@@ -226,8 +252,18 @@ private:
     s.ever_touched = true;
 }
 
+// A site's unit ends, written down as its step ends are (within_step.h).
+[[gnu::always_inline]] inline void Replay::note_unit(SiteSeries& s, uint32_t site) {
+    if (s.units.step != step_) [[unlikely]] return units_begin(s, site);
+    if (s.units.touched != unit_) [[unlikely]] {
+        s.units.held.emplace_back(s.units.touched, s.live);
+        s.units.touched = unit_;
+    }
+}
+
 [[gnu::always_inline]] inline void Replay::released(const LiveAlloc& a) {
     SiteSeries& s = sites[a.site];
+    note_unit(s, a.site);
     change(s, -int64_t(a.size));
     // Freed after its window: a survivor. It was allocated in a full step, so it is judged.
     if (step_ > uint64_t(a.step) + window_) s.add_survivor(a, window_, step_);
@@ -250,13 +286,15 @@ private:
     }
     DeviceState& s = state_[device_slot(e.device)];
     const uint32_t site = site_of(e.device, e.stack);
-    pool_[slot] = LiveAlloc{e.addr, e.size, seq_++, e.stack, site, step_, e.stream, e.device, false};
+    pool_[slot] = LiveAlloc{e.addr, e.size, seq_++, e.stack, site, step_, e.stream, e.device, false, uint8_t(phases_.now())};
+    note_unit(sites[site], site);
     change(sites[site], int64_t(e.size));
     sites[site].last_stack = e.stack;
     s.allocated += int64_t(e.size);
     if (e.stream >= s.by_stream.size()) s.by_stream.resize(context.streams.size(), 0);
     s.by_stream[e.stream] += int64_t(e.size);
     s.peak = std::max(s.peak, s.allocated);
+    if (s.allocated > s.top.bytes) [[unlikely]] new_peak(s);
     if (checks_) {
         checks_->allocated(e);
         if (checks_->faulted()) stop();  // after this event
@@ -278,6 +316,7 @@ private:
     if (a != AddressMap::kMissing) {
         const LiveAlloc& block = pool_[a];
         if (checks_) checks_->released(e.device, block.size);
+        if (block.seq < s.top.seq_end) [[unlikely]] peak_member_freed(s, block);
         if (block.requested) s.pending -= int64_t(block.size);
         s.by_stream[block.stream] -= int64_t(block.size);
         released(block);

@@ -59,4 +59,34 @@ uint32_t SiteResolver::site(uint32_t stack) {
     return cached = pick.site;
 }
 
+SourceLine source_line(const StackTable& table, uint32_t frame) {
+    if (frame == 0) return SourceLine{kNoPythonFrame, 0, ""};
+    const Frame& f = table.frame(frame);
+    return SourceLine{std::string(table.string(f.file)), f.line, std::string(table.string(f.function))};
+}
+
+std::vector<SourceLine> stack_lines(const StackTable& table, uint32_t stack) {
+    std::vector<SourceLine> out;
+    for (uint32_t f : table.frames_of(stack)) out.push_back(source_line(table, f));
+    return out;
+}
+
+// Leading frames to skip when a stack is shown: the C++ frames (unwinder, allocator, dispatcher)
+// that torch's stacks="all" puts before the first Python frame, and a dispatch mode's own frames
+// with the wrappers torch calls it through (a live-tensor capture records from inside one): shown
+// from the op's caller. A stack of machinery alone shows whole.
+size_t machinery_frames(const std::vector<SourceLine>& stack) {
+    size_t first = 0;
+    while (first < stack.size() && is_cpp_file(stack[first].file)) ++first;
+    for (size_t i = first; i < stack.size() && i < first + 4; ++i) {
+        if (stack[i].function != "__torch_dispatch__") continue;
+        const auto wrapper = [](const std::string& file) {
+            return file.ends_with("/torch/_dynamo/eval_frame.py") || file.ends_with("/torch/_compile.py");
+        };
+        for (first = i + 1; first < stack.size() && wrapper(stack[first].file);) ++first;
+        break;
+    }
+    return first < stack.size() ? first : 0;
+}
+
 }  // namespace vramscope

@@ -35,6 +35,12 @@ struct SitePick {
     }
 };
 
+// A frame of the table as findings spell it (frame 0: kNoPythonFrame), and a stack's, innermost first.
+SourceLine source_line(const StackTable& table, uint32_t frame);
+std::vector<SourceLine> stack_lines(const StackTable& table, uint32_t stack);
+// Leading frames a stack is shown without: the unwinder's, the allocator's, a dispatch mode's.
+size_t machinery_frames(const std::vector<SourceLine>& stack);
+
 class SiteResolver {
 public:
     explicit SiteResolver(const StackTable& table) : table_(table), site_of_(table.stack_count() + 1, kUnresolved) {}

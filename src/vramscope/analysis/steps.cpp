@@ -13,7 +13,10 @@ AnnotationKinds::Kind AnnotationKinds::of(uint32_t name) {
     int8_t& kind = kind_[name];
     if (kind < 0) {
         const std::string_view text = names_.string(name);
-        kind = text.starts_with("Optimizer.step#") ? optimizer_step : text.starts_with("Optimizer.zero_grad#") ? zero_grad : other;
+        kind = text.starts_with("Optimizer.step#")       ? optimizer_step
+               : text.starts_with("Optimizer.zero_grad#") ? zero_grad
+               : text == kBackwardAnnotation              ? backward
+                                                          : other;
     }
     return Kind(kind);
 }

@@ -41,11 +41,15 @@ inline constexpr std::string_view kOptimizerStepUnit = "optimizer step";
 // The unit of markers written without one (traces recorded before markers named their unit).
 inline constexpr std::string_view kUnnamedStepUnit = "step";
 
+// The annotation a capture opens as torch.autograd.backward is called (its end is the microbatch
+// marker); the optimizer's start is torch's own spelling, which a capture writes from the pre-step hook.
+inline constexpr std::string_view kBackwardAnnotation = "vramscope.backward";
+
 // What an annotation's name says: torch wraps optimizer.step() and zero_grad() in
 // record_function("Optimizer.step#<Class>.step") and ("Optimizer.zero_grad#<Class>.zero_grad").
 class AnnotationKinds {
 public:
-    enum Kind : int8_t { other, optimizer_step, zero_grad };
+    enum Kind : int8_t { other, optimizer_step, zero_grad, backward };
     explicit AnnotationKinds(const StackTable& names) : names_(names) {}
     Kind of(uint32_t name);  // by string id, each looked at once
 

@@ -145,6 +145,56 @@ struct UsageLedger {
     std::optional<int64_t> unexplained;
 };
 
+// A site's bytes live at a device's peak.
+struct PeakSite {
+    SourceLine site;
+    uint64_t bytes = 0;
+    PeakCategory category = PeakCategory::other;  // of most of its bytes
+    std::vector<SourceLine> stack;                // innermost first: the stack of most of its bytes
+    size_t stack_shown_from = 0;
+};
+
+// A device at the moment its allocated memory was highest, every byte in one category
+// (analysis/peak.h is the rule).
+struct DevicePeak {
+    uint16_t device = 0;
+    uint64_t step = 0;                // the step it fell in (the unfinished tail's number after the last end)
+    Phase phase = Phase::setup;
+    uint64_t microbatch = 0;          // backwards ended in that step before it
+    uint64_t bytes = 0;               // allocated then
+    std::array<uint64_t, kPeakCategories> categories{};  // by PeakCategory: they sum to `bytes`
+    uint64_t reserved = 0;            // torch's reserved then; reserved - bytes was cached, free
+    uint64_t external = 0;            // device memory outside torch's allocator then
+    uint64_t pinned = 0;              // pinned host memory then (the host's, not the device's)
+    std::vector<PeakSite> sites;      // the largest, at most kPeakSites
+    // The trace marks backward phases: without them, activations and gradients are not told
+    // apart (a forward's block freed in its step is a temporary, else other).
+    bool backward_marked = false;
+    uint64_t category(PeakCategory c) const { return categories[size_t(c)]; }
+};
+inline constexpr size_t kPeakSites = 8;
+
+// A site whose holdings grow across the units inside a step (microbatches) and are released at
+// its end: a leak no step end shows, which raises the peak (analysis/within_step.h).
+struct WithinStepLeak {
+    SourceLine site;
+    std::vector<SourceLine> stack;   // innermost first
+    size_t stack_shown_from = 0;
+    uint16_t device = 0;
+    Memory memory = Memory::torch;
+    std::string unit;                // "microbatch"
+    double bytes_per_unit = 0;       // fitted slope over the units of its worst step
+    double fit_r2 = 0;
+    uint64_t units_per_step = 0;     // in that step
+    uint64_t step = 0;               // that step
+    uint64_t steps_seen = 0;         // steps in which it grew so
+    uint64_t bytes_added = 0;        // held at the step's last unit end beyond the step's start: what it adds to the peak
+    // Units per step at which the device runs out, at this rate from that step's peak.
+    std::optional<uint64_t> oom_units;
+    std::vector<std::pair<uint64_t, uint64_t>> live_blocks;  // (address, size), where the trace ended inside its climb
+    std::vector<Owner> owners;
+};
+
 struct NotLeak {
     NotLeakKind kind = NotLeakKind::warm_up;
     uint64_t bytes = 0;
@@ -172,6 +222,8 @@ struct Findings {
     std::vector<NotLeak> not_leaks;
     std::vector<DeviceLedger> ledger;     // by device: where the growth went; sums exactly
     std::vector<UsageLedger> usage;       // by device, then the host: everything the process holds
+    std::vector<DevicePeak> peaks;        // by device: its highest moment, by category
+    std::vector<WithinStepLeak> within_step;  // leaks inside a step, largest rate first
     std::vector<std::string> notes;       // what the reader should know (no history, few steps)
     std::vector<std::string> warnings;    // from reading the input
     std::vector<std::string> input_faults;  // why the input cannot be judged (verdict "cannot-judge")

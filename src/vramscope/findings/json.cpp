@@ -147,6 +147,80 @@ void usage_array(Json& j, const std::vector<UsageLedger>& usage) {
     j.close(']');
 }
 
+void stack_array(Json& j, const std::vector<SourceLine>& stack, size_t shown_from) {
+    j.key("stack");
+    j.open('[');
+    for (const SourceLine& s : stack) source_line(j, s);
+    j.close(']');
+    j.field("stack_shown_from", uint64_t(shown_from));
+}
+
+// Each device at its highest moment: the categories sum to `bytes` exactly (analysis/peak.h).
+void peaks_array(Json& j, const std::vector<DevicePeak>& peaks) {
+    j.key("peak");
+    j.open('[');
+    for (const DevicePeak& p : peaks) {
+        j.open('{');
+        j.field("device", uint64_t(p.device));
+        j.field("step", p.step);
+        j.field("phase", name(p.phase));
+        j.field("microbatch", p.microbatch);
+        j.field("bytes", p.bytes);
+        j.key("categories");
+        j.open('[');
+        for (size_t c = 0; c < kPeakCategories; ++c) {
+            j.open('{');
+            j.field("category", name(PeakCategory(c)));
+            j.field("bytes", p.categories[c]);
+            j.close('}');
+        }
+        j.close(']');
+        j.field("reserved", p.reserved);
+        j.field("cached_free", p.reserved > p.bytes ? p.reserved - p.bytes : uint64_t(0));
+        j.field("external", p.external);
+        j.field("pinned", p.pinned);
+        j.field("backward_marked", p.backward_marked);
+        j.key("sites");
+        j.open('[');
+        for (const PeakSite& s : p.sites) {
+            j.open('{');
+            j.key("site");
+            source_line(j, s.site);
+            j.field("bytes", s.bytes);
+            j.field("category", name(s.category));
+            stack_array(j, s.stack, s.stack_shown_from);
+            j.close('}');
+        }
+        j.close(']');
+        j.close('}');
+    }
+    j.close(']');
+}
+
+// Leaks inside a step (analysis/within_step.h), largest rate first.
+void within_step_array(Json& j, const std::vector<WithinStepLeak>& leaks) {
+    j.key("within_step");
+    j.open('[');
+    for (const WithinStepLeak& l : leaks) {
+        j.open('{');
+        j.key("site");
+        source_line(j, l.site);
+        stack_array(j, l.stack, l.stack_shown_from);
+        j.field("device", uint64_t(l.device));
+        j.field("memory", name(l.memory));
+        j.field("unit", l.unit);
+        j.field("bytes_per_unit", l.bytes_per_unit);
+        j.field("fit_r2", l.fit_r2);
+        j.field("units_per_step", l.units_per_step);
+        j.field("step", l.step);
+        j.field("steps_seen", l.steps_seen);
+        j.field("bytes_added", l.bytes_added);
+        optional_number(j, "oom_units", l.oom_units);
+        j.close('}');
+    }
+    j.close(']');
+}
+
 // Who held a leak: written only when its process found someone, so findings without owners (every
 // trace analysed on its own) stay as they were. The report adds each owner's line, as people read it.
 void owners_array(Json& j, const SiteFinding& l, bool report) {
@@ -207,11 +281,7 @@ void leaks_array(Json& j, const std::vector<SiteFinding>& leaks, const std::map<
         j.field("memory", name(l.memory));
         j.field("library", l.library);
         if (sampled && l.memory != Memory::torch) j.field("memory_words", memory_words(l));  // the report's
-        j.key("stack");
-        j.open('[');
-        for (const SourceLine& s : l.stack) source_line(j, s);
-        j.close(']');
-        j.field("stack_shown_from", uint64_t(l.stack_shown_from));
+        stack_array(j, l.stack, l.stack_shown_from);
         j.field("shape", name(l.shape));
         j.field("evidence", name(l.evidence));
         j.field("recent_bytes_per_step", l.recent_bytes_per_step);
@@ -296,6 +366,8 @@ void findings_object(Json& j, const Findings& f, bool report = false) {
     }
     j.close(']');
     leaks_array(j, f.leaks, report ? &sampled : nullptr);
+    within_step_array(j, f.within_step);
+    peaks_array(j, f.peaks);
     j.key("not_leaks");
     j.open('[');
     for (const NotLeak& n : f.not_leaks) {

@@ -278,6 +278,13 @@ public:
             if (name(Enum(k)) == v->str) return void(out = Enum(k));
         bad(key, *v, "one of its vocabulary (docs/findings.md)");
     }
+    void flag(const JsonValue& o, std::string_view key, bool& out) const {
+        if (const JsonValue* v = member(o, key, T::boolean, key)) out = v->text == "true";
+    }
+    void stack(const JsonValue& o, std::vector<SourceLine>& out, size_t& shown_from) const {
+        objects(o, "stack", [&](const JsonValue& s) { source_line(s, out.emplace_back()); });
+        whole(o, "stack_shown_from", shown_from);
+    }
     void source_line(const JsonValue& o, SourceLine& out) const {
         text(o, "file", out.file);
         whole(o, "line", out.line);
@@ -294,6 +301,8 @@ public:
 
     void run(const JsonValue& o, Findings& f) const;
     void leak(const JsonValue& o, SiteFinding& l) const;
+    void peak(const JsonValue& o, DevicePeak& p) const;
+    void within_step(const JsonValue& o, WithinStepLeak& l) const;
     void devices(const JsonValue& o, Findings& f) const;
     void ledger(const JsonValue& o, DeviceLedger& l) const;
     void usage(const JsonValue& o, UsageLedger& u) const;
@@ -308,8 +317,7 @@ void FindingsReader::leak(const JsonValue& o, SiteFinding& l) const {
     if (const JsonValue* s = member(o, "site", T::object, "leaks.site")) source_line(*s, l.site);
     word(o, "memory", l.memory, Memory::pinned);
     text(o, "library", l.library);
-    objects(o, "stack", [&](const JsonValue& s) { source_line(s, l.stack.emplace_back()); });
-    whole(o, "stack_shown_from", l.stack_shown_from);
+    stack(o, l.stack, l.stack_shown_from);
     word(o, "shape", l.shape, Shape::too_short);
     word(o, "evidence", l.evidence, LeakEvidence::replaced_bigger);
     real(o, "recent_bytes_per_step", l.recent_bytes_per_step);
@@ -386,6 +394,45 @@ void FindingsReader::usage(const JsonValue& o, UsageLedger& u) const {
     if (member(o, "unexplained", T::number, "usage.unexplained")) whole(o, "unexplained", u.unexplained.emplace());
 }
 
+void FindingsReader::peak(const JsonValue& o, DevicePeak& p) const {
+    whole(o, "device", p.device);
+    whole(o, "step", p.step);
+    word(o, "phase", p.phase, Phase::optimizer);
+    whole(o, "microbatch", p.microbatch);
+    whole(o, "bytes", p.bytes);
+    objects(o, "categories", [&](const JsonValue& c) {
+        PeakCategory category = PeakCategory::other;
+        word(c, "category", category, PeakCategory::other);
+        whole(c, "bytes", p.categories[size_t(category)]);
+    });
+    whole(o, "reserved", p.reserved);
+    whole(o, "external", p.external);
+    whole(o, "pinned", p.pinned);
+    flag(o, "backward_marked", p.backward_marked);
+    objects(o, "sites", [&](const JsonValue& s) {
+        PeakSite& site = p.sites.emplace_back();
+        if (const JsonValue* at = member(s, "site", T::object, "peak.sites.site")) source_line(*at, site.site);
+        whole(s, "bytes", site.bytes);
+        word(s, "category", site.category, PeakCategory::other);
+        stack(s, site.stack, site.stack_shown_from);
+    });
+}
+
+void FindingsReader::within_step(const JsonValue& o, WithinStepLeak& l) const {
+    if (const JsonValue* s = member(o, "site", T::object, "within_step.site")) source_line(*s, l.site);
+    stack(o, l.stack, l.stack_shown_from);
+    whole(o, "device", l.device);
+    word(o, "memory", l.memory, Memory::pinned);
+    text(o, "unit", l.unit);
+    real(o, "bytes_per_unit", l.bytes_per_unit);
+    real(o, "fit_r2", l.fit_r2);
+    whole(o, "units_per_step", l.units_per_step);
+    whole(o, "step", l.step);
+    whole(o, "steps_seen", l.steps_seen);
+    whole(o, "bytes_added", l.bytes_added);
+    optional_whole(o, "oom_units", l.oom_units);
+}
+
 void FindingsReader::ledger(const JsonValue& o, DeviceLedger& l) const {
     whole(o, "device", l.device);
     whole(o, "from_step", l.from_step);
@@ -421,6 +468,8 @@ void FindingsReader::run(const JsonValue& o, Findings& f) const {
     optional_whole(o, "projected_oom_step", f.projected_oom_step);
     devices(o, f);
     objects(o, "leaks", [&](const JsonValue& l) { leak(l, f.leaks.emplace_back()); });
+    objects(o, "within_step", [&](const JsonValue& l) { within_step(l, f.within_step.emplace_back()); });
+    objects(o, "peak", [&](const JsonValue& p) { peak(p, f.peaks.emplace_back()); });
     objects(o, "not_leaks", [&](const JsonValue& n) {
         NotLeak& not_leak = f.not_leaks.emplace_back();
         word(n, "kind", not_leak.kind, NotLeakKind::before_trace);

@@ -52,6 +52,10 @@ public:
         std::snprintf(buf, sizeof buf, "%.6g", v);
         out += buf;
     }
+    void value(bool v) {
+        comma();
+        out += v ? "true" : "false";
+    }
     void null() {
         comma();
         out += "null";

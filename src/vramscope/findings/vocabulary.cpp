@@ -75,6 +75,30 @@ std::string_view name(Memory m) {
     return "?";
 }
 
+std::string_view name(Phase p) {
+    switch (p) {
+    case Phase::setup: return "setup";
+    case Phase::forward: return "forward";
+    case Phase::backward: return "backward";
+    case Phase::optimizer: return "optimizer";
+    }
+    return "?";
+}
+
+std::string_view name(PeakCategory c) {
+    switch (c) {
+    case PeakCategory::parameters: return "parameters";
+    case PeakCategory::gradients: return "gradients";
+    case PeakCategory::optimizer_state: return "optimizer-state";
+    case PeakCategory::activations: return "activations";
+    case PeakCategory::temporaries: return "temporaries";
+    case PeakCategory::leaks: return "leaks";
+    case PeakCategory::before_trace: return "before-trace";
+    case PeakCategory::other: return "other";
+    }
+    return "?";
+}
+
 std::string_view describe(StepsSource s) {
     switch (s) {
     case StepsSource::markers: return "vramscope step markers";

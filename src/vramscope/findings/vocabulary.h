@@ -60,6 +60,30 @@ enum class Memory : uint8_t {
 
 enum class StepsSource : uint8_t { markers, optimizer_annotations, optimizer_frames, inferred_period, none };
 
+// The part of a training step memory was allocated or freed in (analysis/phases.h: how the trace's
+// markers begin and end each).
+enum class Phase : uint8_t {
+    setup,      // before the trace's first marker: the model built and moved, often the first forward
+    forward,    // after a step's end or a backward's end, until a backward or an optimizer step begins
+    backward,   // inside torch.autograd.backward
+    optimizer,  // inside optimizer.step()
+};
+inline constexpr size_t kPhases = 4;
+
+// What a block live at a device's peak is, by its lifetime and the phase it was allocated in
+// (analysis/peak.h is the rule): every byte of the peak in exactly one.
+enum class PeakCategory : uint8_t {
+    parameters,       // allocated before the first marker and kept through the run: parameters, buffers
+    gradients,        // allocated in a backward and kept past it: .grad, accumulated gradients
+    optimizer_state,  // allocated in an optimizer step and kept past it
+    activations,      // allocated in a forward, freed in a backward: saved for backward
+    temporaries,      // allocated and freed within one phase
+    leaks,            // of a site judged to leak, across steps or inside one
+    before_trace,     // allocated before the trace began: where, it cannot say
+    other,            // anything else (kept from one forward to a later one, ...): named by its site
+};
+inline constexpr size_t kPeakCategories = 8;
+
 // Several runs as one: a leak anywhere is a leak; else a run that cannot be judged says so.
 inline Verdict worse(Verdict a, Verdict b) {
     if (a == Verdict::leak || b == Verdict::leak) return Verdict::leak;
@@ -75,6 +99,8 @@ std::string_view name(StepsSource s);
 std::string_view name(LeakEvidence e);
 std::string_view name(LedgerPart p);
 std::string_view name(Memory m);
+std::string_view name(Phase p);
+std::string_view name(PeakCategory c);
 // Where steps came from, in words for the summary line ("steps: 30 from ...").
 std::string_view describe(StepsSource s);
 

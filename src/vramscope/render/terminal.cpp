@@ -172,6 +172,70 @@ std::string render_usage(const Findings& f, const Style& st) {
            st.dim(" (what the process holds at step " + format_count(last) + "'s end, by holder)") + "\n" + lines;
 }
 
+// A stack as the summary shows it: at most `frames` lines from its first shown frame; between
+// Python frames, the interpreter's own C++ frames say nothing (they are in the JSON).
+std::string stack_block(const std::vector<SourceLine>& stack, size_t shown_from, const Style& st, size_t frames = 4) {
+    const bool python = std::any_of(stack.begin(), stack.end(), [](const SourceLine& s) { return !is_cpp_file(s.file); });
+    std::string o;
+    size_t shown = 0;
+    for (size_t i = shown_from; i < stack.size() && shown < frames; ++i) {
+        if (python && is_cpp_file(stack[i].file)) continue;
+        ++shown;
+        o += st.dim(terminal_safe(fit_left("       at " + stack[i].function + "  ", frame_place(stack[i]), 100))) + "\n";
+    }
+    return o;
+}
+
+// Leaks no step end shows: each microbatch keeps something until its step ends.
+std::string render_within_step(const Findings& f, const Style& st) {
+    std::string o;
+    for (const WithinStepLeak& l : f.within_step) {
+        const std::string unit = terminal_safe(l.unit);
+        o += st.red(wrap("LEAK INSIDE A STEP  " + signed_bytes(int64_t(l.bytes_per_unit)) + " per " + unit + " at " +
+                             where(l.site) + " (cuda:" + std::to_string(l.device) + ")",
+                         2, 100)) + "\n";
+        std::string why = "held until the " + unit_of(f) + " ends: " + format_count(l.units_per_step) + " " + unit +
+                          "es in step " + format_count(l.step) + " added " + format_bytes(double(l.bytes_added)) +
+                          " to its peak";
+        if (l.steps_seen > 1) why += " (seen in " + format_count(l.steps_seen) + " steps)";
+        why += l.oom_units ? "; at " + format_count(*l.oom_units) + " " + unit + "es per step: out of memory" : "";
+        o += "    " + wrap(why, 4, 100) + "\n" + stack_block(l.stack, l.stack_shown_from, st);
+    }
+    return o.empty() ? "" : "\n" + o;
+}
+
+// Each device at its highest moment: every byte in one category, the largest sites, what torch
+// kept free then and what lay outside its allocator.
+std::string render_peak(const Findings& f, const Style& st) {
+    std::string o;
+    for (const DevicePeak& p : f.peaks) {
+        if (p.bytes == 0) continue;
+        std::string when = "step " + format_count(p.step) + ", " + std::string(name(p.phase));
+        if (p.microbatch) when += " after " + format_count(p.microbatch) + " microbatch" + (p.microbatch > 1 ? "es" : "");
+        o += "  cuda:" + std::to_string(p.device) + "  " + format_bytes(double(p.bytes)) + " allocated at " + when + "\n";
+        for (size_t c = 0; c < kPeakCategories; ++c) {
+            if (!p.categories[c]) continue;
+            char share[16];
+            std::snprintf(share, sizeof share, "%5.1f%%", 100.0 * double(p.categories[c]) / double(p.bytes));
+            o += "    " + fit(std::string(name(PeakCategory(c))), 17) + fit(format_bytes(double(p.categories[c])), 12) +
+                 st.dim(share) + "\n";
+        }
+        if (p.reserved > p.bytes) o += st.dim("    reserved " + format_bytes(double(p.reserved)) + ": " +
+                                               format_bytes(double(p.reserved - p.bytes)) + " free in torch's cache then") + "\n";
+        if (p.external) o += st.dim("    outside torch's allocator then: " + format_bytes(double(p.external))) + "\n";
+        if (!p.backward_marked)
+            o += st.dim("    " + wrap("the trace marks no backward: activations are counted as temporaries (freed in "
+                                      "their step) and gradients as other (vramscope run marks them)",
+                                      4, 100)) + "\n";
+        for (size_t k = 0; k < p.sites.size() && k < 3; ++k) {
+            const PeakSite& s = p.sites[k];
+            o += "    " + fit(format_bytes(double(s.bytes)), 12) + fit(std::string(name(s.category)), 17) + where(s.site) + "\n";
+            if (k == 0) o += stack_block(s.stack, s.stack_shown_from, st, 3);
+        }
+    }
+    return o.empty() ? "" : "\n" + st.bold("Peak") + st.dim(" (allocated memory at its highest, every byte in one category)") + "\n" + o;
+}
+
 }  // namespace
 
 std::string render_summary(const Findings& f, bool color, size_t max_leaks) {
@@ -190,6 +254,8 @@ std::string render_summary(const Findings& f, bool color, size_t max_leaks) {
     if (!f.input_faults.empty()) {
         o += st.red("CANNOT JUDGE") + "  the input cannot be trusted, so no verdict:\n";
         for (const auto& why : f.input_faults) o += "  " + wrap(terminal_safe(why), 2, 100) + "\n";
+    } else if (f.verdict == Verdict::leak && f.leaks.empty()) {
+        o += st.red("LEAK") + "  inside each step: memory the step ends give back, held until then\n";
     } else if (f.verdict == Verdict::leak) {
         const SiteFinding& top = f.leaks.front();
         // A long unit (an inferred period's site) wraps the line; the OOM step follows where it fits.
@@ -224,14 +290,7 @@ std::string render_summary(const Findings& f, bool color, size_t max_leaks) {
                                         per_step(l.bytes_per_step) + " over the run; growth that slows is still a leak "
                                         "until it stops",
                                     7, 100) + "\n";
-            // Between Python frames, the interpreter's own C++ frames say nothing: shown in JSON only.
-            const bool python = std::any_of(l.stack.begin(), l.stack.end(), [](const SourceLine& s) { return !is_cpp_file(s.file); });
-            size_t shown = 0;
-            for (size_t i = l.stack_shown_from; i < l.stack.size() && shown < 4; ++i) {
-                if (python && is_cpp_file(l.stack[i].file)) continue;
-                ++shown;
-                o += st.dim(terminal_safe(fit_left("       at " + l.stack[i].function + "  ", frame_place(l.stack[i]), 100))) + "\n";
-            }
+            o += stack_block(l.stack, l.stack_shown_from, st);
         }
         for (const DeviceSummary& d : f.devices)
             for (const StreamUsage& s : d.streams)
@@ -253,7 +312,9 @@ std::string render_summary(const Findings& f, bool color, size_t max_leaks) {
     } else {
         o += st.green("NO LEAK") + "  no site leaks, and the ledger below accounts for the growth at step ends\n";
     }
+    o += render_within_step(f, st);
     o += render_ledger(f, st);
+    o += render_peak(f, st);
     o += render_usage(f, st);
     if (!f.not_leaks.empty()) {
         o += "\n" + st.bold("Not leaks") + st.dim(" (growth you may see, explained)") + "\n";

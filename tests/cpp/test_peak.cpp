@@ -1,0 +1,233 @@
+// The peak, every byte named (analysis/peak.h), and growth inside a step (analysis/within_step.h):
+// categories from lifetimes and the phases the markers set, summing to the peak on any trace; a
+// microbatch that keeps something until its step ends is a leak, a clean accumulation is not.
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <random>
+
+#include "analysis/analyze.h"
+#include "analysis/steps.h"
+#include "findings/json.h"
+#include "findings/json_reader.h"
+#include "recorded_fixtures.h"
+#include "trace_builder.h"
+
+using namespace vramscope;
+using vramscope::testing::TraceBuilder;
+
+namespace {
+constexpr uint64_t MiB = 1 << 20;
+
+const DevicePeak& peak_of(const Findings& f) {
+    EXPECT_EQ(f.peaks.size(), 1u);
+    return f.peaks.front();
+}
+
+void expect_peak_holds(const Findings& f) {
+    for (const DevicePeak& p : f.peaks) {
+        EXPECT_EQ(std::accumulate(p.categories.begin(), p.categories.end(), uint64_t(0)), p.bytes);
+        uint64_t highest = 0;
+        for (const DeviceSummary& d : f.devices)
+            if (d.device == p.device)
+                for (const StepPoint& s : d.timeline) highest = std::max(highest, s.peak_allocated);
+        EXPECT_EQ(p.bytes, highest) << "cuda:" << p.device;
+    }
+}
+
+// A training loop as a capture marks it: parameters before the first marker; per microbatch a
+// forward (activations saved, a temporary), a backward (gradients once, kept; a temporary; the
+// activations freed), then an optimizer step (its state once, kept; a temporary).
+struct Loop {
+    TraceBuilder b;
+    uint32_t params = b.stack({{"/home/u/train.py", 5, "build_model"}});
+    uint32_t act = b.stack({{"/home/u/model.py", 12, "forward"}, {"/home/u/train.py", 25, "train"}});
+    uint32_t fwd_tmp = b.stack({{"/home/u/model.py", 14, "forward"}, {"/home/u/train.py", 25, "train"}});
+    uint32_t grad = b.stack({{"/home/u/train.py", 26, "train"}});
+    uint32_t bwd_tmp = b.stack({{"/home/u/train.py", 27, "train"}});
+    uint32_t state = b.stack({{"/usr/lib/python3/site-packages/torch/optim/adam.py", 90, "step"}, {"/home/u/train.py", 30, "train"}});
+    uint32_t kept = b.stack({{"/home/u/train.py", 28, "train"}});
+    uint64_t next = 0x2000000000;
+
+    uint64_t alloc(uint64_t size, uint32_t stack) {
+        b.alloc(next, size, stack);
+        return (next += size + 4096) - size - 4096;
+    }
+    // keep: bytes each microbatch keeps until its step's end (seed 002's losses).
+    void run(int steps, int microbatches, uint64_t keep = 0, bool backward_marked = true) {
+        b.segment(0x1000000000, 1ull << 34);
+        alloc(64 * MiB, params);
+        bool first = true;
+        for (int s = 0; s < steps; ++s) {
+            std::vector<uint64_t> losses;
+            uint64_t grads = 0;
+            for (int m = 0; m < microbatches; ++m) {
+                const uint64_t a1 = alloc(8 * MiB, act), a2 = alloc(8 * MiB, act);
+                b.free(alloc(MiB, fwd_tmp), MiB);
+                if (keep) losses.push_back(alloc(keep, kept));
+                if (backward_marked) b.annotation(EventKind::annotation_start, std::string(kBackwardAnnotation).c_str());
+                if (!grads) grads = alloc(64 * MiB, grad);
+                b.free(alloc(2 * MiB, bwd_tmp), 2 * MiB);
+                b.free(a1, 8 * MiB);
+                b.free(a2, 8 * MiB);
+                b.annotation(EventKind::microbatch, "backward");
+            }
+            b.annotation(EventKind::annotation_start, "Optimizer.step#Adam.step");
+            if (first) alloc(32 * MiB, state), first = false;
+            b.free(alloc(4 * MiB, state), 4 * MiB);
+            b.step();
+            b.free(grads, 64 * MiB);  // zero_grad(set_to_none=True), in the next step's forward
+            for (uint64_t l : losses) b.free(l, keep);
+        }
+    }
+};
+}  // namespace
+
+TEST(Peak, EveryByteOfATrainingStepsPeakIsInItsCategory) {
+    Loop loop;
+    loop.run(12, 1);
+    const Findings f = analyze(loop.b.t);
+    expect_peak_holds(f);
+    const DevicePeak& p = peak_of(f);
+    // Highest in the second step's backward: the state the first optimizer step made is kept, the
+    // activations wait for the backward, the gradients and a temporary are new.
+    EXPECT_EQ(p.bytes, (64 + 32 + 16 + 64 + 2) * MiB);
+    EXPECT_EQ(p.step, 1u);
+    EXPECT_EQ(p.phase, Phase::backward);
+    EXPECT_TRUE(p.backward_marked);
+    EXPECT_EQ(p.category(PeakCategory::parameters), 64 * MiB);
+    EXPECT_EQ(p.category(PeakCategory::optimizer_state), 32 * MiB);
+    EXPECT_EQ(p.category(PeakCategory::activations), 16 * MiB);
+    EXPECT_EQ(p.category(PeakCategory::gradients), 64 * MiB);
+    EXPECT_EQ(p.category(PeakCategory::temporaries), 2 * MiB);
+    EXPECT_EQ(p.category(PeakCategory::other), 0u);
+    ASSERT_FALSE(p.sites.empty());
+    EXPECT_EQ(p.sites.front().bytes, 64 * MiB);
+}
+
+TEST(Peak, WithoutBackwardMarkersActivationsAreTemporariesAndSaidSo) {
+    Loop loop;
+    loop.run(12, 1, 0, false);
+    const Findings f = analyze(loop.b.t);
+    expect_peak_holds(f);
+    const DevicePeak& p = peak_of(f);
+    EXPECT_FALSE(p.backward_marked);
+    EXPECT_EQ(p.category(PeakCategory::activations), 0u);
+    EXPECT_EQ(p.category(PeakCategory::optimizer_state), 32 * MiB);
+}
+
+TEST(Peak, MemoryFromBeforeTheTraceIsItsOwnCategory) {
+    Loop loop;
+    loop.b.t.device(0).baseline_allocated = 100 * MiB;
+    loop.run(12, 1);
+    const Findings f = analyze(loop.b.t);
+    expect_peak_holds(f);
+    EXPECT_EQ(peak_of(f).category(PeakCategory::before_trace), 100 * MiB);
+}
+
+// Seed 002's pattern: each microbatch's loss kept until the step ends. One optimizer step of 24
+// microbatches is enough; no step end shows it.
+TEST(WithinStep, AMicrobatchThatKeepsMemoryUntilItsStepEndsIsALeakInsideTheStep) {
+    for (int steps : {1, 4}) {
+        Loop loop;
+        loop.run(steps, 24, 8 * MiB);
+        const Findings f = analyze(loop.b.t);
+        SCOPED_TRACE(steps);
+        ASSERT_EQ(f.within_step.size(), 1u);
+        const WithinStepLeak& l = f.within_step.front();
+        EXPECT_EQ(f.verdict, Verdict::leak);
+        EXPECT_EQ(l.site.line, 28u);
+        EXPECT_NEAR(l.bytes_per_unit, 8.0 * MiB, 0.01 * MiB);
+        EXPECT_EQ(l.units_per_step, 24u);
+        EXPECT_EQ(l.steps_seen, uint64_t(steps));
+        EXPECT_EQ(l.bytes_added, 24 * 8 * MiB);
+        EXPECT_TRUE(f.leaks.empty());  // nothing survives a step end
+        expect_peak_holds(f);
+        EXPECT_EQ(peak_of(f).category(PeakCategory::leaks), 24 * 8 * MiB);
+    }
+}
+
+TEST(WithinStep, ACleanGradientAccumulationIsNoLeakInsideTheStep) {
+    Loop loop;
+    loop.run(12, 24);
+    const Findings f = analyze(loop.b.t);
+    EXPECT_TRUE(f.within_step.empty());
+    EXPECT_EQ(f.verdict, Verdict::no_leak);
+}
+
+TEST(WithinStep, TooFewMicrobatchesAreNotJudged) {
+    Loop loop;
+    loop.run(12, kMinSteps - 1, 8 * MiB);
+    EXPECT_TRUE(analyze(loop.b.t).within_step.empty());
+}
+
+TEST(WithinStep, TheOutOfMemoryUnitCountFollowsFromTheDeviceAndTheRate) {
+    Loop loop;
+    loop.run(1, 24, 8 * MiB);
+    AnalysisOptions opt;
+    opt.device_memory = 1024 * MiB;
+    const Findings f = analyze(loop.b.t, opt);
+    ASSERT_EQ(f.within_step.size(), 1u);
+    // The step's peak: parameters, gradients, the kept losses, one microbatch's working set.
+    const uint64_t peak = f.devices.front().timeline[0].peak_allocated;
+    EXPECT_EQ(f.within_step.front().oom_units, 24 + (1024 * MiB - peak + 8 * MiB - 1) / (8 * MiB));
+}
+
+TEST(Peak, FindingsWithAPeakAndALeakInsideAStepReadBackAsWritten) {
+    Loop loop;
+    loop.run(2, 24, 8 * MiB);
+    const std::string json = to_json(analyze(loop.b.t));
+    const FindingsFile back = read_findings(json, "peak.json");
+    ASSERT_EQ(back.runs.size(), 1u);
+    EXPECT_EQ(to_json(back.runs.front()), json);
+}
+
+// Random loops with random phase markers: whatever the blocks do, the categories sum to the peak,
+// and the peak is the timeline's highest point.
+TEST(Peak, CategoriesSumToThePeakOnRandomTraces) {
+    std::mt19937_64 rng(20261201);
+    const char* marks[] = {"vramscope.backward", "Optimizer.step#SGD.step"};
+    for (int trial = 0; trial < 300; ++trial) {
+        TraceBuilder b;
+        std::vector<uint32_t> sites;
+        for (int k = 0; k < 1 + int(rng() % 5); ++k) sites.push_back(b.stack({{"/home/u/train.py", uint32_t(10 + k), "train"}}));
+        if (rng() % 3 == 0) b.t.device(0).baseline_allocated = 16 * MiB;
+        std::vector<std::pair<uint64_t, uint64_t>> live;
+        uint64_t next = 0x1000000000;
+        const int steps = 1 + int(rng() % 20);
+        for (int s = 0; s < steps; ++s) {
+            for (int e = 0; e < int(rng() % 20); ++e) {
+                const uint64_t r = rng() % 10;
+                if (r < 5 || live.empty()) {
+                    const uint64_t size = (1 + rng() % 64) * 4096;
+                    b.alloc(next, size, sites[rng() % sites.size()]);
+                    live.emplace_back(next, size);
+                    next += size + 4096;
+                } else if (r < 8) {
+                    const size_t k = rng() % live.size();
+                    b.free(live[k].first, live[k].second);
+                    live.erase(live.begin() + ptrdiff_t(k));
+                } else if (r < 9) {
+                    b.annotation(EventKind::annotation_start, marks[rng() % 2]);
+                } else {
+                    b.annotation(EventKind::microbatch, "backward");
+                }
+            }
+            b.step();
+        }
+        SCOPED_TRACE("trial " + std::to_string(trial));
+        expect_peak_holds(analyze(b.t));
+    }
+}
+
+TEST(Peak, CategoriesSumToThePeakOnEveryRecordedFixture) {
+    size_t fixtures = 0;
+    for (const auto& file : vramscope::testing::recorded_snapshots()) {
+        SCOPED_TRACE(file.filename().string());
+        const Findings f = analyze_file(file.string());
+        ASSERT_FALSE(f.peaks.empty());
+        expect_peak_holds(f);
+        ++fixtures;
+    }
+    EXPECT_GE(fixtures, 5u);
+}
