@@ -426,7 +426,8 @@ void bind_explain(nb::module_& m) {
 
 NB_MODULE(_core, m) {
     m.attr("__version__") = VRAMSCOPE_VERSION;
-    // The annotation a capture opens as a backward begins (analysis/phases.h).
+    // The annotations a capture opens as the first forward and each backward begin (analysis/phases.h).
+    m.attr("FIRST_FORWARD_ANNOTATION") = std::string(kFirstForwardAnnotation);
     m.attr("BACKWARD_ANNOTATION") = std::string(kBackwardAnnotation);
     // Retired recorders are kept to the end on purpose (a late allocator callback may reach one):
     // nanobind would list them as leaks at exit, in the user's output.

@@ -47,7 +47,10 @@ struct Loop {
     uint32_t bwd_tmp = b.stack({{"/home/u/train.py", 27, "train"}});
     uint32_t state = b.stack({{"/usr/lib/python3/site-packages/torch/optim/adam.py", 90, "step"}, {"/home/u/train.py", 30, "train"}});
     uint32_t kept = b.stack({{"/home/u/train.py", 28, "train"}});
+    uint32_t workspace = b.stack({{"/usr/lib/python3/site-packages/torch/nn/modules/linear.py", 134, "forward"},
+                                  {"/home/u/train.py", 25, "train"}});
     uint64_t next = 0x2000000000;
+    bool mark_first_forward = false;  // as a capture does; the first forward then keeps a workspace
 
     uint64_t alloc(uint64_t size, uint32_t stack) {
         b.alloc(next, size, stack);
@@ -57,6 +60,10 @@ struct Loop {
     void run(int steps, int microbatches, uint64_t keep = 0, bool backward_marked = true) {
         b.segment(0x1000000000, 1ull << 34);
         alloc(64 * MiB, params);
+        if (mark_first_forward) {
+            b.annotation(EventKind::annotation_start, std::string(kFirstForwardAnnotation).c_str());
+            alloc(32 * MiB, workspace);
+        }
         bool first = true;
         for (int s = 0; s < steps; ++s) {
             std::vector<uint64_t> losses;
@@ -230,4 +237,17 @@ TEST(Peak, CategoriesSumToThePeakOnEveryRecordedFixture) {
         ++fixtures;
     }
     EXPECT_GE(fixtures, 5u);
+}
+
+// The workspaces a first forward takes and keeps (cuBLAS's) are not parameters: a capture marks
+// where the first forward begins.
+TEST(Peak, WhatTheFirstForwardKeepsIsNotAParameter) {
+    Loop loop;
+    loop.mark_first_forward = true;
+    loop.run(12, 1);
+    const Findings f = analyze(loop.b.t);
+    expect_peak_holds(f);
+    const DevicePeak& p = peak_of(f);
+    EXPECT_EQ(p.category(PeakCategory::parameters), 64 * MiB);
+    EXPECT_EQ(p.category(PeakCategory::other), 32 * MiB);
 }

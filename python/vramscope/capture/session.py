@@ -147,6 +147,7 @@ class Capture:
             self._undo += self._steps.install()
             self._undo.append(torch_hooks.on_backward(self._on_backward_begins, self._on_backward))
             self._undo.append(torch_hooks.on_optimizer_step_begins(self._on_optimizer_step_begins))
+            self._undo.append(torch_hooks.on_first_forward(self._on_first_forward))
             self._undo.append(torch_hooks.on_stream_created(self._on_stream))
             self._undo.append(torch_hooks.on_out_of_memory(self._on_oom))
             ref = weakref.ref(self)
@@ -384,6 +385,14 @@ class Capture:
 
     # The phases of a step (analysis/phases.h): a backward from its start to the microbatch marker,
     # an optimizer step from its start (torch's record_function name) to the step's end.
+    def _on_first_forward(self) -> bool:
+        """The first module call once the recorder runs (a model built on the CPU calls none on the GPU)."""
+        recorder = self._recorder
+        if recorder is None:
+            return False
+        recorder.marker(_core.EventKind.annotation_start, _core.FIRST_FORWARD_ANNOTATION)
+        return True
+
     def _on_backward_begins(self) -> None:
         recorder = self._recorder
         if recorder is not None:

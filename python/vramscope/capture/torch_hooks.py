@@ -130,6 +130,25 @@ def on_optimizer_step_begins(callback: Callable[[object], None]) -> Undo:
     return handle.remove
 
 
+def on_first_forward(callback: Callable[[], bool]) -> Undo:
+    """Before module calls until callback() says it took one (True): a global forward pre-hook that
+    then removes itself (while one is registered, every module call takes torch's slower path)."""
+    from torch.nn.modules.module import register_module_forward_pre_hook
+
+    handle = None
+
+    def first(module, args):
+        try:
+            taken = callback()
+        except Exception:
+            taken = True  # never the user's forward's fault, nor a cost it keeps paying
+        if taken:
+            handle.remove()
+
+    handle = register_module_forward_pre_hook(first)
+    return handle.remove
+
+
 def on_backward(begins: Callable[[], None], ended: Callable[[], None]) -> Undo:
     """Around each torch.autograd.backward (which Tensor.backward and accelerate call): begins()
     before it runs, ended() once it returned."""

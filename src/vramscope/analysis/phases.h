@@ -1,6 +1,8 @@
 // Which phase of a training step the run is in, from the markers the trace holds. The one rule
 // for the replay (each block's phase, the peak's) and for a capture, which writes the markers:
-// - setup: before the trace's first marker (the model built and moved; often the first forward);
+// - setup: before the trace's first marker (the model built and moved); a capture opens
+//   `kFirstForwardAnnotation` as the run's first module call begins, so the first forward's
+//   workspaces are not taken for parameters (a snapshot has no such marker);
 // - backward: from the annotation `kBackwardAnnotation` opens (a capture writes it as
 //   torch.autograd.backward is called) to the backward's end, the microbatch marker;
 // - optimizer: from an optimizer step's start annotation (torch's record_function
@@ -30,6 +32,7 @@ public:
             switch (annotations_.of(e.name)) {
             case AnnotationKinds::backward: backward_marked_ = true; return begin(Phase::backward);
             case AnnotationKinds::optimizer_step: return begin(Phase::optimizer);
+            case AnnotationKinds::first_forward: return now_ == Phase::setup && begin(Phase::forward);
             default: return false;
             }
         case EventKind::annotation_end:

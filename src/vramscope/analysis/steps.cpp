@@ -16,6 +16,7 @@ AnnotationKinds::Kind AnnotationKinds::of(uint32_t name) {
         kind = text.starts_with("Optimizer.step#")       ? optimizer_step
                : text.starts_with("Optimizer.zero_grad#") ? zero_grad
                : text == kBackwardAnnotation              ? backward
+               : text == kFirstForwardAnnotation          ? first_forward
                                                           : other;
     }
     return Kind(kind);

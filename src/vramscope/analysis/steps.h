@@ -41,15 +41,18 @@ inline constexpr std::string_view kOptimizerStepUnit = "optimizer step";
 // The unit of markers written without one (traces recorded before markers named their unit).
 inline constexpr std::string_view kUnnamedStepUnit = "step";
 
-// The annotation a capture opens as torch.autograd.backward is called (its end is the microbatch
-// marker); the optimizer's start is torch's own spelling, which a capture writes from the pre-step hook.
+// The annotations a capture opens as the run's first module call begins (the end of setup: the
+// workspaces its first forward takes are not parameters) and as torch.autograd.backward is called
+// (its end is the microbatch marker); the optimizer's start is torch's own spelling, which a capture
+// writes from the pre-step hook (analysis/phases.h).
+inline constexpr std::string_view kFirstForwardAnnotation = "vramscope.forward";
 inline constexpr std::string_view kBackwardAnnotation = "vramscope.backward";
 
 // What an annotation's name says: torch wraps optimizer.step() and zero_grad() in
 // record_function("Optimizer.step#<Class>.step") and ("Optimizer.zero_grad#<Class>.zero_grad").
 class AnnotationKinds {
 public:
-    enum Kind : int8_t { other, optimizer_step, zero_grad, backward };
+    enum Kind : int8_t { other, optimizer_step, zero_grad, backward, first_forward };
     explicit AnnotationKinds(const StackTable& names) : names_(names) {}
     Kind of(uint32_t name);  // by string id, each looked at once
 
