@@ -52,6 +52,31 @@ TEST(CompareStatus, NoLeakInTheBaselineMakesAnyLeakWorse) {
     EXPECT_EQ(judge_against(judged(1 << 20), clean).status, CellStatus::worse);
 }
 
+// A row that leaves the leak as it was is judged by the peak: seed 001's table is peak per patch.
+TEST(CompareStatus, ARowThatLeavesTheLeakAsItWasIsJudgedByThePeakItSaves) {
+    constexpr uint64_t MiB = 1 << 20;
+    const auto with_peak = [](CellResult c, uint64_t activations, uint64_t rest) {
+        c.peak_categories[size_t(PeakCategory::activations)] = activations;
+        c.peak_categories[size_t(PeakCategory::parameters)] = rest;
+        c.peak_allocated = activations + rest;
+        return c;
+    };
+    for (const double rate : {0.0, double(2 << 20)}) {
+        SCOPED_TRACE(rate);
+        const CellResult base = with_peak(judged(rate), 1300 * MiB, 700 * MiB);
+        const CellJudgement lower = judge_against(with_peak(judged(rate), 100 * MiB, 800 * MiB), base);
+        EXPECT_EQ(lower.status, CellStatus::lower_peak);
+        EXPECT_EQ(lower.why, "peak -1.1 GiB (-55%), activations -1.2 GiB");
+        EXPECT_EQ(judge_against(with_peak(judged(rate), 1400 * MiB, 700 * MiB), base).status, CellStatus::higher_peak);
+        // Under max(5 % of the peak, 64 MiB) it did nothing.
+        EXPECT_EQ(judge_against(with_peak(judged(rate), 1390 * MiB, 700 * MiB), base).status, CellStatus::no_effect);
+    }
+    // A fix stays a fix, whatever its peak; a row that leaks more is worse.
+    const CellResult leaking = with_peak(judged(2 << 20), 1300 * MiB, 700 * MiB);
+    EXPECT_EQ(judge_against(with_peak(judged(0), 100 * MiB, 700 * MiB), leaking).status, CellStatus::fix);
+    EXPECT_EQ(judge_against(with_peak(judged(3 << 20), 100 * MiB, 700 * MiB), leaking).status, CellStatus::worse);
+}
+
 TEST(CompareStatus, CrashesTimeoutsAndNewOutOfMemoryAreBroken) {
     const CellResult base = judged(2 << 20);
     CellResult crashed = judged(0);

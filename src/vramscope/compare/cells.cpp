@@ -99,6 +99,8 @@ void add_run(const Findings& run, const JsonValue* trees, const std::string& fil
         earliest(cell.oom_step, d.oom_step, "devices.oom_step");
     }
     earliest(cell.projected_oom_step, run.projected_oom_step, "projected_oom_step");
+    for (const DevicePeak& p : run.peaks)
+        if (p.bytes >= cell.peak_allocated) cell.peak_categories = p.categories;
     for (const SiteFinding& l : run.leaks) {
         const std::string file_in_tree = in_user_tree(l.site.file, trees);
         CellLeak leak;

@@ -1,6 +1,7 @@
 // A `vramscope compare` run as its runner left it (OUT/compare.json, written by
 // python/vramscope/compare) with each cell's findings read: what the statuses and the table use.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -37,6 +38,7 @@ struct CellResult {
     Verdict verdict = Verdict::cannot_judge;
     double leak_bytes_per_step = 0;      // the largest over its processes (ranks)
     uint64_t peak_allocated = 0, peak_reserved = 0;
+    std::array<uint64_t, kPeakCategories> peak_categories{};  // of its highest device peak (findings' peak[]), by PeakCategory
     int64_t steps = 0;                   // steps judged in the trace
     std::optional<int64_t> oom_step, projected_oom_step, growth_start_step;
     std::vector<CellLeak> leaks;         // largest first

@@ -28,6 +28,30 @@ std::string percent_of_baseline(double ratio) {
     return "rate " + format_percent(ratio) + " of the baseline's";
 }
 
+std::string signed_bytes(double bytes) { return (bytes < 0 ? "-" : "+") + format_bytes(std::fabs(bytes)); }
+
+// "peak -7.0 GiB (-47%), activations -6.8 GiB": the change and the category that moved most.
+std::string peak_words(const CellResult& cell, const CellResult& baseline) {
+    const double change = double(cell.peak_allocated) - double(baseline.peak_allocated);
+    std::string s = "peak " + signed_bytes(change) + " (" + (change < 0 ? "-" : "+") +
+                    format_percent(std::fabs(change) / double(std::max<uint64_t>(1, baseline.peak_allocated))) + ")";
+    size_t most = kPeakCategories;
+    double moved = 0;
+    for (size_t c = 0; c < kPeakCategories; ++c) {
+        const double d = double(cell.peak_categories[c]) - double(baseline.peak_categories[c]);
+        if (std::fabs(d) > std::fabs(moved)) moved = d, most = c;
+    }
+    if (most < kPeakCategories) s += ", " + std::string(name(PeakCategory(most))) + " " + signed_bytes(moved);
+    return s;
+}
+
+// A row that leaves the leak as it was is judged by the peak it saves or adds.
+CellJudgement by_peak(const CellResult& cell, const CellResult& baseline, double saved, const std::string& leak_words) {
+    const double change = double(cell.peak_allocated) - double(baseline.peak_allocated);
+    if (std::fabs(change) < peak_change_bar(baseline.peak_allocated)) return {CellStatus::no_effect, saved, leak_words};
+    return {change < 0 ? CellStatus::lower_peak : CellStatus::higher_peak, saved, peak_words(cell, baseline)};
+}
+
 }  // namespace
 
 std::string_view name(CellStatus s) {
@@ -37,6 +61,8 @@ std::string_view name(CellStatus s) {
         case CellStatus::partial: return "partial";
         case CellStatus::no_effect: return "no effect";
         case CellStatus::worse: return "worse";
+        case CellStatus::lower_peak: return "lower peak";
+        case CellStatus::higher_peak: return "higher peak";
         case CellStatus::broken: return "broken";
         case CellStatus::unknown: return "unknown";
     }
@@ -61,7 +87,7 @@ CellJudgement judge_against(const CellResult& cell, const CellResult& baseline) 
     const double base = baseline.leak_bytes_per_step, rate = cell.leak_bytes_per_step;
     const double saved = (base - rate) * double(baseline.steps);
     if (base <= 0) {
-        if (rate <= 0) return {CellStatus::no_effect, 0, "no leak, as the baseline"};
+        if (rate <= 0) return by_peak(cell, baseline, 0, "no leak, as the baseline");
         return {CellStatus::worse, saved, "leaks where the baseline did not"};
     }
     const double ratio = rate / base;
@@ -71,6 +97,7 @@ CellJudgement judge_against(const CellResult& cell, const CellResult& baseline) 
                                                   : CellStatus::no_effect;
     if (status == CellStatus::fix && out_of_memory(cell))
         return {CellStatus::partial, saved, "still out of memory"};  // a fix lets the run finish
+    if (status == CellStatus::no_effect) return by_peak(cell, baseline, saved, percent_of_baseline(ratio));
     return {status, saved, rate <= 0 ? "no leak left" : percent_of_baseline(ratio)};
 }
 

@@ -107,6 +107,8 @@ std::vector<std::string> thresholds() {
             "partial: at most " + format_percent(kPartialAtMost) + "; no effect: under " +
                 format_percent(kWorseAtLeast) + "; worse: " + format_percent(kWorseAtLeast) +
                 " or more, or a leak the baseline lacks",
+            "lower/higher peak: the leak as no effect, the peak moved by max(" + format_percent(kPeakShare) + ", " +
+                format_bytes(double(kPeakBytes)) + ")",
             "broken: crashed, timed out, or out of memory where the baseline was not",
             "saved: (the baseline's rate - the row's) x the baseline's steps"};
 }
@@ -347,8 +349,11 @@ std::string render_compare_html(const CompareRun& run) {
         for (const JudgedRow& r : t.rows) {
             const CellResult& c = *r.cell;
             const CellStatus s = r.judgement.status;
-            const char* cls = s == CellStatus::fix ? "fix" : s == CellStatus::partial ? "partial"
-                            : s == CellStatus::worse ? "worse" : s == CellStatus::broken ? "broken" : "";
+            const char* cls = s == CellStatus::fix || s == CellStatus::lower_peak ? "fix"
+                            : s == CellStatus::partial                          ? "partial"
+                            : s == CellStatus::worse || s == CellStatus::higher_peak ? "worse"
+                            : s == CellStatus::broken                           ? "broken"
+                                                                                : "";
             out += std::string("<tr class=\"") + cls + "\">" + td(r.row->label.empty() ? r.row->name : r.row->name + ": " + r.row->label) +
                    td(joined(r.row->changes, "; ")) + td(verdict_word(c)) + td(rate(c)) +
                    td(bytes_or_dash(c, c.peak_allocated)) + td(bytes_or_dash(c, c.peak_reserved)) + td(oom(c)) +
