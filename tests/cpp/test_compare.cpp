@@ -152,7 +152,9 @@ fs::path write_run(const fs::path& dir, const std::vector<std::pair<std::string,
         json += std::string(i ? "," : "") + R"({"name": ")" + cells[i].first + R"(", "label": "", "changes": ["X=1"]})";
     json += R"(], "cells": [)";
     for (size_t i = 0; i < cells.size(); ++i) {
-        const Findings f = analyze(load_any(std::string(VRAMSCOPE_TEST_DATA) + "/" + cells[i].second + ".pickle.gz"));
+        const std::string& input = cells[i].second;  // a snapshot's name, or a file with its extension
+        const Findings f = analyze(load_any(std::string(VRAMSCOPE_TEST_DATA) + "/" + input +
+                                            (input.find('.') == std::string::npos ? ".pickle.gz" : "")));
         std::ofstream(dir / (cells[i].first + ".json")) << to_json(f);
         json += std::string(i ? "," : "") + R"({"mode": "text", "variant": ")" + cells[i].first +
                 R"(", "state": "finished", "rc": 0, "wall_seconds": 3.0, "findings": ")" + cells[i].first +
@@ -243,3 +245,15 @@ TEST(CompareTable, TextFromTheRunIsNeverMarkupAndLinksAreCellFilesOnly) {
 }
 
 }  // namespace
+
+// Activation checkpointing leaves no leak to judge; compare says what it saved, in activations
+// (the GPU recordings of tests/data/record_peak_fixtures.py).
+TEST(CompareTable, CheckpointingIsALowerPeakInActivations) {
+    const fs::path dir = fs::path(::testing::TempDir()) / "compare_peak";
+    const CompareRun run = read_compare(write_run(dir, {{"baseline", "peak/peak_adamw.vscope"},
+                                                        {"checkpointed", "peak/peak_adamw_checkpointed.vscope"}}).string());
+    const std::string text = render_compare_terminal(run);
+    EXPECT_NE(text.find("lower peak"), std::string::npos) << text;
+    EXPECT_NE(text.find("activations -1.2 GiB"), std::string::npos) << text;
+    EXPECT_NE(text.find("peak -927.1 MiB (-47%)"), std::string::npos) << text;
+}
