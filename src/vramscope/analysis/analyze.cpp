@@ -342,15 +342,12 @@ SiteTotals judge_sites(Replay& r, Findings& f, const Span& span, const std::vect
         sf.bytes_per_step = j.bytes_per_step;
         sf.recent_bytes_per_step = j.recent_bytes_per_step;
         sf.fit_r2 = j.r2;
-        bool confirmed = false;
+        bool is_confirmed = false;
         const SourceLine site_line = sf.site;
-        // Confidence grows with how many steps showed the leak, not with how often: a leak that
-        // strikes every 10th step, as a steady staircase, is as sure as a ramp.
         if (site.leaks() && recurring >= 2) {
-            sf.confidence = std::clamp(j.r2, 0.0, 1.0) * std::min(1.0, double(recurring) / 5.0) *
-                            std::min(1.0, double(judged) / 8.0);
-            confirmed = sf.confidence >= 0.5;
-            totals.leaking[size_t(js.s - r.sites.data())] = confirmed;
+            sf.confidence = leak_confidence(j.r2, recurring, judged);
+            is_confirmed = confirmed(sf.confidence);
+            totals.leaking[size_t(js.s - r.sites.data())] = is_confirmed;
             const LineFit& dfit = device_fit[{s.device, s.memory}];
             sf.share_of_growth = dfit.slope > 0 ? std::min(1.0, j.bytes_per_step / dfit.slope) : 0;
             // Pinned memory is the host's: it brings no device nearer its OOM.
@@ -367,7 +364,7 @@ SiteTotals judge_sites(Replay& r, Findings& f, const Span& span, const std::vect
             f.not_leaks.push_back(bounded_cache(sf, site.aged, span, recurring));
         }
         if (s.memory == Memory::torch)  // the ledger is torch's allocated bytes; the usage ledger has the rest
-            totals.ledgers[ledger_of[s.device]].add(ledger_part(site, S - s0, confirmed), int64_t(held[S - 1] - held[0]),
+            totals.ledgers[ledger_of[s.device]].add(ledger_part(site, S - s0, is_confirmed), int64_t(held[S - 1] - held[0]),
                                                     site_line);
     }
     std::sort(f.leaks.begin(), f.leaks.end(),
@@ -488,7 +485,7 @@ void explain_before_trace(Replay& r, Findings& f, const std::vector<LiveAlloc>& 
 void give_verdict(Findings& f, const Span& span, const std::string& unit, const Usage& usage) {
     double total_rate = 0;
     for (const SiteFinding& l : f.leaks)
-        if (l.confidence >= 0.5) total_rate += l.bytes_per_step;
+        if (confirmed(l.confidence)) total_rate += l.bytes_per_step;
     f.leak_bytes_per_step = total_rate;
     bool balanced = true;
     for (const DeviceLedger& l : f.ledger) {

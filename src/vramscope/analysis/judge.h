@@ -16,6 +16,7 @@
 // series does, all it holds only if it gives back at most a quarter of what it gains (varies());
 // the survivors are the evidence when both do.
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -72,6 +73,19 @@ struct SiteJudgement {
 };
 
 SiteJudgement judge_site(std::span<const double> aged, std::span<const double> held, size_t min_steps);
+
+// How sure a leak is, 0..1: its fit's R² × how many steps showed it (kSureAfterSteps or more: full)
+// × how many steps were judged (kSureAfterJudged or more: full). Steps that showed it, not how
+// often: a leak that strikes every 10th step, as a steady staircase, is as sure as a ramp. A leak
+// at kConfirmedAt or more is confirmed: its rate counts in the verdict and the ledger's leak part.
+inline constexpr double kSureAfterSteps = 5;
+inline constexpr double kSureAfterJudged = 8;
+inline constexpr double kConfirmedAt = 0.5;
+inline double leak_confidence(double r2, size_t showed, size_t judged) {
+    const double fit = r2 < 0 ? 0 : r2 > 1 ? 1 : r2;
+    return fit * std::min(1.0, double(showed) / kSureAfterSteps) * std::min(1.0, double(judged) / kSureAfterJudged);
+}
+inline bool confirmed(double confidence) { return confidence >= kConfirmedAt; }
 
 // The step at which `capacity` is reached from `peak` bytes at `step` when `rate` bytes/step
 // accumulate; none without a rate or a capacity.

@@ -2,7 +2,7 @@
 // end of the first full step to the end of the last; each allocation site's holdings change by
 // its own delta over the same span, and the deltas, with what blocks from before the trace gave
 // back, sum to G exactly. Each site's delta goes to one part, by what the judge said of it:
-// - leak: a leak the findings confirm (confidence >= 0.5);
+// - leak: a leak the findings confirm (judge.h confirmed(): confidence >= kConfirmedAt);
 // - bounded-cache: its survivors rose to a bound (survivor evidence, never the batch in hand);
 // - warm-up: no rise once warm-up was over, or a single rise to a level it never passed again;
 // - variation: it rose and fell at step ends: no new high at the end, or it gave back more than
@@ -29,7 +29,7 @@ inline constexpr double kUnexplainedShare = 0.02;               // of the device
 int64_t unexplained_allowance(int64_t growth);
 
 // The part a site's delta belongs to; `n` step ends were judged; `confirmed`: a leak the findings
-// report with confidence >= 0.5.
+// report with confidence >= kConfirmedAt (judge.h).
 LedgerPart ledger_part(const SiteJudgement& j, size_t n, bool confirmed);
 
 // Adds up one device's ledger as the sites' deltas come, and closes it on the measured growth.
