@@ -123,6 +123,24 @@ TEST(Peak, WithoutBackwardMarkersActivationsAreTemporariesAndSaidSo) {
     EXPECT_EQ(p.category(PeakCategory::optimizer_state), 32 * MiB);
 }
 
+// A torch snapshot marks no backward: the autograd engine's allocations, made where no Python frame
+// runs, say where each begins, and the next allocation with Python frames where it ends.
+TEST(Peak, WithoutMarkersBackwardsAreInferredFromTheAutogradEnginesAllocations) {
+    Loop loop;
+    loop.grad = loop.b.stack({{"??", 0, "torch::autograd::Engine::evaluate_function"}});
+    loop.bwd_tmp = loop.b.stack({});
+    loop.run(12, 1, 0, false);
+    const Findings f = analyze(loop.b.t);
+    expect_peak_holds(f);
+    const DevicePeak& p = peak_of(f);
+    EXPECT_FALSE(p.backward_marked);
+    EXPECT_TRUE(p.backward_inferred);
+    EXPECT_EQ(p.phase, Phase::backward);
+    EXPECT_EQ(p.category(PeakCategory::gradients), 64 * MiB);
+    EXPECT_EQ(p.category(PeakCategory::activations), 16 * MiB);
+    EXPECT_EQ(p.category(PeakCategory::temporaries), 2 * MiB);
+}
+
 TEST(Peak, MemoryFromBeforeTheTraceIsItsOwnCategory) {
     Loop loop;
     loop.b.t.device(0).baseline_allocated = 100 * MiB;

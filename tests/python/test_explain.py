@@ -232,6 +232,30 @@ def test_explain_without_a_capture_says_what_it_needs():
         vramscope.explain()
 
 
+def test_explain_inside_a_capture_names_who_holds_the_leak_now(tmp_path):
+    """vramscope.explain() in the middle of a real capture: the trace so far analysed, its leak's
+    blocks mapped to tensors, and their owner found while the run holds them."""
+    script = textwrap.dedent("""
+        import json, sys, torch, vramscope
+        from vramscope.capture.session import Capture, Source
+        def main(path):
+            kept = []
+            with Capture(path, source=Source.live_tensors, summary=False, live_warnings=False,
+                         explain=False, optimizer_steps=False):
+                for step in range(20):
+                    kept.append(torch.empty(65536))
+                    vramscope.step()
+                found = vramscope.explain(quiet=True)
+            print(json.dumps([f["owner_lines"] for f in found]))
+        main(sys.argv[1])
+    """)
+    proc = subprocess.run([sys.executable, "-c", script, str(tmp_path / "explain.vscope")], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    (owners,) = json.loads(proc.stdout.splitlines()[-1])
+    assert any("main() local 'kept'" in line for line in owners), owners
+
+
 def test_an_eval_without_no_grad_is_held_by_its_running_total_found_while_the_run_goes_on(tmp_path):
     """The seeds' eval without torch.no_grad(), captured from live tensors: both sites (the eval input
     and the activations its graph saved) are named at the step the leak is confirmed, inside the

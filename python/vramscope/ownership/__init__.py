@@ -20,7 +20,7 @@ def explain(*, max_paths: int = 3, timeout: float = 5.0, quiet: bool = False) ->
     if capture is None or capture.path is None:
         raise RuntimeError("vramscope.explain() needs a capture: run inside vramscope.track() or vramscope run")
     capture.flush()
-    findings = json.loads(_core.analyze_json(capture.path, 1, -1, capture.device_memory))
+    findings = json.loads(_core.analyze_json(capture.path, capture.settings, capture.device_memory))
     explained = owners_of_leaks(findings, max_paths=max_paths, timeout=timeout)
     if not quiet:
         print(render_owners(explained) or "vramscope: no leak to explain", file=sys.stderr, end="", flush=True)

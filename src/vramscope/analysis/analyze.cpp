@@ -570,7 +570,8 @@ void describe_peaks(Replay& r, Findings& f, const SiteTotals& totals, const std:
             p.alloc_phase = a.allocated_in();
             p.in_peak_phase = a.seq >= m.phase_start_seq;
         }
-        f.peaks.push_back(describe_peak(device, m, at_end, keys, r.backward_marked(), r.full_steps(), r.context.stacks));
+        f.peaks.push_back(describe_peak(device, m, at_end, keys, r.backward_marked(), r.backward_inferred(), r.full_steps(),
+                                        r.context.stacks));
     }
 }
 

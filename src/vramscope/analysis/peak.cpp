@@ -8,7 +8,7 @@
 
 namespace vramscope {
 
-PeakCategory peak_category(const PeakMember& m, bool site_leaks, bool backward_marked, size_t full_steps) {
+PeakCategory peak_category(const PeakMember& m, bool site_leaks, bool backward_known, size_t full_steps) {
     if (site_leaks) return PeakCategory::leaks;
     const bool kept_through_run = !m.freed || m.free_step >= full_steps;
     if (m.alloc_phase == Phase::setup && kept_through_run) return PeakCategory::parameters;
@@ -18,14 +18,15 @@ PeakCategory peak_category(const PeakMember& m, bool site_leaks, bool backward_m
     case Phase::optimizer: return PeakCategory::optimizer_state;
     case Phase::setup:
     case Phase::forward:
-        if (!backward_marked) return m.freed && m.free_step == m.alloc_step ? PeakCategory::temporaries : PeakCategory::other;
+        if (!backward_known) return m.freed && m.free_step == m.alloc_step ? PeakCategory::temporaries : PeakCategory::other;
         return m.freed && m.free_phase == Phase::backward ? PeakCategory::activations : PeakCategory::other;
     }
     return PeakCategory::other;
 }
 
 DevicePeak describe_peak(uint16_t device, const PeakMoment& moment, std::span<const PeakMember> live_at_end,
-                         std::span<const PeakSiteKey> sites, bool backward_marked, size_t full_steps, const StackTable& table) {
+                         std::span<const PeakSiteKey> sites, bool backward_marked, bool backward_inferred, size_t full_steps,
+                         const StackTable& table) {
     DevicePeak p;
     p.device = device;
     p.step = moment.step;
@@ -35,6 +36,7 @@ DevicePeak describe_peak(uint16_t device, const PeakMoment& moment, std::span<co
     p.external = uint64_t(std::max<int64_t>(0, moment.external));
     p.pinned = uint64_t(std::max<int64_t>(0, moment.pinned));
     p.backward_marked = backward_marked;
+    p.backward_inferred = backward_inferred;
     struct SiteBytes {
         uint64_t bytes = 0;
         std::array<uint64_t, kPeakCategories> by_category{};
@@ -43,7 +45,7 @@ DevicePeak describe_peak(uint16_t device, const PeakMoment& moment, std::span<co
     std::map<uint32_t, SiteBytes> by_site;  // by index into `sites`
     uint64_t members = 0;
     const auto count = [&](const PeakMember& m) {
-        const PeakCategory c = peak_category(m, sites[m.site].leaks, backward_marked, full_steps);
+        const PeakCategory c = peak_category(m, sites[m.site].leaks, backward_marked || backward_inferred, full_steps);
         p.categories[size_t(c)] += m.size;
         members += m.size;
         SiteBytes& s = by_site[m.site];

@@ -11,9 +11,10 @@
 // - activations: allocated in a forward (or in setup), freed in a backward;
 // - other: anything else, named by its site;
 // - before the trace: the peak's bytes of blocks allocated before the trace began.
-// Without backward markers (PhaseClock::backward_marked: a torch snapshot, an older capture), a
-// forward's block freed in its step is a temporary, any other is other: activations are not told
-// apart, and gradients are other (optimizer state and parameters still are).
+// Without backward markers (a torch snapshot, an older capture), backwards are inferred from the
+// autograd engine's allocations (phases.h); where none is, a forward's block freed in its step is a
+// temporary and any other is other: activations and gradients are not told apart (optimizer state,
+// from torch's annotations, and parameters still are).
 //
 // How it is found in one pass (Replay keeps a PeakMoment per device): at each new high, the blocks
 // freed before it are forgotten; a block allocated before the high and freed after it is written
@@ -43,7 +44,8 @@ struct PeakMember {
 };
 
 // The rule above for one block: full_steps is the trace's full step count.
-PeakCategory peak_category(const PeakMember& m, bool site_leaks, bool backward_marked, size_t full_steps);
+// backward_known: the trace marks backwards, or they were inferred (phases.h).
+PeakCategory peak_category(const PeakMember& m, bool site_leaks, bool backward_known, size_t full_steps);
 
 // A device's highest moment so far, while the events pass.
 struct PeakMoment {
@@ -66,6 +68,7 @@ struct PeakSiteKey {
 // The findings' peak of one device: the members (those freed after it and those live at the end),
 // summed by category and by site.
 DevicePeak describe_peak(uint16_t device, const PeakMoment& moment, std::span<const PeakMember> live_at_end,
-                         std::span<const PeakSiteKey> sites, bool backward_marked, size_t full_steps, const StackTable& table);
+                         std::span<const PeakSiteKey> sites, bool backward_marked, bool backward_inferred, size_t full_steps,
+                         const StackTable& table);
 
 }  // namespace vramscope

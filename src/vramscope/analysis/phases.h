@@ -10,8 +10,11 @@
 //   pre-step hook) to the step's end, or to that annotation's end;
 // - forward: everything else once a marker was seen: after a step's end or a backward's, until a
 //   backward or an optimizer step begins (zero_grad and data loading fall here too).
-// A trace without backward markers (an older capture, a torch snapshot) cannot tell a backward
-// from the forward before it: `backward_marked()` says so.
+// A trace without backward markers (a torch snapshot, an older capture) has its backwards
+// inferred: the autograd engine allocates on its own thread, where no Python frame runs, so an
+// allocation with no Python frame outside an optimizer step begins a backward, and the next one
+// with Python frames ends it (`backward_inferred()`). Where neither holds, a backward cannot be
+// told from the forward before it.
 #pragma once
 #include <cstdint>
 
@@ -42,10 +45,18 @@ public:
     }
     // The replay ended a step here.
     bool step_ended() { return begin(Phase::forward); }
+    // An allocation, made where no Python frame ran or not; true when it began a phase.
+    bool allocated(bool no_python_frame) {
+        if (backward_marked_ || now_ == Phase::optimizer) return false;
+        if (no_python_frame && now_ != Phase::backward) return backward_inferred_ = true, begin(Phase::backward);
+        if (!no_python_frame && now_ == Phase::backward) return begin(Phase::forward);
+        return false;
+    }
     Phase now() const { return now_; }
     // Phases begun so far: two blocks share a phase only if this did not change between them.
     uint64_t count() const { return count_; }
     bool backward_marked() const { return backward_marked_; }
+    bool backward_inferred() const { return backward_inferred_ && !backward_marked_; }
 
 private:
     bool begin(Phase p) {
@@ -57,6 +68,7 @@ private:
     Phase now_ = Phase::setup;
     uint64_t count_ = 0;
     bool backward_marked_ = false;
+    bool backward_inferred_ = false;
 };
 
 }  // namespace vramscope

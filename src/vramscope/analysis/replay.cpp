@@ -49,6 +49,7 @@ uint32_t Replay::find_site(uint8_t device, uint32_t stack, Memory memory) {
         sites.back().device = device;
         sites.back().memory = memory;
         sites.back().site_frame = frame;
+        sites.back().no_python_frame = !frame || is_cpp_file(context.stacks.string(context.stacks.frame(frame).file));
     }
     if (cached) {
         if (stack >= site_of_stack_.size()) site_of_stack_.resize(std::max<size_t>(stack + 1, site_of_stack_.size() * 2), UINT32_MAX);

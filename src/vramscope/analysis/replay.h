@@ -83,6 +83,7 @@ struct SiteSeries : HeldSeries {
     Memory memory = Memory::torch;
     uint32_t site_frame = 0;
     uint32_t last_stack = 0;           // of its latest allocation: the stack shown when none survived
+    bool no_python_frame = false;      // its frame is C++ or none: the autograd engine's thread (phases.h)
     // Survivors (allocated in step k, still live at the end of k + window):
     std::vector<std::pair<uint32_t, double>> aged_deltas;  // + at k + window, - where freed
     std::vector<std::pair<uint32_t, uint64_t>> survived;   // (k, bytes)
@@ -137,6 +138,7 @@ public:
     // Each device's highest moment (peak.h), by index in `devices`; bytes -1 where nothing was allocated.
     std::vector<PeakMoment> peaks() const;
     bool backward_marked() const { return phases_.backward_marked(); }
+    bool backward_inferred() const { return phases_.backward_inferred(); }
     size_t full_steps() const { return step_; }
     uint64_t entries = 0;                        // as torch counts them (Trace::entry_count)
     uint64_t steps_before_trace = 0;             // cut before the first memory event
@@ -286,6 +288,7 @@ private:
     }
     DeviceState& s = state_[device_slot(e.device)];
     const uint32_t site = site_of(e.device, e.stack);
+    if (phases_.allocated(sites[site].no_python_frame)) [[unlikely]] phase_began();
     pool_[slot] = LiveAlloc{e.addr, e.size, seq_++, e.stack, site, step_, e.stream, e.device, false, uint8_t(phases_.now())};
     note_unit(sites[site], site);
     change(sites[site], int64_t(e.size));

@@ -170,6 +170,7 @@ struct DevicePeak {
     // The trace marks backward phases: without them, activations and gradients are not told
     // apart (a forward's block freed in its step is a temporary, else other).
     bool backward_marked = false;
+    bool backward_inferred = false;   // no markers, but backwards inferred from the autograd engine's allocations (analysis/phases.h)
     uint64_t category(PeakCategory c) const { return categories[size_t(c)]; }
 };
 inline constexpr size_t kPeakSites = 8;

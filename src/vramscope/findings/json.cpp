@@ -180,6 +180,7 @@ void peaks_array(Json& j, const std::vector<DevicePeak>& peaks) {
         j.field("external", p.external);
         j.field("pinned", p.pinned);
         j.field("backward_marked", p.backward_marked);
+        j.field("backward_inferred", p.backward_inferred);
         j.key("sites");
         j.open('[');
         for (const PeakSite& s : p.sites) {

@@ -409,6 +409,7 @@ void FindingsReader::peak(const JsonValue& o, DevicePeak& p) const {
     whole(o, "external", p.external);
     whole(o, "pinned", p.pinned);
     flag(o, "backward_marked", p.backward_marked);
+    flag(o, "backward_inferred", p.backward_inferred);
     objects(o, "sites", [&](const JsonValue& s) {
         PeakSite& site = p.sites.emplace_back();
         if (const JsonValue* at = member(s, "site", T::object, "peak.sites.site")) source_line(*at, site.site);

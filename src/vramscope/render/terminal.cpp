@@ -223,7 +223,9 @@ std::string render_peak(const Findings& f, const Style& st) {
         if (p.reserved > p.bytes) o += st.dim("    reserved " + format_bytes(double(p.reserved)) + ": " +
                                                format_bytes(double(p.reserved - p.bytes)) + " free in torch's cache then") + "\n";
         if (p.external) o += st.dim("    outside torch's allocator then: " + format_bytes(double(p.external))) + "\n";
-        if (!p.backward_marked)
+        if (!p.backward_marked && p.backward_inferred)
+            o += st.dim("    " + wrap("backwards inferred from the autograd engine's allocations (the trace marks none)", 4, 100)) + "\n";
+        else if (!p.backward_marked)
             o += st.dim("    " + wrap("the trace marks no backward: activations are counted as temporaries (freed in "
                                       "their step) and gradients as other (vramscope run marks them)",
                                       4, 100)) + "\n";
