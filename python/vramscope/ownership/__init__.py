@@ -21,7 +21,7 @@ def explain(*, max_paths: int = 3, timeout: float = 5.0, quiet: bool = False) ->
         raise RuntimeError("vramscope.explain() needs a capture: run inside vramscope.track() or vramscope run")
     capture.flush()
     findings = json.loads(_core.analyze_json(capture.path, capture.settings, capture.device_memory))
-    explained = owners_of_leaks(findings, max_paths=max_paths, timeout=timeout)
+    explained = owners_of_leaks(findings, max_paths=max_paths, timeout=timeout, device_type=capture.source.device_type)
     if not quiet:
         print(render_owners(explained) or "vramscope: no leak to explain", file=sys.stderr, end="", flush=True)
     return explained

@@ -52,12 +52,14 @@ def owners_of_blocks(leak: dict, blocks, *, max_paths: int = 3, budget: float = 
     return found, ""
 
 
-def owners_of_leaks(findings: dict, *, max_leaks: int = 3, max_paths: int = 3, timeout: float = 5.0) -> list[dict]:
-    """For the largest leaks of a findings dict (one run): their answers, as explained() gives them."""
+def owners_of_leaks(findings: dict, *, max_leaks: int = 3, max_paths: int = 3, timeout: float = 5.0,
+                    device_type: str = "cuda") -> list[dict]:
+    """For the largest leaks of a findings dict (one run): their answers, as explained() gives them.
+    device_type: where the capture's memory lives ("cpu" for live tensors)."""
     out = []
     for leak in findings.get("leaks", [])[:max_leaks]:
         blocks = [tuple(b) for b in leak.get("live_blocks", [])][-BLOCKS_TRIED:][::-1]  # newest first
-        owners, note = owners_of_blocks(leak, blocks, max_paths=max_paths, budget=timeout)
+        owners, note = owners_of_blocks(leak, blocks, max_paths=max_paths, budget=timeout, device_type=device_type)
         out.append(explained(leak, owners, note))
     return out
 
