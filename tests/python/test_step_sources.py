@@ -3,6 +3,7 @@ batches, Lightning's validation, test and predict batches and generate() calls e
 with no optimizer, each marker naming its unit; the strongest source seen owns the steps; the
 framework hooks go in when the framework is imported and come out when the capture ends."""
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -219,3 +220,59 @@ def test_lightning_callback_captures_a_validate_run_on_its_own(tmp_path):
     with open(tmp_path / "vramscope" / "validate" / "vramscope.json") as f:
         steps = json.load(f)["steps"]
     assert (steps["unit"], steps["count"]) == ("validation batch", 5)
+
+
+REBUILT = """
+import json, sys, torch
+from vramscope.capture import Capture, Source
+
+def main(path, every):
+    model = torch.nn.Linear(256, 256)
+    schedulers = []  # kept: each holds its optimizer, and so its state (the bug)
+    capture = Capture(path, summary=False, live_warnings=False, explain=False, source=Source.live_tensors).start()
+    for step in range(16):
+        if step % every == 0:
+            opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+            schedulers.append(torch.optim.lr_scheduler.StepLR(opt, step_size=10))
+        model(torch.randn(32, 256)).square().mean().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    capture.stop()
+    f = capture.findings
+    print(json.dumps({"steps": f["steps"]["count"], "verdict": f["verdict"],
+                      "rate": f["leaks"][0]["bytes_per_step"] if f["leaks"] else 0}))
+
+main(sys.argv[1], int(sys.argv[2]))
+"""
+
+
+@pytest.mark.parametrize("every", [1, 4])
+def test_an_optimizer_rebuilt_every_round_hands_its_role_to_the_next(tmp_path, every):
+    """Federated rounds, curricula: a new optimizer (and scheduler) each round over the same
+    parameters. Each one's steps end steps; the old schedulers kept keep their optimizers' state,
+    Adam's two moments of the 256x256 layer and its bias per round: the leak, at its rate."""
+    proc = subprocess.run([sys.executable, "-c", REBUILT, str(tmp_path / "rebuilt.vscope"), str(every)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    found = json.loads(proc.stdout.splitlines()[-1])
+    assert found["steps"] == 16, found
+    assert found["verdict"] == "leak", found
+    state_per_round = 2 * (256 * 256 + 256) * 4
+    assert abs(found["rate"] - state_per_round / every) <= 0.1 * state_per_round / every, found
+
+
+def test_two_optimizers_over_other_parameters_step_within_one_step(tmp_path):
+    """A GAN: the discriminator's and the generator's optimizers step each iteration; the first
+    one's steps are the steps."""
+    def run():
+        generator, discriminator = torch.nn.Linear(16, 16), torch.nn.Linear(16, 1)
+        g_opt, d_opt = torch.optim.SGD(generator.parameters(), lr=0.1), torch.optim.SGD(discriminator.parameters(), lr=0.1)
+        for _ in range(6):
+            discriminator(generator(torch.randn(8, 16)).detach()).mean().backward()
+            d_opt.step()
+            d_opt.zero_grad()
+            discriminator(generator(torch.randn(8, 16))).mean().backward()
+            g_opt.step()
+            g_opt.zero_grad()
+
+    assert captured(tmp_path, run)["count"] == 6

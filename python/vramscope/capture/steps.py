@@ -43,7 +43,9 @@ class StepSource:
         self._step_aside = step_aside
         # The strongest step source seen; without optimizer_steps, vramscope.step() only.
         self.owner: StepUnit | None = None if optimizer_steps else StepUnit.explicit
-        self._optimizer = None  # a weak reference to the optimizer whose steps count: the first one seen
+        # The optimizer whose steps count (a weak reference) and the ids of the parameters it steps:
+        # the first one seen, until one over the same parameters replaces it (OptimizerRole).
+        self._role = OptimizerRole()
 
     def install(self) -> list[Callable[[], None]]:
         """Hooks the optimizer and, when (if) the run imports their framework, the loops without one;
@@ -76,8 +78,43 @@ class StepSource:
             self._step_aside(f"capture stopped at a step end ({type(e).__name__}: {e})")
 
     def _on_optimizer_step(self, optimizer) -> None:
-        if self._optimizer is None:
-            self._optimizer = weakref.ref(optimizer)
-        elif self._optimizer() is not optimizer:
-            return  # several optimizers: the first one's steps count (analysis/steps.h FirstOptimizer)
-        self.ended(StepUnit.optimizer)
+        try:
+            ends = self._role.ends_step(optimizer)
+        except Exception as e:
+            return self._step_aside(f"capture stopped at an optimizer step ({type(e).__name__}: {e})")
+        if ends:
+            self.ended(StepUnit.optimizer)
+
+
+class OptimizerRole:
+    """Which optimizer's steps end steps when several step. The first seen, as in a trace
+    (analysis/steps.h FirstOptimizer: by its annotation's name, which a rebuilt optimizer keeps). Live,
+    each optimizer is an object of its own, so a replaced one hands its role on: an optimizer that
+    steps any parameter the one in the role steps (an optimizer rebuilt every round, a curriculum's,
+    one made anew after a parameter change) takes the role, as does any once the role's holder is
+    gone. Optimizers over other parameters (a GAN's generator beside its discriminator) step within
+    the role holder's steps and end none."""
+
+    def __init__(self):
+        self._holder = None  # a weak reference
+        self._parameters: set[int] = set()
+        self._replaces = weakref.WeakKeyDictionary()  # optimizer -> whether it steps the holder's parameters
+
+    def ends_step(self, optimizer) -> bool:
+        holder = self._holder() if self._holder is not None else None
+        if holder is optimizer:
+            return True
+        if holder is not None:
+            replaces = self._replaces.get(optimizer)
+            if replaces is None:
+                replaces = self._replaces[optimizer] = not self._parameters.isdisjoint(_parameter_ids(optimizer))
+            if not replaces:
+                return False
+        self._holder = weakref.ref(optimizer)
+        self._parameters = _parameter_ids(optimizer)
+        self._replaces = weakref.WeakKeyDictionary()
+        return True
+
+
+def _parameter_ids(optimizer) -> set[int]:
+    return {id(p) for group in optimizer.param_groups for p in group["params"]}

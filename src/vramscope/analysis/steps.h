@@ -62,9 +62,10 @@ private:
 };
 
 // Which optimizer's steps are the steps when several step (a GAN's two, a slower second one): the
-// first one seen, on the device it was seen on. The one rule: StepFinder and GuessedSteps cut a
-// trace's annotations by it, and a live capture's session keeps the first optimizer whose step it
-// sees (capture/session.py), since live nothing later can be known.
+// first one seen, on the device it was seen on, by its annotation's name, which an optimizer rebuilt
+// every round keeps. StepFinder and GuessedSteps cut a trace's annotations by it; a live capture,
+// where each optimizer is an object of its own, follows the same role from object to object
+// (capture/steps.py OptimizerRole: one over the same parameters replaces the holder).
 class FirstOptimizer {
 public:
     bool ends_step(uint32_t name, uint8_t device) {
