@@ -8,6 +8,7 @@
 
 #include "analysis/analyze.h"
 #include "analysis/ledger.h"
+#include "render/terminal.h"
 #include "importers/torch_snapshot.h"
 #include "recorded_fixtures.h"
 #include "trace_builder.h"
@@ -199,4 +200,46 @@ TEST(Ledger, TheAllowanceIsAMebibyteOrTwoPercent) {
     EXPECT_EQ(unexplained_allowance(10 * MiB), int64_t(MiB));
     EXPECT_EQ(unexplained_allowance(1000 * MiB), int64_t(20 * MiB));
     EXPECT_EQ(unexplained_allowance(-1000 * int64_t(MiB)), int64_t(20 * MiB));
+}
+
+// trainer.evaluate() under one line of the user's code: the buffer transformers concatenates the
+// predictions into is replaced by a bigger one every step, while a forward's temporary under the
+// same line is its latest allocation. The leak shows the stack of the buffer that grows, and names
+// the library function that allocates it.
+TEST(Ledger, AReplacedBuffersStackIsTheOneThatGrowsAndNamesItsLibraryFunction) {
+    TraceBuilder b;
+    const char* pt_utils = "/venv/lib/python3.12/site-packages/transformers/trainer_pt_utils.py";
+    const uint32_t concat = b.stack({{pt_utils, 133, "torch_pad_and_concatenate"},
+                                     {"/venv/lib/python3.12/site-packages/transformers/trainer.py", 4410, "evaluation_loop"},
+                                     {"/home/u/train.py", 88, "main"}});
+    const uint32_t rotary = b.stack({{"/venv/lib/python3.12/site-packages/transformers/models/llama/modeling_llama.py", 122, "forward"},
+                                     {"/home/u/train.py", 88, "main"}});
+    b.segment(0x1000000000, 1ull << 34);
+    uint64_t held = 0, size = 0;
+    for (int s = 0; s < 30; ++s) {
+        const uint64_t next = 0x2000000000 + uint64_t(s) * 0x10000000;
+        size += 256 * KiB;
+        b.alloc(next, size, concat);
+        if (held) b.free(held, size - 256 * KiB);
+        held = next;
+        b.alloc(next + 0x8000000, 64 * KiB, rotary);
+        b.free(next + 0x8000000, 64 * KiB);
+        b.step();
+    }
+    const Findings f = analyze(b.t);
+    ASSERT_EQ(f.leaks.size(), 1u);
+    const SiteFinding& l = f.leaks.front();
+    EXPECT_EQ(l.site.line, 88u);
+    EXPECT_EQ(l.evidence, LeakEvidence::replaced_bigger);
+    ASSERT_FALSE(l.stack.empty());
+    EXPECT_EQ(l.stack[l.stack_shown_from].function, "torch_pad_and_concatenate");
+    ASSERT_TRUE(l.allocated_in.has_value());
+    EXPECT_EQ(l.allocated_in->file, pt_utils);
+    EXPECT_EQ(l.allocated_in->line, 133u);
+    std::string summary = render_summary(f, false);
+    std::replace(summary.begin(), summary.end(), '\n', ' ');
+    EXPECT_NE(summary.find("allocated in transformers trainer_pt_utils.py:133 torch_pad_and_concatenate, called "
+                           "from your        line 88"),
+              std::string::npos)
+        << summary;
 }

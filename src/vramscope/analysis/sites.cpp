@@ -89,4 +89,15 @@ size_t machinery_frames(const std::vector<SourceLine>& stack) {
     return first < stack.size() ? first : 0;
 }
 
+std::optional<SourceLine> library_frame(const std::vector<SourceLine>& stack, size_t shown_from, const SourceLine& site) {
+    for (size_t i = shown_from; i < stack.size(); ++i) {
+        const SourceLine& f = stack[i];
+        if (is_cpp_file(f.file) || is_shared_object(f.file) || f.file.find("-packages/torch/") != std::string::npos) continue;
+        if (f.file == site.file && f.line == site.line && f.function == site.function) return std::nullopt;
+        // An installed package's (the standard library's wrappers say nothing of who allocates).
+        return f.file.find("-packages/") != std::string::npos ? std::optional<SourceLine>(f) : std::nullopt;
+    }
+    return std::nullopt;
+}
+
 }  // namespace vramscope

@@ -2,6 +2,7 @@
 // torch, a library, generated code or the interpreter. The full stack stays available for display.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -40,6 +41,9 @@ SourceLine source_line(const StackTable& table, uint32_t frame);
 std::vector<SourceLine> stack_lines(const StackTable& table, uint32_t stack);
 // Leading frames a stack is shown without: the unwinder's, the allocator's, a dispatch mode's.
 size_t machinery_frames(const std::vector<SourceLine>& stack);
+// The library function that allocated a stack's blocks for the user's `site`: its innermost Python
+// frame from `shown_from` on outside torch, when it is an installed package's (not the site).
+std::optional<SourceLine> library_frame(const std::vector<SourceLine>& stack, size_t shown_from, const SourceLine& site);
 
 class SiteResolver {
 public:

@@ -78,6 +78,10 @@ struct SiteFinding {
     std::string library;             // external and pinned: who called the driver ("NCCL", "libleaky.so")
     std::vector<SourceLine> stack;   // innermost first; the most common full stack at this site
     size_t stack_shown_from = 0;     // frames before it are the unwinder's and allocator's own: kept, not shown
+    // The library function that allocates its blocks, called from `site` (transformers'
+    // torch_pad_and_concatenate under `trainer.evaluate()`): the stack's innermost Python frame
+    // outside torch, when it is not the site's own.
+    std::optional<SourceLine> allocated_in;
     uint16_t device = 0;
     uint64_t stream = 0;             // where most of its surviving bytes were allocated
     Shape shape = Shape::rising;     // rising, or slowing (a leak whose growth slows but goes on)

@@ -283,6 +283,9 @@ void leaks_array(Json& j, const std::vector<SiteFinding>& leaks, const std::map<
         j.field("library", l.library);
         if (sampled && l.memory != Memory::torch) j.field("memory_words", memory_words(l));  // the report's
         stack_array(j, l.stack, l.stack_shown_from);
+        j.key("allocated_in");
+        if (l.allocated_in) source_line(j, *l.allocated_in);
+        else j.null();
         j.field("shape", name(l.shape));
         j.field("evidence", name(l.evidence));
         j.field("recent_bytes_per_step", l.recent_bytes_per_step);

@@ -318,6 +318,7 @@ void FindingsReader::leak(const JsonValue& o, SiteFinding& l) const {
     word(o, "memory", l.memory, Memory::pinned);
     text(o, "library", l.library);
     stack(o, l.stack, l.stack_shown_from);
+    if (const JsonValue* in = member(o, "allocated_in", T::object, "leaks.allocated_in")) source_line(*in, l.allocated_in.emplace());
     word(o, "shape", l.shape, Shape::too_short);
     word(o, "evidence", l.evidence, LeakEvidence::replaced_bigger);
     real(o, "recent_bytes_per_step", l.recent_bytes_per_step);

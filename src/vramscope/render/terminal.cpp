@@ -44,6 +44,14 @@ std::string short_path(const std::string& file) {
     return at == std::string::npos ? file : "..." + file.substr(at);
 }
 
+// "transformers " for a frame of site-packages/transformers/..., else nothing.
+std::string package_of(const std::string& file) {
+    const size_t at = file.find("-packages/");
+    if (at == std::string::npos) return "";
+    const size_t from = at + 10, to = file.find('/', from);
+    return to == std::string::npos ? "" : terminal_safe(file.substr(from, to - from)) + " ";
+}
+
 std::string hex(uint64_t v) {
     char buf[24];
     std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
@@ -283,6 +291,10 @@ std::string render_summary(const Findings& f, bool color, size_t max_leaks) {
                  fit(l.memory == Memory::pinned ? "host" : stream_label(l.stream), 18) + fit(std::to_string(l.first_step), 7) +
                  conf + "\n";
             if (l.memory != Memory::torch) o += "       " + wrap(terminal_safe(memory_words(l)), 7, 100) + "\n";
+            if (l.allocated_in)
+                o += "       " + wrap("allocated in " + package_of(l.allocated_in->file) + where(*l.allocated_in) +
+                                        ", called from your line " + std::to_string(l.site.line),
+                                    7, 100) + "\n";
             if (l.evidence == LeakEvidence::replaced_bigger)
                 o += "       " + wrap("each step frees its buffer and allocates a bigger one at " + where(l.site) +
                                         ": nothing here outlives its step, yet what it holds grows",
