@@ -1,6 +1,7 @@
 """who_holds() on CPU tensors: each way the seeds' leaks were held, found by its path."""
 
 import contextlib
+import functools
 import gc
 import json
 import subprocess
@@ -592,3 +593,36 @@ def test_a_state_grown_by_replacement_is_held_by_its_attribute_though_the_word_c
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() and all(line.startswith("main() local 'metric'.scores ")
                                             for line in proc.stdout.splitlines()), proc.stdout + proc.stderr
+
+
+def _holds_from_a_callee(target):
+    return [p.path for p in who_holds(target)]
+
+
+def _raise_with(h):
+    raise ValueError("bad batch")
+
+
+def test_a_caught_exception_that_keeps_its_frames_is_named_hop_by_hop():
+    """A list of caught exceptions keeps each traceback's frames, and their locals: every hop by name."""
+    failures = []
+    for i in range(3):
+        h = torch.empty(1000 + i)
+        try:
+            _raise_with(h)
+        except ValueError as e:
+            failures.append(e)
+    del h
+    paths = _holds_from_a_callee(failures[0].__traceback__.tb_next.tb_frame.f_locals["h"])
+    assert paths == ["test_a_caught_exception_that_keeps_its_frames_is_named_hop_by_hop() local "
+                     "'failures'[0].__traceback__.tb_next.tb_frame.f_locals['h']"], paths
+
+
+@pytest.mark.parametrize("maxsize", [None, 4])
+def test_an_lru_caches_results_are_named_by_their_key(maxsize):
+    @functools.lru_cache(maxsize=maxsize)
+    def mask_fn(n):
+        return torch.ones(n)
+
+    paths = _holds_from_a_callee(mask_fn(77))
+    assert paths == ["test_an_lru_caches_results_are_named_by_their_key() local 'mask_fn' <lru_cache of mask_fn>[77]"], paths

@@ -8,6 +8,7 @@ graph to the tensor a ctx attribute holds.
 
 from __future__ import annotations
 
+import functools
 import types
 
 try:
@@ -76,7 +77,75 @@ def edges(obj):
         except ValueError:
             pass
         return
+    if isinstance(obj, _LRU_CACHE):
+        yield from _lru_cache_edges(obj)
+        return
+    if isinstance(obj, BaseException):
+        yield from _exception_edges(obj)
+        return
+    if isinstance(obj, types.TracebackType):
+        yield ".tb_frame", obj.tb_frame
+        if obj.tb_next is not None:
+            yield ".tb_next", obj.tb_next
+        return
+    if isinstance(obj, types.FrameType):
+        yield from _frame_edges(obj)
+        return
+    if isinstance(obj, (types.GeneratorType, types.CoroutineType, types.AsyncGeneratorType)):
+        frame = getattr(obj, "gi_frame", None) or getattr(obj, "cr_frame", None) or getattr(obj, "ag_frame", None)
+        if frame is not None:
+            yield from _frame_edges(frame)
+        return
     yield from _attribute_edges(obj)
+
+
+_LRU_CACHE = type(functools.lru_cache(maxsize=None)(lambda: None))
+
+
+def _lru_cache_edges(wrapper):
+    """functools.lru_cache keeps its results where only gc reaches: unbounded, in a dict {key:
+    result}; bounded, in links that gc visits from the wrapper itself, each link's key then its
+    result, before the wrapper's other references (CPython's lru_cache_tp_traverse)."""
+    import gc
+
+    name = getattr(wrapper, "__name__", "a function")
+    yield ".__wrapped__", getattr(wrapper, "__wrapped__", None)
+    referents = gc.get_referents(wrapper)
+    own = getattr(wrapper, "__dict__", None)
+    caches = [r for r in referents if isinstance(r, dict) and r is not own]
+    if not caches:
+        return
+    cache = caches[0]
+    if not any(type(v).__name__ == "_lru_list_elem" for v in cache.values()):
+        for key, result in list(cache.items()):
+            yield f"<lru_cache of {name}>[{key!r}]", result
+        return
+    start = 1 if referents and isinstance(referents[0], type) else 0
+    links = referents[start:start + 2 * len(cache)]
+    for i in range(0, len(links) - 1, 2):
+        yield f"<lru_cache of {name}>[{links[i]!r}]", links[i + 1]
+
+
+def _exception_edges(e):
+    if e.__traceback__ is not None:
+        yield ".__traceback__", e.__traceback__
+    if e.__cause__ is not None:
+        yield ".__cause__", e.__cause__
+    if e.__context__ is not None:
+        yield ".__context__", e.__context__
+    yield ".args", e.args
+    yield from _attribute_edges(e)
+
+
+def _frame_edges(frame):
+    try:
+        local_values = dict(frame.f_locals)
+    except Exception:  # a frame being torn down
+        local_values = {}
+    for name, value in local_values.items():
+        yield f".f_locals[{name!r}]", value
+    if frame.f_back is not None:
+        yield ".f_back", frame.f_back
 
 
 def _attribute_edges(obj):
