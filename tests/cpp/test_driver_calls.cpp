@@ -315,9 +315,24 @@ TEST(DeviceUsage, AnotherPidNamespaceIsReadOnlyWhileTheDeviceRunsOneProcess) {
     g_listed.push_back({88888, 1, 0, 0});  // a second process: which is ours cannot be told
     EXPECT_TRUE(usage.read(t0, true).empty());
 
-    DeviceUsage crowded(kFakeNvml, kPid);
-    EXPECT_NE(crowded.watch(0, "00000000:00:06.0").find("pid 4242"), std::string::npos);
-    EXPECT_EQ(crowded.state().rfind("off: ", 0), 0u);
+}
+
+// A shared GPU (other jobs, MPS, a notebook) where NVML does not list this process yet as the device
+// is first watched (its context just made): the device is watched, and this process found at each
+// read, by its pid, once it is listed; another job's figure is never taken for its own.
+TEST(DeviceUsage, OnASharedGpuThisProcessIsFoundAtEachReadOnceNvmlListsIt) {
+    g_listed = {{1111, 500u << 20, 0, 0}, {2222, 600u << 20, 0, 0}};
+    DeviceUsage usage(kFakeNvml, kPid);
+    EXPECT_EQ(usage.watch(0, "00000000:00:06.0"), "");
+    EXPECT_NE(usage.state().find("on (not listed yet: cuda:0: NVML lists 2 compute processes, not this one (pid 4242): read once it does)"),
+              std::string::npos) << usage.state();
+    const auto t0 = DeviceUsage::Clock::now();
+    EXPECT_TRUE(usage.read(t0, true).empty());
+    g_listed.push_back({kPid, 300u << 20, 0, 0});
+    EXPECT_EQ(usage.read(t0, true).at(0).bytes, 300u << 20);
+    EXPECT_EQ(usage.state(), "on");
+    g_listed = {{1111, 500u << 20, 0, 0}};  // this process gone from the list, one other left
+    EXPECT_TRUE(usage.read(t0, true).empty());  // never the other job's figure
 }
 
 // A trace's NVML figures and step markers in order (a marker as 0), the trace removed.

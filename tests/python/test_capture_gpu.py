@@ -387,6 +387,28 @@ def test_nvmls_figure_at_the_last_step_end_matches_pynvml(tmp_path):
     assert abs(usage["nvml_used"] - expected) <= max(0.01 * expected, 64 << 20), (usage, expected)
 
 
+def test_nvml_is_read_on_a_gpu_another_process_shares(tmp_path):
+    """Another job on the same GPU (a second training, a notebook): this process is found in NVML's
+    list at its reads, by its pid, and its own figure read, never the other's."""
+    other = subprocess.Popen([sys.executable, "-c", "import sys, time, torch; x = torch.empty(1 << 30, dtype=torch.uint8, "
+                              "device='cuda'); torch.cuda.synchronize(); print('ready', flush=True); time.sleep(120)"],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout.readline().strip() == "ready"
+        out, _, proc = train_script(tmp_path, """
+            kept.append(torch.empty(32 << 20, dtype=torch.uint8, device="cuda"))
+            time.sleep(0.03)
+        """)
+    finally:
+        other.kill()
+        other.wait()
+    usage = next(u for u in findings(out)["usage"] if u.get("device") == 0)
+    assert usage["nvml_used"] is not None, (usage, proc.stderr)
+    # Its own: torch's reserved bytes and its context, never the other job's gigabyte beside them.
+    assert usage["torch_reserved"] <= usage["nvml_used"] < usage["torch_reserved"] + (1 << 30), usage
+    assert "not NVML's figure" not in proc.stderr, proc.stderr
+
+
 def test_torch_profiler_gets_cupti_and_driver_capture_steps_aside(tmp_path):
     out, _, proc = train_script(tmp_path, """
         if step == 6:

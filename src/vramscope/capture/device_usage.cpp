@@ -61,14 +61,12 @@ bool DeviceUsage::processes(abi::NvmlDevice handle, std::vector<abi::NvmlProcess
     return false;
 }
 
-bool DeviceUsage::bytes_of(Whose whose, const std::vector<abi::NvmlProcessInfo>& listed, uint64_t& bytes) const {
+bool DeviceUsage::bytes_of(Watched& w, const std::vector<abi::NvmlProcessInfo>& listed, uint64_t& bytes) const {
     const abi::NvmlProcessInfo* mine = nullptr;
-    if (whose == Whose::this_process) {
-        for (const auto& p : listed)
-            if (p.pid == pid_) mine = &p;
-    } else if (listed.size() == 1) {
-        mine = &listed[0];
-    }
+    for (const auto& p : listed)
+        if (p.pid == pid_) mine = &p;
+    if (mine) w.whose = Whose::this_process;
+    else if (w.whose != Whose::this_process && listed.size() == 1) mine = &listed[0], w.whose = Whose::only_process;
     if (!mine || mine->usedGpuMemory == abi::kNvmlValueNotAvailable) return false;
     bytes = mine->usedGpuMemory;
     return true;
@@ -83,15 +81,12 @@ std::string DeviceUsage::watch(uint8_t device, std::string_view pci_bus_id) {
     if (const abi::NvmlReturn r = api_.handle_by_pci(bus.c_str(), &handle); r != abi::kNvmlSuccess) {
         why = where + ": NVML knows no device at PCI " + bus + " (" + error(r) + ")";
     } else if (processes(handle, listed_, why)) {
+        Watched& w = watched_.emplace_back(Watched{device, handle});
         uint64_t bytes = 0;
-        for (Whose whose : {Whose::this_process, Whose::only_process}) {
-            if (bytes_of(whose, listed_, bytes)) {
-                watched_.push_back(Watched{device, handle, whose});
-                return "";
-            }
-        }
-        why = where + ": NVML lists " + std::to_string(listed_.size()) + " compute processes, not this one (pid " +
-              std::to_string(pid_) + ": another pid namespace?), or no memory for it";
+        if (!bytes_of(w, listed_, bytes))
+            not_listed_ = where + ": NVML lists " + std::to_string(listed_.size()) + " compute processes, not this one (pid " +
+                          std::to_string(pid_) + "): read once it does";
+        return "";
     } else {
         why = where + ": " + why;
     }
@@ -109,7 +104,7 @@ std::vector<DeviceUsage::Reading> DeviceUsage::read(Clock::time_point now, bool 
         w.last = now;
         uint64_t bytes = 0;
         const Clock::time_point began = Clock::now();  // `now` may be a test's
-        const bool read = processes(w.handle, listed_, why) && bytes_of(w.whose, listed_, bytes);
+        const bool read = processes(w.handle, listed_, why) && bytes_of(w, listed_, bytes);
         w.costs[w.reads++ % kCosts] = Clock::now() - began;
         if (read) out.push_back(Reading{w.device, bytes});
     }
@@ -119,9 +114,12 @@ std::vector<DeviceUsage::Reading> DeviceUsage::read(Clock::time_point now, bool 
 std::string DeviceUsage::state() const {
     std::lock_guard lock(mutex_);
     if (watched_.empty()) return "off: " + (off_.empty() ? std::string("no device watched") : off_);
-    for (const Watched& w : watched_)
+    bool listed = false;
+    for (const Watched& w : watched_) {
         if (w.whose == Whose::only_process) return "on (device total: one process)";
-    return "on";
+        listed |= w.whose == Whose::this_process;
+    }
+    return listed ? "on" : "on (not listed yet: " + not_listed_ + ")";
 }
 
 }  // namespace vramscope::capture

@@ -3,9 +3,12 @@
 // splits it in its usage ledger). NVML is opened with dlopen (capture/cuda_abi.h).
 //
 // A device is found by its PCI bus id, because CUDA's ordinals and NVML's indices differ under
-// CUDA_VISIBLE_DEVICES. Within a container NVML may list processes by the host's pids: when this
-// process's pid is absent and the device runs exactly one compute process, that one is taken as
-// this process ("on (device total: one process)"); otherwise the device is not read.
+// CUDA_VISIBLE_DEVICES. This process is found in NVML's list at each read, not once: NVML may not
+// list it yet as the device is first watched (its context just made), and a shared GPU lists other
+// jobs beside it (several trainings, MPS, a notebook). Within a container NVML may list processes
+// by the host's pids: while this process's pid has never been listed and the device runs exactly
+// one compute process, that one is taken as this process ("on (device total: one process)"); a
+// read that can tell neither gives nothing that time.
 #pragma once
 #include <array>
 #include <chrono>
@@ -55,15 +58,18 @@ public:
     // skipped unless `every`. A device NVML does not answer for gives nothing this time.
     std::vector<Reading> read(Clock::time_point now, bool every);
 
-    // The trace's meta "capture.nvml": "on", "on (device total: one process)" or "off: why".
+    // The trace's meta "capture.nvml": "on", "on (device total: one process)", "on (not listed
+    // yet: ...)" before any read found this process, or "off: why".
     std::string state() const;
 
 private:
-    enum class Whose { this_process, only_process };
+    // Who it was last read as: not yet, this process by its pid (from then on only so), or the
+    // device's only process.
+    enum class Whose { not_listed, this_process, only_process };
     struct Watched {
         uint8_t device;
         abi::NvmlDevice handle;
-        Whose whose;
+        Whose whose = Whose::not_listed;
         Clock::time_point last{};
         std::array<Clock::duration, kCosts> costs{};  // what its last reads took
         size_t reads = 0;
@@ -71,8 +77,9 @@ private:
     std::string error(abi::NvmlReturn r) const;
     // The device's compute processes; false when NVML fails.
     bool processes(abi::NvmlDevice handle, std::vector<abi::NvmlProcessInfo>& out, std::string& why) const;
-    // What `whose` holds among `listed`: false when it cannot be told.
-    bool bytes_of(Whose whose, const std::vector<abi::NvmlProcessInfo>& listed, uint64_t& bytes) const;
+    // What this process holds among `listed`, found by its pid, else (while its pid was never
+    // listed) as the only process; w.whose says which. False when it cannot be told.
+    bool bytes_of(Watched& w, const std::vector<abi::NvmlProcessInfo>& listed, uint64_t& bytes) const;
 
     NvmlApi api_;
     unsigned pid_;
@@ -80,6 +87,7 @@ private:
     std::vector<Watched> watched_;
     std::vector<abi::NvmlProcessInfo> listed_;  // reused between reads
     std::string off_;  // why the devices not watched are not
+    std::string not_listed_;  // where this process was not listed as a device was first watched
 };
 
 }  // namespace vramscope::capture
