@@ -206,7 +206,9 @@ def test_a_peak_over_its_limit_fails_a_bad_size_is_a_clear_error_and_too_few_ste
     result = pytester.runpytest_subprocess("--vramscope", "-p", "no:cacheprovider")
     result.assert_outcomes(failed=3, passed=1)
     result.stdout.fnmatch_lines(["*PeakError: peak allocated 4.0 MiB is over the limit of 1.0 MiB (judged from*",
-                                 "*'1 MB a step' is not a size; write it as \"24 MB\", \"1 MiB\" or \"512 KiB\"*",
+                                 "*at step 0, setup: temporaries 4.0 MiB*",
+                                 "*4.0 MiB temporaries at test_limits.py:8 test_peak*"])
+    result.stdout.fnmatch_lines(["*'1 MB a step' is not a size; write it as \"24 MB\", \"1 MiB\" or \"512 KiB\"*",
                                  "*CannotJudgeError: vramscope cannot judge this*"])
 
 

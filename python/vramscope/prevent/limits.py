@@ -76,8 +76,26 @@ def failures(judged: Judged, *, leak_limit: int | None = None, memory_limit: int
         out += [Failure(Broken.leak, leak_report(leak, leak_limit, judged)) for leak in leaks_over(judged, leak_limit)]
     if memory_limit is not None and judged.peak_allocated > memory_limit:
         out.append(Failure(Broken.peak, f"peak allocated {_core.format_bytes(judged.peak_allocated)} is over the "
-                                        f"limit of {_core.format_bytes(memory_limit)} ({judged.how})"))
+                                        f"limit of {_core.format_bytes(memory_limit)} ({judged.how})"
+                                        + peak_report(judged.findings)))
     return out
+
+
+def peak_report(findings: dict) -> str:
+    """What the peak held (docs/findings.md, the peak): where it fell, its largest categories, its
+    largest sites; empty for findings without one."""
+    peaks = findings.get("peak") or []
+    if not peaks:
+        return ""
+    peak = max(peaks, key=lambda p: p["bytes"])
+    when = f"step {peak['step']}, {peak['phase']}"
+    parts = sorted((c for c in peak["categories"] if c["bytes"]), key=lambda c: -c["bytes"])
+    lines = [f"\n  at {when}: " + ", ".join(f"{c['category']} {_core.format_bytes(c['bytes'])}" for c in parts[:4])]
+    for site in peak["sites"][:3]:
+        at = site["site"]
+        lines.append(f"  {_core.format_bytes(site['bytes'])} {site['category']} at "
+                     f"{os.path.basename(at['file'])}:{at['line']} {at['function']}")
+    return "\n".join(lines)
 
 
 def leak_report(leak: dict, limit: int, judged: Judged) -> str:
