@@ -286,3 +286,31 @@ def test_report_shows_memory_outside_torch_its_libraries_and_nvml(tmp_path, brow
     page.screenshot(path=str(ARTIFACTS / "report-outside-torch.png"), full_page=True)
     assert errors == [], errors
     page.close()
+
+
+@pytest.mark.parametrize("name", ["peak_adamw", "within_step_ctx"])
+def test_the_peak_is_a_bar_stacked_by_category_with_its_sites(name, tmp_path, browser):
+    """The GPU recordings of tests/data/record_peak_fixtures.py: one bar per device, its categories
+    in proportion to their bytes (they sum to the peak), the largest sites below it; a leak inside a
+    step has its own table and banner."""
+    trace = Path(__file__).resolve().parents[1] / "data" / "peak" / f"{name}.vscope"
+    page_file = tmp_path / "report.html"
+    vramscope("report", str(trace), "-o", str(page_file))
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(page_file.as_uri())
+    page.wait_for_selector("svg.peakbar")
+    widths = {r.get_attribute("data-category"): float(r.get_attribute("width"))
+              for r in page.locator("svg.peakbar rect").all()}
+    assert abs(sum(widths.values()) - 1000) < 0.01, widths
+    assert page.locator("table.peaksites tbody tr").count() >= 3
+    if name == "peak_adamw":
+        assert max(widths, key=widths.get) == "activations", widths
+    else:
+        assert max(widths, key=widths.get) == "leaks", widths
+        assert "per microbatch" in page.inner_text(".banner")
+        assert "record_peak_fixtures.py" in page.inner_text("table.withinstep")
+    page.screenshot(path=str(ARTIFACTS / f"report-peak-{name}.png"), full_page=True)
+    assert errors == [], errors
+    page.close()

@@ -14,8 +14,9 @@ from vramscope.ownership.paths import OwnerPath
 SITE = {"file": "train.py", "line": 7, "function": "step"}
 
 
-class Optimizer:  # what the optimizer hook hands over: any object that takes a weak reference
-    pass
+class Optimizer:  # what the optimizer hook hands over: its parameter groups, and a weak reference
+    def __init__(self, *parameters):
+        self.param_groups = [{"params": list(parameters) or [object()]}]
 
 
 def steps(**kw):
@@ -41,10 +42,21 @@ def test_without_optimizer_steps_only_vramscope_step_counts():
 
 def test_the_first_optimizer_seen_owns_the_optimizer_steps():
     source, ended, _ = steps()
-    first, second = Optimizer(), Optimizer()
+    first, second = Optimizer(), Optimizer()  # over other parameters: a GAN's two
     for optimizer in (first, second, first):
         source._on_optimizer_step(optimizer)
     assert ended == [StepUnit.optimizer, StepUnit.optimizer]
+
+
+def test_an_optimizer_over_the_same_parameters_replaces_the_one_whose_steps_count():
+    source, ended, aside = steps()
+    weights = object()
+    first, other = Optimizer(weights), Optimizer()
+    rebuilt = Optimizer(weights)  # the next round's, over the same parameters
+    for optimizer in (first, other, rebuilt, other, rebuilt):
+        source._on_optimizer_step(optimizer)
+    # first; rebuilt takes the role from it and keeps it; other, over other parameters, ends none.
+    assert ended == [StepUnit.optimizer] * 3 and aside == []
 
 
 def test_a_fault_at_a_step_end_steps_aside_and_never_raises():
