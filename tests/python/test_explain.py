@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import types
+from pathlib import Path
 
 import pytest
 
@@ -626,3 +627,39 @@ def test_an_lru_caches_results_are_named_by_their_key(maxsize):
 
     paths = _holds_from_a_callee(mask_fn(77))
     assert paths == ["test_an_lru_caches_results_are_named_by_their_key() local 'mask_fn' <lru_cache of mask_fn>[77]"], paths
+
+
+HF_EVAL = textwrap.dedent("""
+    import json, sys, torch
+    sys.path.insert(0, sys.argv[2])
+    from tiny_trainers import llama_trainer
+    from vramscope.capture.session import Capture, Source
+    def main(path):
+        trainer = llama_trainer(path + ".out", keep=None, callbacks=[], vocab=512, hidden=32, tokens=16, batch=2,
+                                max_steps=24, use_cpu=True, per_device_eval_batch_size=2)
+        trainer.compute_metrics = lambda p: {"n": float(len(p.predictions))}
+        with Capture(path, source=Source.live_tensors, summary=False, live_warnings=False) as capture:
+            trainer.evaluate(trainer.train_dataset)
+        (leak,) = capture.findings["leaks"]
+        print(json.dumps({"leak": leak, "owners": [o["owner_lines"] for o in capture.owners]}))
+    main(sys.argv[1])
+""")
+
+
+def test_an_evaluation_that_gathers_every_prediction_names_transformers_buffer_and_its_holder(tmp_path):
+    """HF Trainer.evaluate() without eval_accumulation_steps, under one line of the user's code: the
+    buffer transformers concatenates the predictions into is replaced by a bigger one each batch.
+    The leak shows that buffer's stack, names torch_pad_and_concatenate as what allocates it, and
+    finds evaluation_loop's local `all_preds` holding it, not the batch in hand under the same line."""
+    pytest.importorskip("transformers")
+    proc = subprocess.run([sys.executable, "-c", HF_EVAL, str(tmp_path / "eval.vscope"), str(Path(__file__).parent)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    found = json.loads(proc.stdout.splitlines()[-1])
+    leak = found["leak"]
+    assert leak["evidence"] == "replaced-bigger"
+    logits_per_batch = 2 * 16 * 512 * 4
+    assert abs(leak["bytes_per_step"] - logits_per_batch) <= 0.1 * logits_per_batch, leak["bytes_per_step"]
+    assert leak["stack"][leak["stack_shown_from"]]["function"] == "torch_pad_and_concatenate"
+    assert leak["allocated_in"]["file"].endswith("transformers/trainer_pt_utils.py")
+    assert any("evaluation_loop() local 'all_preds'" in line for lines in found["owners"] for line in lines), found["owners"]

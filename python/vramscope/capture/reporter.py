@@ -97,12 +97,12 @@ class LiveReporter:
         """Every leak's owners, largest first, as they are now; where none is found now (main() has
         returned) or the budget went to larger leaks, the answer found live, at the step the leak
         was confirmed. The searches together take at most `end_searches` budgets."""
-        from ..ownership.leaks import explained, owners_of_blocks, same_site
+        from ..ownership.leaks import blocks_to_try, explained, owners_of_blocks, same_site
 
         deadline = time.monotonic() + end_searches * self.explain_budget
         out = []
         for leak in sorted(leaks, key=lambda leak: -leak["bytes_per_step"]):
-            blocks = [tuple(b) for b in leak.get("live_blocks", [])][::-1]  # newest first
+            blocks = blocks_to_try(leak)
             left = deadline - time.monotonic()
             if left > 0:
                 owners, note = owners_of_blocks(leak, blocks, budget=min(self.explain_budget, left),

@@ -52,14 +52,23 @@ def owners_of_blocks(leak: dict, blocks, *, max_paths: int = 3, budget: float = 
     return found, ""
 
 
+def blocks_to_try(leak: dict) -> list[tuple]:
+    """A finding's live blocks in the order a search tries them: a buffer replaced by a bigger one
+    every step, its largest first (what grows; the step's other blocks under the same line are a
+    batch in hand, a forward's outputs); else the newest first (what the latest steps left)."""
+    blocks = [tuple(b) for b in leak.get("live_blocks", [])]
+    if leak.get("evidence") == "replaced-bigger":
+        return sorted(blocks, key=lambda b: -b[1])
+    return blocks[::-1]
+
+
 def owners_of_leaks(findings: dict, *, max_leaks: int = 3, max_paths: int = 3, timeout: float = 5.0,
                     device_type: str = "cuda") -> list[dict]:
     """For the largest leaks of a findings dict (one run): their answers, as explained() gives them.
     device_type: where the capture's memory lives ("cpu" for live tensors)."""
     out = []
     for leak in findings.get("leaks", [])[:max_leaks]:
-        blocks = [tuple(b) for b in leak.get("live_blocks", [])][-BLOCKS_TRIED:][::-1]  # newest first
-        owners, note = owners_of_blocks(leak, blocks, max_paths=max_paths, budget=timeout, device_type=device_type)
+        owners, note = owners_of_blocks(leak, blocks_to_try(leak)[:BLOCKS_TRIED], max_paths=max_paths, budget=timeout, device_type=device_type)
         out.append(explained(leak, owners, note))
     return out
 

@@ -39,7 +39,6 @@ struct JudgedSite {
     std::map<uint64_t, uint64_t> stream_bytes;  // of its blocks never freed
     std::vector<std::pair<uint64_t, uint64_t>> live_blocks;   // a window old or more
     std::vector<std::pair<uint64_t, uint64_t>> young_blocks;  // younger: a replaced buffer's newest
-    std::map<uint32_t, uint64_t> live_by_stack;  // bytes of its blocks never freed, by stack: what it holds
 };
 
 // A run-length or delta series as one value per step end (0..S-1).
@@ -189,11 +188,16 @@ std::vector<JudgedSite> sites_to_judge(Replay& r, const Span& span, const std::v
         if (a.step >= S || series_of[a.site] == SIZE_MAX) continue;
         JudgedSite& js = series[series_of[a.site]];
         js.stream_bytes[t.streams[a.stream]] += a.size;
-        js.live_by_stack[a.stack] += a.size;
         if (js.live_blocks.size() < 4096 && a.step + span.w < S) js.live_blocks.emplace_back(a.addr, a.size);
         else if (a.step + span.w >= S) js.young_blocks.emplace_back(a.addr, a.size);
     }
     return series;
+}
+
+void show_stack(const Trace& t, SiteFinding& sf, uint32_t stack) {
+    sf.stack = stack_lines(t.stacks, stack);
+    sf.stack_shown_from = machinery_frames(sf.stack);
+    sf.allocated_in = library_frame(sf.stack, sf.stack_shown_from, sf.site);
 }
 
 // What the findings say of a judged site whatever its verdict: where, its stack and stream, what
@@ -204,16 +208,13 @@ SiteFinding describe_site(const Trace& t, JudgedSite& js, const std::vector<doub
     sf.device = s.device;
     sf.site = source_line(t.stacks, s.site_frame);
     sf.memory = s.memory;
-    // The stack of the blocks that grow: of most of its survivors' bytes; where none survived (a
-    // buffer replaced by a bigger one), of most of what it still holds, never of a temporary that
-    // happened to be its latest allocation.
+    // The stack of most of its survivors' bytes (a buffer replaced by a bigger one has its own,
+    // show_stack_of_growth()), else of its latest allocation.
     uint32_t best_stack = 0;
     uint64_t best_bytes = 0;
-    for (const auto& [stack, bytes] : s.bytes_by_stack.empty() ? js.live_by_stack : s.bytes_by_stack)
+    for (const auto& [stack, bytes] : s.bytes_by_stack)
         if (bytes > best_bytes) best_bytes = bytes, best_stack = stack;
-    sf.stack = stack_lines(t.stacks, best_stack ? best_stack : s.last_stack);
-    sf.stack_shown_from = machinery_frames(sf.stack);
-    sf.allocated_in = library_frame(sf.stack, sf.stack_shown_from, sf.site);
+    show_stack(t, sf, best_stack ? best_stack : s.last_stack);
     // Outside torch's allocator, the innermost frame is the library that called the driver.
     if (s.memory != Memory::torch) sf.library = library_name(sf.stack.empty() ? kUnknownLibrary : std::string_view(sf.stack[0].file));
     uint64_t stream_best = 0;
@@ -334,6 +335,10 @@ SiteTotals judge_sites(Replay& r, Findings& f, const Span& span, const std::vect
         const Judgement& j = site.leak();
         sf.evidence = site.evidence();
         if (sf.evidence == LeakEvidence::replaced_bigger) {
+            // The buffer that grows is the site's largest allocation, its latest: never a batch in
+            // hand or a forward's temporary under the same line, which may survive a step or be
+            // allocated last.
+            if (s.largest) show_stack(t, sf, s.largest_stack);
             // Nothing survives: what recurs is the rise, from its first step on.
             recurring = j.rises;
             sf.first_step = s0;

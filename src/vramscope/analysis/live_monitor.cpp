@@ -1,6 +1,7 @@
 #include "analysis/live_monitor.h"
 
 #include <algorithm>
+#include <tuple>
 
 #include "importers/validate.h"
 
@@ -75,24 +76,27 @@ SiteJudgement LiveMonitor::judge_recent(const Series& s) const {
     return judge_site(std::span<const double>(aged.data(), n), std::span<const double>(held.data(), n), min_steps_);
 }
 
-std::vector<std::pair<uint64_t, uint64_t>> LiveMonitor::newest_blocks(uint8_t device, Memory memory, uint32_t site) const {
-    std::vector<std::pair<uint64_t, size_t>> mine;  // (serial, slot)
+std::vector<std::pair<uint64_t, uint64_t>> LiveMonitor::newest_blocks(const LiveLeak& leak) const {
+    std::vector<std::tuple<uint64_t, uint64_t, size_t>> mine;  // (size or 0, serial, slot)
     std::vector<bool> free(blocks_.size());
     for (uint32_t slot : free_slots_) free[slot] = true;
-    // Blocks that outlived a step end, as the judge counts survivors: the step in hand still holds
-    // its newest blocks in loop locals, which would hide the container that keeps the old ones. A
-    // buffer replaced every step has none: its newest block is what grows.
-    for (const bool old_only : {true, false}) {
-        for (size_t slot = 0; slot < blocks_.size(); ++slot)
-            if (!free[slot] && blocks_[slot].site == site && blocks_[slot].device == device && blocks_[slot].memory == memory &&
-                (!old_only || blocks_[slot].step + window_ < step_))
-                mine.emplace_back(blocks_[slot].serial, slot);
+    const bool replaced = leak.evidence == LeakEvidence::replaced_bigger;
+    // Survivors: blocks that outlived a step end, as the judge counts them (the step in hand still
+    // holds its newest blocks in loop locals, which would hide the container that keeps the old
+    // ones), else any. A replaced buffer: the largest first, whatever their age.
+    for (const bool old_only : {!replaced, false}) {
+        for (size_t slot = 0; slot < blocks_.size(); ++slot) {
+            const auto& b = blocks_[slot];
+            if (!free[slot] && b.site == leak.site && b.device == leak.device && b.memory == leak.memory &&
+                (!old_only || b.step + window_ < step_))
+                mine.emplace_back(replaced ? b.size : 0, b.serial, slot);
+        }
         if (!mine.empty()) break;
     }
     const size_t n = std::min(mine.size(), kBlocksKept);
-    std::partial_sort(mine.begin(), mine.begin() + n, mine.end(), [](auto& a, auto& b) { return a.first > b.first; });
+    std::partial_sort(mine.begin(), mine.begin() + n, mine.end(), [](auto& a, auto& b) { return a > b; });
     std::vector<std::pair<uint64_t, uint64_t>> out;
-    for (size_t i = 0; i < n; ++i) out.emplace_back(blocks_[mine[i].second].addr, blocks_[mine[i].second].size);
+    for (size_t i = 0; i < n; ++i) out.emplace_back(blocks_[std::get<2>(mine[i])].addr, blocks_[std::get<2>(mine[i])].size);
     return out;
 }
 
@@ -101,7 +105,7 @@ std::vector<LiveLeak> LiveMonitor::leaking() const {
     for (const auto& [k, s] : series_)
         if (s.reported) {
             out.push_back(s.last);
-            out.back().newest_blocks = newest_blocks(s.last.device, s.last.memory, s.last.site);
+            out.back().newest_blocks = newest_blocks(s.last);
         }
     return out;
 }
@@ -161,7 +165,7 @@ std::vector<LiveLeak> LiveMonitor::end_step() {
         const Device& d = devices_[leak.device];
         leak.projected_oom_step =
             vramscope::projected_oom_step(step_, d.capacity, uint64_t(std::max<int64_t>(0, d.peak + d.external)), d.leak_rate);
-        leak.newest_blocks = newest_blocks(leak.device, leak.memory, leak.site);
+        leak.newest_blocks = newest_blocks(leak);
         series_[site_key(leak.device, leak.memory, leak.site)].last = leak;
     }
     for (Device& d : devices_) {

@@ -34,7 +34,8 @@ struct LiveLeak {
     double bytes_per_step = 0;
     uint64_t first_step = 0;  // first step of the climb that was judged
     std::optional<uint64_t> projected_oom_step;
-    std::vector<std::pair<uint64_t, uint64_t>> newest_blocks;  // (address, size), newest first, a step old or more
+    // (address, size): survivors' newest first, a step old or more; a replaced buffer's largest first
+    std::vector<std::pair<uint64_t, uint64_t>> newest_blocks;
 };
 
 class LiveMonitor {
@@ -89,7 +90,10 @@ private:
     // A site's key: torch's and a library's memory at one line are two series.
     static uint64_t site_key(uint8_t device, Memory memory, uint32_t site) { return key(device, site) ^ uint64_t(memory) << 48; }
     SiteJudgement judge_recent(const Series& s) const;
-    std::vector<std::pair<uint64_t, uint64_t>> newest_blocks(uint8_t device, Memory memory, uint32_t site) const;
+    // The blocks explain maps to tensors: a leak of survivors', its newest a step old or more; a
+    // buffer replaced by a bigger one, its largest (what grows), never the step's other blocks
+    // under the same line (a batch in hand, a forward's outputs).
+    std::vector<std::pair<uint64_t, uint64_t>> newest_blocks(const LiveLeak& leak) const;
 
     AddressMap live_{4096};                        // by device and address -> index in blocks_
     AddressMap external_live_{64};                 // outside torch's allocator: by external_key()

@@ -84,6 +84,8 @@ struct SiteSeries : HeldSeries {
     uint32_t site_frame = 0;
     uint32_t last_stack = 0;           // of its latest allocation: the stack shown when none survived
     bool no_python_frame = false;      // its frame is C++ or none: the autograd engine's thread (phases.h)
+    uint64_t largest = 0;              // its largest allocation, and that one's stack: a buffer
+    uint32_t largest_stack = 0;        // replaced by a bigger one every step is its latest
     // Survivors (allocated in step k, still live at the end of k + window):
     std::vector<std::pair<uint32_t, double>> aged_deltas;  // + at k + window, - where freed
     std::vector<std::pair<uint32_t, uint64_t>> survived;   // (k, bytes)
@@ -293,6 +295,7 @@ private:
     note_unit(sites[site], site);
     change(sites[site], int64_t(e.size));
     sites[site].last_stack = e.stack;
+    if (e.size >= sites[site].largest) [[unlikely]] sites[site].largest = e.size, sites[site].largest_stack = e.stack;
     s.allocated += int64_t(e.size);
     if (e.stream >= s.by_stream.size()) s.by_stream.resize(context.streams.size(), 0);
     s.by_stream[e.stream] += int64_t(e.size);
