@@ -10,6 +10,7 @@
 #include "error_of.h"
 #include "analysis/analyze.h"
 #include "compare/cells.h"
+#include "compare/diff.h"
 #include "compare/status.h"
 #include "compare/table.h"
 #include "findings/json.h"
@@ -256,4 +257,40 @@ TEST(CompareTable, CheckpointingIsALowerPeakInActivations) {
     EXPECT_NE(text.find("lower peak"), std::string::npos) << text;
     EXPECT_NE(text.find("activations -1.2 GiB"), std::string::npos) << text;
     EXPECT_NE(text.find("peak -927.1 MiB (-47%)"), std::string::npos) << text;
+}
+
+// `vramscope diff`: two runs side by side, from the GPU's AdamW recordings and two snapshots.
+TEST(Diff, CheckpointingShowsThePeakItSavesInActivations) {
+    const std::string data = VRAMSCOPE_TEST_DATA;
+    const RunDiff d = diff_runs(analyze(load_any(data + "/peak/peak_adamw.vscope")),
+                                analyze(load_any(data + "/peak/peak_adamw_checkpointed.vscope")));
+    ASSERT_EQ(d.peaks.size(), 1u);
+    const PeakDiff& p = d.peaks.front();
+    EXPECT_GT(p.a, p.b);
+    const size_t act = size_t(PeakCategory::activations), params = size_t(PeakCategory::parameters);
+    EXPECT_GT(p.a_categories[act], 1ull << 30);
+    EXPECT_EQ(p.b_categories[act], 0u);
+    EXPECT_EQ(p.a_categories[params], p.b_categories[params]);
+    EXPECT_TRUE(d.leaks.empty());
+    EXPECT_NE(render_diff_terminal(d, false).find("activations     1.2 GiB      0 B          -1.2 GiB (-100%)"), std::string::npos)
+        << render_diff_terminal(d, false);
+    const std::string json = render_diff_json(d);
+    EXPECT_NE(json.find(R"("schema":"vramscope.diff")"), std::string::npos);
+    EXPECT_NE(render_diff_html(d).find(R"(<tr data-category="activations">)"), std::string::npos);
+}
+
+TEST(Diff, LeaksAreGoneNewOrChanged) {
+    const std::string data = VRAMSCOPE_TEST_DATA;
+    const Findings leaking = analyze(load_any(data + "/leak_ctx_losses.pickle.gz"));
+    const Findings clean = analyze(load_any(data + "/clean_adamw_accum.pickle.gz"));
+    const RunDiff fixed = diff_runs(leaking, clean);
+    ASSERT_EQ(fixed.leaks.size(), 2u);
+    for (const LeakDiff& l : fixed.leaks) EXPECT_EQ(l.change, LeakChange::gone);
+    const RunDiff broke = diff_runs(clean, leaking);
+    for (const LeakDiff& l : broke.leaks) EXPECT_EQ(l.change, LeakChange::added);
+    const RunDiff same = diff_runs(leaking, leaking);
+    for (const LeakDiff& l : same.leaks) EXPECT_EQ(l.change, LeakChange::same);
+    Findings faster = leaking;
+    faster.leaks.front().bytes_per_step *= 2;
+    EXPECT_EQ(diff_runs(leaking, faster).leaks.front().change, LeakChange::changed);
 }

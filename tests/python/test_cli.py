@@ -289,3 +289,24 @@ def test_bundled_traces_name_the_recording_checkouts_files_relative_to_it():
     for fixture in FIXTURES:
         ours = {f for f, _, _ in _core.frames(str(fixture)) if f.endswith("record_fixtures.py")}
         assert ours == {"tests/data/record_fixtures.py"}, (fixture.name, ours)
+
+
+def test_diff_sets_two_runs_side_by_side_from_traces_or_findings(tmp_path):
+    """`vramscope diff A B`: the peak by category and the leaks gone or new, whether each side is a
+    trace, a snapshot or a findings file."""
+    import json
+    from pathlib import Path
+
+    data = Path(__file__).resolve().parents[1] / "data"
+    leaking, clean = data / "leak_ctx_losses.pickle.gz", data / "clean_adamw_accum.pickle.gz"
+    findings = tmp_path / "clean.json"
+    vramscope("analyze", str(clean), "--json", str(findings))
+    for b in (clean, findings):
+        d = json.loads(vramscope("diff", str(leaking), str(b), "--json", "-").stdout)
+        assert d["schema"] == "vramscope.diff"
+        assert [l["change"] for l in d["leaks"]] == ["gone", "gone"], d["leaks"]
+        (peak,) = d["peaks"]
+        assert peak["change"] == peak["b"] - peak["a"] < 0
+        assert sum(c["a"] for c in peak["categories"]) == peak["a"]
+    text = vramscope("diff", str(data / "peak" / "peak_adamw.vscope"), str(data / "peak" / "peak_adamw_checkpointed.vscope")).stdout
+    assert "activations     1.2 GiB      0 B          -1.2 GiB (-100%)" in text, text

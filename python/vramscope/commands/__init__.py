@@ -1,6 +1,6 @@
 """The `vramscope` command line: one registry, one parser per command (memray's commands/ is the
 model). Each command has NAME, HELP, prepare_parser(parser) and run(args) -> exit code. The core's
-commands (analyze, report, export, convert, compare-table) are one class over the core's table of
+commands (analyze, report, diff, export, convert, compare-table) are one class over the core's table of
 options (src/vramscope/cli/options.h): every option is defined there, once, and its text typed
 there, once, whether `vramscope` or the standalone `vramscope-core` parsed the command line."""
 
@@ -13,7 +13,7 @@ from .. import _core
 from . import compare, demo, run
 from .core import CoreCommand
 
-ORDER = ("analyze", "run", "report", "compare", "compare-table", "export", "convert", "demo")
+ORDER = ("analyze", "run", "report", "diff", "compare", "compare-table", "export", "convert", "demo")
 
 
 class Parser(argparse.ArgumentParser):

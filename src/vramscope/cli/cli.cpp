@@ -13,6 +13,7 @@
 #include "common/format.h"
 #include "common/progress.h"
 #include "compare/cells.h"
+#include "compare/diff.h"
 #include "compare/table.h"
 #include "findings/json.h"
 #include "findings/json_reader.h"
@@ -214,6 +215,25 @@ std::string compare_table(const std::string& results, const CommandOptions& opti
     return said;
 }
 
+std::string diff(const std::string& a, const std::string& b, const CommandOptions& options) {
+    refuse_overwriting({a, b}, {{"--json", options.json}, {"--html", options.html}});
+    std::vector<Findings> runs;
+    for (const std::string& input : {a, b}) {
+        Analysis one = is_findings_json(input) ? read_findings_files({input}, options.limits) : analyze_inputs({input}, options);
+        if (one.runs.size() != 1)
+            throw std::runtime_error(input + ": holds " + std::to_string(one.runs.size()) + " runs; diff takes one run a side");
+        runs.push_back(std::move(one.runs.front()));
+    }
+    const RunDiff d = diff_runs(runs[0], runs[1]);
+    if (!options.json.empty()) write_output(options.json, render_diff_json(d), "diff JSON");
+    if (!options.html.empty()) write_output(options.html, render_diff_html(d), "diff page");
+    if (options.json == "-") return "";
+    std::string said = render_diff_terminal(d, color_wanted());
+    for (const auto& [path, what] : {std::pair{options.html, "page"}, {options.json, "JSON"}})
+        if (!path.empty() && path != "-") said += std::string(what) + ": " + path + "\n";
+    return said;
+}
+
 // analyze and report: traces analysed, or (report) findings JSON read back.
 int analyze_command(const Command& c, const std::vector<std::string>& files, const CommandOptions& options) {
     const bool report = c.name == "report";
@@ -242,6 +262,7 @@ int run_command(const Command& c, const std::vector<std::string>& inputs, const 
         if (c.name == "convert") write_stdout(convert(inputs[0], inputs[1], options));
         else if (c.name == "export") write_stdout(export_trace(inputs[0], options));
         else if (c.name == "compare-table") write_stdout(compare_table(inputs[0], options));
+        else if (c.name == "diff") write_stdout(diff(inputs[0], inputs[1], options));
         return 0;
     } catch (const UsageError&) {
         throw;

@@ -39,6 +39,8 @@ std::string write_outputs(const Analysis& analysis, const CommandOptions& option
 std::string convert(const std::string& in, const std::string& out, const CommandOptions& options);
 std::string export_trace(const std::string& in, const CommandOptions& options);
 std::string compare_table(const std::string& results, const CommandOptions& options);
+// Two runs side by side: each a trace, a snapshot or a findings file of one run.
+std::string diff(const std::string& a, const std::string& b, const CommandOptions& options);
 
 // A command of cli/options.h with its inputs and options: what it prints goes to stdout, its
 // exit code is returned; an error is said on stderr (exit code 2), a UsageError thrown to the

@@ -130,6 +130,10 @@ const std::vector<Command>& commands() {
         {"convert", "IN OUT.vscope", 2, 2,
          "Convert a torch snapshot to the compact .vscope trace format.",
          with_limits({"--chunk-size"})},
+        {"diff", "A B", 2, 2,
+         "Two runs side by side: their peaks by category and by site, and their leaks gone, new or\n"
+         "changed. A, B: each a .vscope trace, a torch snapshot or a findings JSON of one run.",
+         with_limits({"--json", "--html", "--window", "--warmup", "--steps", "--device-memory"})},
         {"compare-table", "OUT/compare.json", 1, 1,
          "The table of a `vramscope compare` run again (statuses from its cells' findings).",
          {"--markdown", "--json", "--html"}},

@@ -73,6 +73,20 @@ size_t utf8_length(std::string_view text, size_t i) {
     return n;
 }
 
+std::string html_escape(std::string_view s) {
+    std::string out;
+    for (char c : s) {
+        switch (c) {
+            case '<': out += "&lt;"; break;
+            case '>': out += "&gt;"; break;
+            case '&': out += "&amp;"; break;
+            case '"': out += "&quot;"; break;
+            default: out += c;
+        }
+    }
+    return out;
+}
+
 std::string terminal_safe(std::string_view text, bool keep_newlines) {
     std::string out;
     out.reserve(text.size());

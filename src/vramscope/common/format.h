@@ -19,6 +19,8 @@ size_t utf8_length(std::string_view text, size_t i);
 // that are not UTF-8 become visible escapes such as "\x1b". keep_newlines: for prose of ours
 // that quotes names.
 std::string terminal_safe(std::string_view text, bool keep_newlines = false);
+// Text in an HTML page as written, never markup: its specials as entities.
+std::string html_escape(std::string_view text);
 // Parses "80GiB", "80 GB", "81559MiB", "1e9": bytes; false on junk, and on sizes of 2^64 bytes or more.
 bool parse_bytes(const std::string& text, uint64_t& out);
 

@@ -306,19 +306,7 @@ std::string render_compare_json(const CompareRun& run) {
 
 // -- HTML ----------------------------------------------------------------------------------------
 namespace {
-std::string html(std::string_view s) {
-    std::string out;
-    for (char c : s) {
-        switch (c) {
-            case '<': out += "&lt;"; break;
-            case '>': out += "&gt;"; break;
-            case '&': out += "&amp;"; break;
-            case '"': out += "&quot;"; break;
-            default: out += c;
-        }
-    }
-    return out;
-}
+std::string html(std::string_view s) { return html_escape(s); }
 std::string td(const std::string& s) { return "<td>" + html(s) + "</td>"; }
 // A link to a cell's file, as the runner writes it (cells/MODE/ROW/report.html): a relative path of
 // plain characters only, so never a scheme (javascript:, data:), a host or an absolute path.
