@@ -3,6 +3,7 @@
 
 #include "analysis/analyze.h"
 #include "analysis/ranks.h"
+#include "findings/json.h"
 #include "findings/json_reader.h"
 #include "importers/torch_snapshot.h"
 #include "render/export.h"
@@ -330,4 +331,26 @@ TEST(Terminal, ALiveLineNamesMemoryOutsideTorch) {
     live.shape = Shape::bounded;
     EXPECT_EQ(render_live(live), "withdrawn: pinned host memory (torch's host allocator) at train.py:42 step (cuda:0) made no new "
                                  "high since step 3; it was a cache that filled, not a leak (bounded)");
+}
+
+// The seeds' TRL offload case leaked device memory and pinned host memory together: the headline
+// gives them apart (the device's OOM counts only its own), and the JSON keeps the host's share.
+TEST(Summary, TheHeadlineGivesDeviceAndPinnedHostMemoryApart) {
+    Findings f;
+    f.verdict = Verdict::leak;
+    f.step_unit = "optimizer step";
+    for (const auto& [memory, rate] : {std::pair{Memory::torch, 29.5}, std::pair{Memory::pinned, 18.0}}) {
+        SiteFinding l;
+        l.memory = memory;
+        l.bytes_per_step = rate * (1 << 20);
+        l.site = SourceLine{"/home/u/train.py", 40, "train"};
+        f.leaks.push_back(l);
+    }
+    f.leak_bytes_per_step = 47.5 * (1 << 20);
+    f.pinned_leak_bytes_per_step = 18.0 * (1 << 20);
+    const std::string text = render_summary(f, false);
+    EXPECT_NE(text.find("LEAK  +29.5 MiB on the device and +18.0 MiB pinned on the host per optimizer step"),
+              std::string::npos) << text;
+    const FindingsFile back = read_findings(to_json(f), "f.json");
+    EXPECT_NEAR(back.runs.front().pinned_leak_bytes_per_step, 18.0 * (1 << 20), 100);  // rates keep 6 digits
 }

@@ -496,7 +496,10 @@ void explain_before_trace(Replay& r, Findings& f, const std::vector<LiveAlloc>& 
 void give_verdict(Findings& f, const Span& span, const std::string& unit, const Usage& usage) {
     double total_rate = 0;
     for (const SiteFinding& l : f.leaks)
-        if (confirmed(l.confidence)) total_rate += l.bytes_per_step;
+        if (confirmed(l.confidence)) {
+            total_rate += l.bytes_per_step;
+            if (l.memory == Memory::pinned) f.pinned_leak_bytes_per_step += l.bytes_per_step;
+        }
     f.leak_bytes_per_step = total_rate;
     bool balanced = true;
     for (const DeviceLedger& l : f.ledger) {

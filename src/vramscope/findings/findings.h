@@ -221,6 +221,7 @@ struct Findings {
     uint64_t warmup_steps = 0;      // judged steps start after these
     uint64_t steps_before_trace = 0; // steps the run made before the trace's first event (a ring buffer that wrapped)
     double leak_bytes_per_step = 0; // all leak sites together
+    double pinned_leak_bytes_per_step = 0;  // of those, pinned host memory's: the host's RAM, never a device's
     std::optional<uint64_t> projected_oom_step;  // earliest over devices
     std::vector<DeviceSummary> devices;
     std::vector<SiteFinding> leaks;       // sorted by bytes_per_step, largest first

@@ -328,6 +328,7 @@ void findings_object(Json& j, const Findings& f, bool report = false) {
     j.field("format", f.format);
     j.field("verdict", name(f.verdict));
     j.field("leak_bytes_per_step", f.leak_bytes_per_step);
+    j.field("pinned_leak_bytes_per_step", f.pinned_leak_bytes_per_step);
     j.field("events", f.event_count);
     j.key("steps");
     j.open('{');

@@ -457,6 +457,7 @@ void FindingsReader::run(const JsonValue& o, Findings& f) const {
     text(o, "format", f.format);
     word(o, "verdict", f.verdict, Verdict::cannot_judge);
     real(o, "leak_bytes_per_step", f.leak_bytes_per_step);
+    real(o, "pinned_leak_bytes_per_step", f.pinned_leak_bytes_per_step);
     whole(o, "events", f.event_count);
     if (const JsonValue* steps = member(o, "steps", T::object, "steps")) {
         whole(*steps, "count", f.step_count);

@@ -269,9 +269,13 @@ std::string render_summary(const Findings& f, bool color, size_t max_leaks) {
     } else if (f.verdict == Verdict::leak) {
         const SiteFinding& top = f.leaks.front();
         // A long unit (an inferred period's site) wraps the line; the OOM step follows where it fits.
-        const std::string head = wrap("LEAK  " + signed_bytes(int64_t(f.leak_bytes_per_step)) + " per " + unit_of(f) +
-                                          " since step " + std::to_string(top.first_step),
-                                      6, 100);
+        // Device and host apart: pinned host memory brings no device nearer its OOM.
+        const double pinned = f.pinned_leak_bytes_per_step, device = f.leak_bytes_per_step - pinned;
+        const std::string rate = pinned <= 0   ? signed_bytes(int64_t(device)) + " per " + unit_of(f)
+                                 : device <= 0 ? signed_bytes(int64_t(pinned)) + " of pinned host memory per " + unit_of(f)
+                                               : signed_bytes(int64_t(device)) + " on the device and " +
+                                                     signed_bytes(int64_t(pinned)) + " pinned on the host per " + unit_of(f);
+        const std::string head = wrap("LEAK  " + rate + " since step " + std::to_string(top.first_step), 6, 100);
         const std::string oom = f.projected_oom_step ? "OOM projected at step " + format_count(*f.projected_oom_step)
                                                      : "OOM step unknown (pass --device-memory 80GiB)";
         const size_t last_line = head.size() - (head.rfind('\n') == std::string::npos ? 0 : head.rfind('\n') + 1);
