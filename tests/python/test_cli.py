@@ -21,6 +21,27 @@ def test_demo_reports_the_side_stream_leak():
     assert "record_fixtures.py" in out
 
 
+def test_demo_json_to_stdout_is_json_alone_and_takes_analyzes_options():
+    """The intro goes to stderr; --device-memory, an analyze option, is the user's to give."""
+    proc = vramscope("demo", "--json", "-", "--device-memory", "40GiB")
+    findings = json.loads(proc.stdout)
+    assert findings["devices"][0]["total_memory"] == 40 << 30
+    assert "vramscope demo:" in proc.stderr
+
+
+def test_a_reader_that_closes_the_pipe_ends_the_command_quietly():
+    """`vramscope demo | head -1`, `analyze F | head`: as `git log | head`, no error and exit 0 (here the
+    reader reads nothing at all)."""
+    import subprocess
+    import sys
+
+    for args in (["demo"], ["analyze", str(FIXTURES[0])]):
+        proc = subprocess.run(f"{sys.executable} -m vramscope {' '.join(args)} | true; "
+                              "echo ${PIPESTATUS[0]}", shell=True, executable="/bin/bash", capture_output=True, text=True)
+        assert proc.stdout.strip() == "0", (args, proc.stdout, proc.stderr)
+        assert "error" not in proc.stderr and "Broken pipe" not in proc.stderr, (args, proc.stderr)
+
+
 @pytest.mark.parametrize("fixture", FIXTURES, ids=lambda p: p.name)
 def test_analyze_json_matches_the_recorded_truth(fixture, tmp_path):
     out = tmp_path / "findings.json"

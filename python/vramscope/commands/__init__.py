@@ -7,6 +7,7 @@ there, once, whether `vramscope` or the standalone `vramscope-core` parsed the c
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from .. import _core
@@ -70,6 +71,9 @@ def main(argv: list[str] | None = None) -> int:
         return command.run(args)
     except _core.UsageError as e:
         parser.error(str(e))
-    except OSError as e:  # stdout full or closed: as the core says it, exit 2
+    except BrokenPipeError:  # the reader went away (`vramscope demo | head -1`): end quietly, as git does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nor a complaint at exit's flush
+        return 0
+    except OSError as e:  # stdout full: as the core says it, exit 2
         print(f"vramscope: error: {e.strerror or e}", file=sys.stderr)
         return 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from .. import _core
@@ -16,12 +17,16 @@ RECORDED_ON = ("--device-memory", "81559MiB")
 
 
 def prepare_parser(parser: argparse.ArgumentParser) -> None:
-    add_core_options(parser, "analyze", leave_out={"--device-memory", "--skip-empty"})
+    add_core_options(parser, "analyze", leave_out={"--skip-empty"})
 
 
 def run(args: argparse.Namespace) -> int:
+    # On stderr: stdout is the analysis alone (`demo --json -` is JSON).
     print("vramscope demo: a real torch memory snapshot, recorded on an 80 GB H100, of a training loop\n"
           "whose saved-tensors hook stashes activations on a side stream and never clears them (the\n"
-          "TRL OffloadActivations leak). Your own: vramscope analyze snapshot.pickle\n", flush=True)
-    args.given = [RECORDED_ON, *args.given]
+          "TRL OffloadActivations leak), analysed with --device-memory 81559MiB, that GPU's size, which\n"
+          "a snapshot does not hold. Your own: vramscope analyze snapshot.pickle --device-memory 80GiB\n",
+          file=sys.stderr, flush=True)
+    if not any(name == RECORDED_ON[0] for name, _ in args.given):
+        args.given = [RECORDED_ON, *args.given]
     return _core.run_command("analyze", [str(TRACE)], typed("analyze", args))

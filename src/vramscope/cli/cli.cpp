@@ -266,6 +266,8 @@ int run_command(const Command& c, const std::vector<std::string>& inputs, const 
         return 0;
     } catch (const UsageError&) {
         throw;
+    } catch (const StdoutClosed&) {
+        return 0;  // the reader has what it wanted
     } catch (const std::bad_alloc&) {
         std::cerr << "vramscope: error: out of memory\n";
     } catch (const std::exception& e) {

@@ -136,7 +136,10 @@ void write_file(const std::string& path, std::string_view data, const char* what
 }
 
 void write_stdout(std::string_view data) {
-    if (!write_fd(STDOUT_FILENO, data)) throw std::runtime_error(std::string("stdout: ") + std::strerror(errno));
+    if (!write_fd(STDOUT_FILENO, data)) {
+        if (errno == EPIPE) throw StdoutClosed();
+        throw std::runtime_error(std::string("stdout: ") + std::strerror(errno));
+    }
 }
 
 bool same_file(const std::string& a, const std::string& b) {

@@ -49,6 +49,11 @@ void replace_file(const std::string& path, const char* what, const std::function
 void write_file(const std::string& path, std::string_view data, const char* what);
 // All of data to stdout (fd 1), unbuffered; throws "stdout: REASON" when it cannot.
 void write_stdout(std::string_view data);
+// What write_stdout throws when the reader went away (`vramscope analyze F | head -1`): the command
+// then ends quietly, as `git log | head` does.
+struct StdoutClosed : std::runtime_error {
+    StdoutClosed() : std::runtime_error("stdout: the reader closed it") {}
+};
 // Whether two paths name one file (an output that would overwrite an input): the same path once
 // links and dots are resolved (the file need not exist yet), or the same device and inode (a
 // hard link, a bind mount).
