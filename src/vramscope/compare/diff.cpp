@@ -137,13 +137,7 @@ std::string render_diff_terminal(const RunDiff& d, bool color) {
 
 std::string render_diff_json(const RunDiff& d) {
     Json j;
-    const auto line = [&](const SourceLine& s) {
-        j.open('{');
-        j.field("file", s.file);
-        j.field("line", uint64_t(s.line));
-        j.field("function", s.function);
-        j.close('}');
-    };
+    const auto line = [&](const SourceLine& s) { write_source_line(j, s); };
     j.open('{');
     j.field("schema", "vramscope.diff");
     j.field("schema_version", uint64_t(1));

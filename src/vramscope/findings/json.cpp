@@ -11,13 +11,7 @@ namespace {
 constexpr size_t kReportPoints = 1500;  // a chart is ~1,000 pixels wide
 
 
-void source_line(Json& j, const SourceLine& s) {
-    j.open('{');
-    j.field("file", s.file);
-    j.field("line", uint64_t(s.line));
-    j.field("function", s.function);
-    j.close('}');
-}
+void source_line(Json& j, const SourceLine& s) { write_source_line(j, s); }
 
 // [[a, b], ...]: compact for the long lists (blocks, per-stream bytes).
 void pairs(Json& j, const char* key, const std::vector<std::pair<uint64_t, uint64_t>>& items) {

@@ -102,4 +102,13 @@ private:
     bool first_ = true;
 };
 
+// A source line as every findings-shaped JSON spells it: {"file", "line", "function"}.
+template <class Line> void write_source_line(Json& j, const Line& s) {
+    j.open('{');
+    j.field("file", s.file);
+    j.field("line", uint64_t(s.line));
+    j.field("function", s.function);
+    j.close('}');
+}
+
 }  // namespace vramscope
