@@ -331,3 +331,17 @@ def test_diff_sets_two_runs_side_by_side_from_traces_or_findings(tmp_path):
         assert sum(c["a"] for c in peak["categories"]) == peak["a"]
     text = vramscope("diff", str(data / "peak" / "peak_adamw.vscope"), str(data / "peak" / "peak_adamw_checkpointed.vscope")).stdout
     assert "activations     1.2 GiB      0 B          -1.2 GiB (-100%)" in text, text
+
+
+@pytest.mark.parametrize("args, said", [
+    (("convert", "IN", "/dev/null", "--chunk-size", "4096"), "--chunk-size 4096: give the unit, e.g. 4096KiB, or 4096B"),
+    (("analyze", "IN", "--device-memory", "0"), "--device-memory takes a size from 1.0 MiB, such as 80GiB"),
+    (("analyze", "IN", "--device-memory", "80XB"), "--device-memory 80XB: unknown unit XB (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)"),
+    (("analyze", "IN", "--device-memory=-5GiB"), "--device-memory -5GiB: a size is never negative"),
+    (("analyze", "IN", "--device-memory", "-5GiB"), "--device-memory -5GiB: a size is never negative"),
+])
+def test_a_size_error_says_what_would_be_right(args, said):
+    """No hint that the option then refuses ("4096GiB" for a chunk, "0GiB"), an unknown unit named."""
+    args = [str(FIXTURES[0]) if a == "IN" else a for a in args]
+    err = vramscope(*args, check_rc=2).stderr
+    assert said in err, err

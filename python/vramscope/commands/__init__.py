@@ -38,8 +38,27 @@ def overview(commands: dict) -> str:
     return "\n".join(lines)
 
 
+def values_that_look_like_options(parser: Parser, argv: list[str]) -> list[str]:
+    """`--device-memory -5GiB` as `--device-memory=-5GiB`: argparse would take the value for an
+    option and say "expected one argument"; the option's own rule then says what is wrong with it."""
+    out, i = [], 0
+    while i < len(argv):
+        if argv[i] == "--":  # what follows is the user's command, never ours to read
+            return out + argv[i:]
+        action = parser._option_string_actions.get(argv[i])
+        if (action is not None and action.nargs is None and i + 1 < len(argv) and argv[i + 1].startswith("-")
+                and argv[i + 1] not in parser._option_string_actions and argv[i + 1] != "--"):
+            out.append(f"{argv[i]}={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(argv[i])
+        i += 1
+    return out
+
+
 def parse(command, parser: Parser, argv: list[str]) -> argparse.Namespace:
     """The arguments; a command that runs another takes it after `--` (or from its first word)."""
+    argv = values_that_look_like_options(parser, argv)
     if getattr(command, "TAKES_COMMAND", False):
         cut = argv.index("--") if "--" in argv else None
         args = parser.parse_args(argv[:cut] if cut is not None else argv)

@@ -63,13 +63,33 @@ std::vector<std::string> with_limits(std::vector<std::string> names) {
 }  // namespace
 
 uint64_t size_with_unit(const std::string& text, const std::string& option, uint64_t min, uint64_t max) {
-    const bool has_unit = std::any_of(text.begin(), text.end(), [](char c) { return std::isalpha(uint8_t(c)); });
-    uint64_t bytes = 0;
     const std::string range = "from " + format_bytes(double(min)) + (max == kNoMax ? "" : " to " + format_bytes(double(max)));
-    if (!has_unit && parse_bytes(text, bytes))
-        throw UsageError(option + " " + text + ": give the unit, e.g. " + text + "GiB or " + text + "MiB (B for bytes)");
-    if (!parse_bytes(text, bytes) || bytes < min || bytes > max)
-        throw UsageError(option + " takes a size " + range + ", such as 80GiB or 512MiB");
+    const std::string takes = option + " takes a size " + range + ", such as " + (max < (1ull << 30) ? "64KiB or 4MiB" : "80GiB or 512MiB");
+    const size_t first = text.find_first_not_of(" \t");
+    if (first != std::string::npos && text[first] == '-') throw UsageError(option + " " + text + ": a size is never negative; " + takes);
+    char* end = nullptr;
+    const double number = std::strtod(text.c_str(), &end);
+    if (end == text.c_str() || !(number >= 0)) throw UsageError(takes);
+    std::string unit(end);
+    std::erase_if(unit, [](char c) { return std::isspace(uint8_t(c)); });
+    uint64_t bytes = 0;
+    if (unit.empty()) {
+        // A bare number: the two largest units that make it a size in range, and no larger than a
+        // device (no "4096GiB" for a chunk, no "80TiB" for a GPU, no "0GiB" at all).
+        std::string hint;
+        for (const char* u : {"TiB", "GiB", "MiB", "KiB", "B"})
+            if (parse_bytes(text + u, bytes) && bytes >= min && bytes <= std::min<uint64_t>(max, 1ull << 40) &&
+                std::count(hint.begin(), hint.end(), ',') < 1)
+                hint += (hint.empty() ? "" : ", or ") + text + u;
+        if (hint.empty()) throw UsageError(takes);
+        throw UsageError(option + " " + text + ": give the unit, e.g. " + hint + " (B for bytes)");
+    }
+    if (!parse_bytes(text, bytes)) {
+        if (std::isalpha(uint8_t(unit[0])))
+            throw UsageError(option + " " + text + ": unknown unit " + unit + " (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)");
+        throw UsageError(takes);
+    }
+    if (bytes < min || bytes > max) throw UsageError(takes);
     return bytes;
 }
 
