@@ -25,7 +25,7 @@ from conftest import stderr_on_a_terminal
 
 HOSTILE = Path(__file__).resolve().parent.parent / "data" / "hostile"
 EXPECT = json.loads((HOSTILE / "expectations.json").read_text())
-TRACES = [n for n, e in EXPECT.items() if e["outcome"] in ("error", "over-limit", "cannot-judge", "nothing", "judged")]
+TRACES = [n for n, e in EXPECT.items() if e["outcome"] in ("error", "over-limit", "cannot-judge", "nothing", "empty", "judged")]
 FINDINGS = [n for n, e in EXPECT.items() if e["outcome"].startswith("report")]
 MATRICES = [n for n, e in EXPECT.items() if e["outcome"] == "matrix-error"]
 TABLES = [n for n, e in EXPECT.items() if e["outcome"].startswith("table")]
@@ -89,7 +89,7 @@ def test_hostile_trace(name, tmp_path):
     assert rc == (2 if outcome != "judged" else rc) and rc in (0, 1, 2), out
     if outcome != "judged":
         assert "NO LEAK" not in out, out
-    if outcome in ("cannot-judge", "nothing"):
+    if outcome in ("cannot-judge", "nothing", "empty"):
         assert "CANNOT JUDGE" in out, out
     assert "\x1b" not in out and "\x00" not in out, "names reach the terminal escaped"
 
@@ -99,7 +99,9 @@ def test_hostile_trace(name, tmp_path):
                        (("report", path, "-o", str(tmp_path / "r.html"), *LIMITS), "r.html")):
         rc, out, rss, _ = run(*args)
         check_clean(rc, out, rss, args)
-        passes = outcome in ("judged", "nothing") or (outcome == "cannot-judge" and args[0] == "report") or \
+        # No memory event at all ("empty"): convert and export refuse it, as they would write a file
+        # that says nothing; report draws it as CANNOT JUDGE.
+        passes = outcome in ("judged", "nothing") or (outcome in ("cannot-judge", "empty") and args[0] == "report") or \
             (outcome == "over-limit" and args[0] == "convert")
         assert rc == (0 if passes else 2), f"{' '.join(args)}\n{out}"
         if passes:

@@ -36,9 +36,16 @@ Trace load(const std::string& path, const ReadLimits& limits) {
         throw std::runtime_error(path + ": out of memory while reading it (--max-memory bounds what reading holds)");
     }
 }
-// A conversion or export would drop the faults and pass the content on as if it were sound.
+// A conversion or export would drop the faults and pass the content on as if it were sound; one
+// of an input without a memory event (an empty snapshot, one of segments only) would write a file
+// that says nothing, and exit 0 as if it had.
 void require_trusted(const Trace& t) {
-    if (t.faults.empty()) return;
+    if (t.faults.empty()) {
+        if (std::any_of(t.events.begin(), t.events.end(), [](const Event& e) { return is_memory_event(e.kind); })) return;
+        throw std::runtime_error(t.source + ": holds no memory events (an empty snapshot, or its segments alone): "
+                                 "nothing to pass on. Record its history with "
+                                 "torch.cuda.memory._record_memory_history(max_entries=1000000) before the loop");
+    }
     std::string why = t.source + ": cannot be trusted, so it is not passed on:";
     for (const auto& f : t.faults) why += "\n  " + f;
     throw std::runtime_error(why);
@@ -242,7 +249,10 @@ int analyze_command(const Command& c, const std::vector<std::string>& files, con
     for (const std::string& f : files) inputs.push_back(owners_path(f));
     refuse_overwriting(inputs, {{"--json", options.json}, {report ? "-o" : "--html", options.html}});
     const size_t json_inputs = size_t(std::count_if(files.begin(), files.end(), is_findings_json));
-    if (json_inputs && (!report || json_inputs != files.size()))
+    if (json_inputs && !report && json_inputs == files.size())
+        throw UsageError(c.name + " takes traces and snapshots, not JSON (" + terminal_safe(*std::find_if(files.begin(), files.end(), is_findings_json)) +
+                         "); findings JSON is drawn by `vramscope report FILE -o page.html`");
+    if (json_inputs && json_inputs != files.size())
         throw UsageError("findings JSON goes to `report` alone, not mixed with traces");
     if (json_inputs && !options.analysis_option.empty())
         throw UsageError(options.analysis_option + " judges a trace; findings JSON was judged already");

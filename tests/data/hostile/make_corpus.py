@@ -8,8 +8,10 @@ Outcomes:
                 export and report exit 2 naming the file and the option; convert passes
   cannot-judge  analyze exits 0 with verdict "cannot-judge" (2 with --fail-on-leak), never
                 "NO LEAK"; report draws the page; convert and export refuse (exit 2)
-  nothing       nothing to judge (no memory events, or too few steps): cannot-judge, but convert
-                and export pass on what there is
+  nothing       nothing to judge (too few steps): cannot-judge, but convert and export pass on
+                what there is
+  empty         no memory event at all: cannot-judge; report draws the page; convert and export
+                refuse (exit 2: the file they would write says nothing)
   judged        analyze exits 0 with a verdict; convert, export and report succeed
   report-error  (findings JSON) report exits 2 naming the file
   report-ok     (findings JSON) report draws the page
@@ -74,7 +76,7 @@ def hand_pickles() -> None:
     for key in ("segments", "device_traces"):
         other = "device_traces" if key == "segments" else "segments"
         data = PROTO + EMPTY_DICT + MARK + s8(key) + EMPTY_LIST + MARK + APPENDS + s8(other) + EMPTY_LIST + SETITEMS + STOP
-        put(f"empty_batch_{key}.pickle", data, "nothing", "empty APPENDS in " + key + "; no events")
+        put(f"empty_batch_{key}.pickle", data, "empty", "empty APPENDS in " + key + "; no events")
     # Every opcode that would import or call code.
     code_ops = {"GLOBAL": b"cos\nsystem\n", "STACK_GLOBAL": s8("os") + s8("system") + b"\x93", "REDUCE": b"NN" + b"R",
                 "BUILD": b"}N" + b"b", "INST": b"(ios\nsystem\n", "OBJ": b"(N" + b"o", "NEWOBJ": b"N)" + b"\x81",
@@ -144,7 +146,7 @@ def schema_damage() -> None:
             each(lambda k, e: e.__setitem__("addr", 1 << 80)))
     variant("time_negative.pickle.gz", "cannot-judge", "times before 1970", each(lambda k, e: e.__setitem__("time_us", -e["time_us"] - 10**18 + k)))
     variant("addr_missing.pickle.gz", "cannot-judge", "no addr", each(lambda k, e: e.pop("addr")))
-    variant("action_an_int.pickle.gz", "nothing", "action 5: entries without an action, then none left",
+    variant("action_an_int.pickle.gz", "empty", "action 5: entries without an action, then none left",
             each(lambda k, e: e.__setitem__("action", 5)))
     variant("entries_not_dicts.pickle.gz", "cannot-judge", "entries are lists",
             lambda s: s["device_traces"].__setitem__(0, [list(e.items()) for e in s["device_traces"][0]]))
@@ -163,7 +165,7 @@ def schema_damage() -> None:
         t = s["device_traces"][0]
         t.insert(1, dict(t[0], action="free_completed", addr=0xDEAD000, time_us=t[0]["time_us"]))
     variant("free_unknown_addr.pickle.gz", "judged", "a free of an address never allocated (from before the trace)", unknown_free)
-    variant("no_traces_only_segments.pickle.gz", "nothing", "no trace history",
+    variant("no_traces_only_segments.pickle.gz", "empty", "no trace history",
             lambda s: s.__setitem__("device_traces", [[]]))
 
     # Hostile strings: names that would change a terminal or the report page.
@@ -246,8 +248,8 @@ def vscope_damage() -> None:
     assert len(cs) >= 3, "the fixture should make several chunks"
     join = lambda parts: header + b"".join(parts)  # noqa: E731
     put("good.vscope", data, "judged", "a whole version-2 file")
-    put("cut_inside_only_chunk.vscope", header + cs[0][: len(cs[0]) // 2], "nothing", "cut inside its first chunk: 0 events")
-    put("header_only.vscope", header, "nothing", "no chunks at all")
+    put("cut_inside_only_chunk.vscope", header + cs[0][: len(cs[0]) // 2], "empty", "cut inside its first chunk: 0 events")
+    put("header_only.vscope", header, "empty", "no chunks at all")
     put("cut_at_boundary.vscope", join(cs[:-2]), "judged", "cut at a chunk boundary: a warning (no end record)")
     put("chunk_duplicated.vscope", join(cs[:2] + cs[1:]), "cannot-judge", "chunk 1 twice")
     put("chunks_swapped.vscope", join([cs[0], cs[2], cs[1]] + cs[3:]), "cannot-judge", "chunks 1 and 2 swapped")
