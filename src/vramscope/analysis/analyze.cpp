@@ -568,21 +568,14 @@ void describe_peaks(Replay& r, Findings& f, const SiteTotals& totals, const std:
     std::vector<PeakSiteKey> keys(r.sites.size());
     for (size_t i = 0; i < r.sites.size(); ++i)
         keys[i] = PeakSiteKey{r.sites[i].site_frame, i < totals.leaking.size() && totals.leaking[i]};
-    const std::vector<PeakMoment> moments = r.peaks();
-    for (size_t d = 0; d < moments.size(); ++d) {
-        const PeakMoment& m = moments[d];
+    for (size_t d = 0; d < r.devices.size(); ++d) {
+        const PeakMoment& m = r.peak(d);
         if (m.bytes < 0) continue;
         const uint16_t device = r.devices[d].device;
         std::vector<PeakMember> at_end;
         for (const LiveAlloc& a : live) {
             if (a.device != device || a.seq >= m.seq_end || r.sites[a.site].memory != Memory::torch) continue;
-            PeakMember& p = at_end.emplace_back();
-            p.size = a.size;
-            p.site = a.site;
-            p.stack = a.stack;
-            p.alloc_step = a.step;
-            p.alloc_phase = a.allocated_in();
-            p.in_peak_phase = a.seq >= m.phase_start_seq;
+            at_end.push_back(Replay::peak_member(a, m));
         }
         f.peaks.push_back(describe_peak(device, m, at_end, keys, r.backward_marked(), r.backward_inferred(), r.full_steps(),
                                         r.context.stacks));

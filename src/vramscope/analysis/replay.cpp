@@ -170,24 +170,13 @@ void Replay::new_peak(DeviceState& s) {
 }
 
 void Replay::peak_member_freed(DeviceState& s, const LiveAlloc& a) {
-    PeakMember& m = s.top.freed.emplace_back();
-    m.size = a.size;
-    m.site = a.site;
-    m.stack = a.stack;
-    m.alloc_step = a.step;
-    m.alloc_phase = a.allocated_in();
-    m.in_peak_phase = a.seq >= s.top.phase_start_seq;
+    PeakMember& m = s.top.freed.emplace_back(peak_member(a, s.top));
     m.freed = true;
     m.freed_in_peak_phase = phases_.count() == s.top.phase_count;
     m.free_phase = phases_.now();
     m.free_step = step_;
 }
 
-std::vector<PeakMoment> Replay::peaks() const {
-    std::vector<PeakMoment> out;
-    for (const DeviceState& s : state_) out.push_back(s.top);
-    return out;
-}
 
 // A point per device per step, each with its streams: 256 devices and a step marker every two
 // bytes would take gigabytes from a small file. They are held to what reading it could hold.

@@ -137,8 +137,19 @@ public:
     std::vector<HolderSeries> holders;          // outside torch's allocator, by device, memory and holder
     std::vector<std::vector<NvmlReading>> nvml;  // every NVML reading, by device in `devices`' order
     std::vector<LiveAlloc> live_allocs() const;  // blocks never freed, in allocation order
-    // Each device's highest moment (peak.h), by index in `devices`; bytes -1 where nothing was allocated.
-    std::vector<PeakMoment> peaks() const;
+    // A device's highest moment (peak.h), by index in `devices`; bytes -1 where nothing was allocated.
+    const PeakMoment& peak(size_t device_index) const { return state_[device_index].top; }
+    // A block as the peak's rule reads it: when it was allocated, against that moment.
+    static PeakMember peak_member(const LiveAlloc& a, const PeakMoment& moment) {
+        PeakMember m;
+        m.size = a.size;
+        m.site = a.site;
+        m.stack = a.stack;
+        m.alloc_step = a.step;
+        m.alloc_phase = a.allocated_in();
+        m.in_peak_phase = a.seq >= moment.phase_start_seq;
+        return m;
+    }
     bool backward_marked() const { return phases_.backward_marked(); }
     bool backward_inferred() const { return phases_.backward_inferred(); }
     size_t full_steps() const { return step_; }
