@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "common/format.h"
+#include "compare/status.h"
 #include "findings/json_writer.h"
 
 namespace vramscope {
@@ -70,7 +71,6 @@ void add_leaks(const Findings& a, const Findings& b, std::vector<LeakDiff>& out)
     });
 }
 
-std::string signed_bytes(double bytes) { return (bytes < 0 ? "-" : "+") + format_bytes(std::fabs(bytes)); }
 std::string change_words(uint64_t a, uint64_t b) {
     if (a == b) return "=";
     std::string s = signed_bytes(double(b) - double(a));

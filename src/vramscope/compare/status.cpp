@@ -28,7 +28,6 @@ std::string percent_of_baseline(double ratio) {
     return "rate " + format_percent(ratio) + " of the baseline's";
 }
 
-std::string signed_bytes(double bytes) { return (bytes < 0 ? "-" : "+") + format_bytes(std::fabs(bytes)); }
 
 // "peak -7.0 GiB (-47%), activations -6.8 GiB": the change and the category that moved most.
 std::string peak_words(const CellResult& cell, const CellResult& baseline) {
@@ -53,6 +52,8 @@ CellJudgement by_peak(const CellResult& cell, const CellResult& baseline, double
 }
 
 }  // namespace
+
+std::string signed_bytes(double bytes) { return (bytes < 0 ? "-" : "+") + format_bytes(std::fabs(bytes)); }
 
 std::string_view name(CellStatus s) {
     switch (s) {

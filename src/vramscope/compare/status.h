@@ -29,6 +29,8 @@ inline constexpr double kWorseAtLeast = 1.20;
 // A peak moves when it moves by at least max(kPeakShare of the baseline's, kPeakBytes).
 inline constexpr double kPeakShare = 0.05;
 inline constexpr uint64_t kPeakBytes = 64ull << 20;
+// A change of bytes as the compare and diff tables say it: "+1.2 GiB", "-927.1 MiB".
+std::string signed_bytes(double bytes);
 inline double peak_change_bar(uint64_t baseline_peak) { return std::max(kPeakShare * double(baseline_peak), double(kPeakBytes)); }
 
 struct CellJudgement {
