@@ -7,6 +7,7 @@
 #include <random>
 
 #include "analysis/analyze.h"
+#include "analysis/sites.h"
 #include "analysis/steps.h"
 #include "findings/json.h"
 #include "findings/json_reader.h"
@@ -110,6 +111,35 @@ TEST(Peak, EveryByteOfATrainingStepsPeakIsInItsCategory) {
     EXPECT_EQ(p.category(PeakCategory::other), 0u);
     ASSERT_FALSE(p.sites.empty());
     EXPECT_EQ(p.sites.front().bytes, 64 * MiB);
+}
+
+TEST(Peak, BytesAreToldByTheModuleWhoseForwardAllocatedThem) {
+    TraceBuilder b;
+    // A Linear's output inside the model's MLP is the MLP's; a bare Linear's is Linear's.
+    const uint32_t mlp = b.stack({{"/usr/lib/python3/site-packages/torch/nn/modules/linear.py", 134, "Linear.forward"},
+                                  {"/usr/lib/python3/site-packages/torch/nn/modules/module.py", 1790, "Module._call_impl"},
+                                  {"/home/u/model.py", 40, "build.<locals>.MLP.forward"},
+                                  {"/home/u/train.py", 25, "train"}});
+    const uint32_t bare = b.stack({{"/usr/lib/python3/site-packages/torch/nn/modules/linear.py", 134, "Linear.forward"}, {"/home/u/train.py", 26, "train"}});
+    const uint32_t none = b.stack({{"/home/u/train.py", 27, "train"}});
+    b.segment(0x1000000000, 1ull << 32);
+    b.alloc(0x1000000000, 48 * MiB, mlp);
+    b.alloc(0x1004000000, 16 * MiB, none);
+    b.alloc(0x1008000000, 32 * MiB, bare);
+    b.step();
+    const Findings f = analyze(b.t);
+    const DevicePeak& p = peak_of(f);
+    ASSERT_EQ(p.modules.size(), 3u);
+    EXPECT_EQ(p.modules[0].module, "MLP");
+    EXPECT_EQ(p.modules[0].bytes, 48 * MiB);
+    EXPECT_EQ(p.modules[1].module, "Linear");
+    EXPECT_EQ(p.modules[2].module, "");  // outside any module's forward
+    EXPECT_EQ(p.module, "Linear");       // the allocation that made the peak
+    // A torch snapshot names functions without their class: the file stands in; torch's own
+    // non-module forwards (autograd Functions, compiled wrappers) are no module.
+    EXPECT_EQ(module_of({{"/x/site-packages/transformers/models/llama/modeling_llama.py", 9, "forward"}}),
+              "forward in modeling_llama.py");
+    EXPECT_EQ(module_of({{"/x/site-packages/torch/_functorch/_aot_autograd/runtime_wrappers.py", 9, "forward"}}), "");
 }
 
 TEST(Peak, WithoutBackwardMarkersActivationsAreTemporariesAndSaidSo) {

@@ -43,6 +43,12 @@ DevicePeak describe_peak(uint16_t device, const PeakMoment& moment, std::span<co
         std::unordered_map<uint32_t, uint64_t> by_stack;
     };
     std::map<uint32_t, SiteBytes> by_site;  // by index into `sites`
+    struct ModuleBytes {
+        uint64_t bytes = 0;
+        std::array<uint64_t, kPeakCategories> by_category{};
+    };
+    std::map<std::string, ModuleBytes> by_module;
+    std::unordered_map<uint32_t, ModuleBytes*> module_of_stack;
     uint64_t members = 0;
     const auto count = [&](const PeakMember& m) {
         const PeakCategory c = peak_category(m, sites[m.site].leaks, backward_marked || backward_inferred, full_steps);
@@ -52,6 +58,10 @@ DevicePeak describe_peak(uint16_t device, const PeakMoment& moment, std::span<co
         s.bytes += m.size;
         s.by_category[size_t(c)] += m.size;
         s.by_stack[m.stack] += m.size;
+        auto [at, fresh] = module_of_stack.try_emplace(m.stack, nullptr);
+        if (fresh) at->second = &by_module[module_of(stack_lines(table, m.stack))];
+        at->second->bytes += m.size;
+        at->second->by_category[size_t(c)] += m.size;
     };
     for (const PeakMember& m : moment.freed) count(m);
     for (const PeakMember& m : live_at_end) count(m);
@@ -77,6 +87,16 @@ DevicePeak describe_peak(uint16_t device, const PeakMoment& moment, std::span<co
         ps.stack_shown_from = machinery_frames(ps.stack);
         p.sites.push_back(std::move(ps));
     }
+    std::vector<std::pair<uint64_t, const std::string*>> top_modules;
+    for (const auto& [module, m] : by_module) top_modules.emplace_back(m.bytes, &module);
+    std::sort(top_modules.begin(), top_modules.end(),
+              [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : *a.second < *b.second; });
+    for (size_t k = 0; k < top_modules.size() && k < kPeakSites; ++k) {
+        const ModuleBytes& m = by_module[*top_modules[k].second];
+        p.modules.push_back(PeakModule{*top_modules[k].second, m.bytes,
+                                       PeakCategory(std::max_element(m.by_category.begin(), m.by_category.end()) - m.by_category.begin())});
+    }
+    p.module = moment.stack ? module_of(stack_lines(table, moment.stack)) : std::string();
     return p;
 }
 

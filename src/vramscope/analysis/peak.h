@@ -54,6 +54,7 @@ struct PeakMoment {
     uint64_t phase_start_seq = 0;   // the first allocation of the phase it fell in
     uint64_t phase_count = 0;       // PhaseClock::count() then
     uint32_t step = 0, microbatch = 0;
+    uint32_t stack = 0;             // of the allocation that made it
     Phase phase = Phase::setup;
     int64_t reserved = 0, external = 0, pinned = 0;
     std::vector<PeakMember> freed;  // live then, freed since
@@ -66,7 +67,7 @@ struct PeakSiteKey {
 };
 
 // The findings' peak of one device: the members (those freed after it and those live at the end),
-// summed by category and by site.
+// summed by category, by site and by module.
 DevicePeak describe_peak(uint16_t device, const PeakMoment& moment, std::span<const PeakMember> live_at_end,
                          std::span<const PeakSiteKey> sites, bool backward_marked, bool backward_inferred, size_t full_steps,
                          const StackTable& table);

@@ -154,9 +154,10 @@ void Replay::settle_units() {
 
 void Replay::phase_began() { phase_start_seq_ = seq_; }
 
-void Replay::new_peak(DeviceState& s) {
+void Replay::new_peak(DeviceState& s, uint32_t stack) {
     PeakMoment& p = s.top;
     p.bytes = s.allocated;
+    p.stack = stack;
     p.seq_end = seq_;
     p.phase_start_seq = phase_start_seq_;
     p.phase_count = phases_.count();

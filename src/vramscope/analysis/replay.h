@@ -204,7 +204,7 @@ private:
     void released(const LiveAlloc& a);
     void note_unit(SiteSeries& s, uint32_t site);
     [[gnu::noinline]] void units_begin(SiteSeries& s, uint32_t site);
-    [[gnu::noinline]] void new_peak(DeviceState& s);
+    [[gnu::noinline]] void new_peak(DeviceState& s, uint32_t stack);
     [[gnu::noinline]] void peak_member_freed(DeviceState& s, const LiveAlloc& a);
     void phase_began();
     void judge_units_of_step();
@@ -311,7 +311,7 @@ private:
     if (e.stream >= s.by_stream.size()) s.by_stream.resize(context.streams.size(), 0);
     s.by_stream[e.stream] += int64_t(e.size);
     s.peak = std::max(s.peak, s.allocated);
-    if (s.allocated > s.top.bytes) [[unlikely]] new_peak(s);
+    if (s.allocated > s.top.bytes) [[unlikely]] new_peak(s, e.stack);
     if (checks_) {
         checks_->allocated(e);
         if (checks_->faulted()) stop();  // after this event

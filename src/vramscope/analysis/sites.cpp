@@ -1,6 +1,7 @@
 #include "analysis/sites.h"
 
 #include "analysis/libraries.h"
+#include "common/format.h"
 
 #include <algorithm>
 
@@ -98,6 +99,26 @@ std::optional<SourceLine> library_frame(const std::vector<SourceLine>& stack, si
         return f.file.find("-packages/") != std::string::npos ? std::optional<SourceLine>(f) : std::nullopt;
     }
     return std::nullopt;
+}
+
+std::string module_of(const std::vector<SourceLine>& stack) {
+    constexpr std::string_view kForward = ".forward";
+    std::string torch_module;
+    for (const SourceLine& f : stack) {
+        const bool torch_own = f.file.find("/torch/") != std::string::npos;
+        if (torch_own && f.file.find("/torch/nn/") == std::string::npos) continue;  // autograd Functions, compiled wrappers
+        std::string module;
+        if (f.function.ends_with(kForward)) {
+            const std::string_view cls = std::string_view(f.function).substr(0, f.function.size() - kForward.size());
+            module = std::string(cls.substr(cls.rfind('.') + 1));  // `main.<locals>.Net` is Net
+        } else if (f.function == "forward") {
+            module = "forward in " + base_name(f.file);
+        }
+        if (module.empty()) continue;
+        if (!torch_own) return module;
+        if (torch_module.empty()) torch_module = std::move(module);
+    }
+    return torch_module;
 }
 
 }  // namespace vramscope

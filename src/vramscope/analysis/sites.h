@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -44,6 +45,12 @@ size_t machinery_frames(const std::vector<SourceLine>& stack);
 // The library function that allocated a stack's blocks for the user's `site`: its innermost Python
 // frame from `shown_from` on outside torch, when it is an installed package's (not the site).
 std::optional<SourceLine> library_frame(const std::vector<SourceLine>& stack, size_t shown_from, const SourceLine& site);
+// The nn.Module a stack's block was allocated in, as its frames name it: the innermost
+// `Class.forward` outside torch (a model's own module, `LlamaMLP`; a custom autograd Function's
+// forward names its class too), else torch.nn's (`Linear`). Frames
+// named without their class (torch snapshots) give "forward in modeling_llama.py". Empty: none (the
+// autograd engine's, an optimizer's, code outside any forward).
+std::string module_of(const std::vector<SourceLine>& stack);
 
 class SiteResolver {
 public:

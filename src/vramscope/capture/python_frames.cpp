@@ -193,7 +193,9 @@ CodeInfo describe_code(const void* code) {
     auto* c = static_cast<PyCodeObject*>(const_cast<void*>(code));
     CodeInfo info;
     append_utf8(info.file, c->co_filename);
-    append_utf8(info.function, c->co_name);
+    // The qualified name (`Net.forward`) says which class a method is of: the peak is told by module
+    // from it (analysis/peak.h).
+    append_utf8(info.function, c->co_qualname);
     return info;
 }
 

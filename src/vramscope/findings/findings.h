@@ -158,6 +158,13 @@ struct PeakSite {
     size_t stack_shown_from = 0;
 };
 
+// The bytes at the peak allocated inside one nn.Module's forward (analysis/sites.h module_of).
+struct PeakModule {
+    std::string module;                           // "LlamaMLP"; empty: outside any module's forward
+    uint64_t bytes = 0;
+    PeakCategory category = PeakCategory::other;  // of most of its bytes
+};
+
 // A device at the moment its allocated memory was highest, every byte in one category
 // (analysis/peak.h is the rule).
 struct DevicePeak {
@@ -171,6 +178,8 @@ struct DevicePeak {
     uint64_t external = 0;            // device memory outside torch's allocator then
     uint64_t pinned = 0;              // pinned host memory then (the host's, not the device's)
     std::vector<PeakSite> sites;      // the largest, at most kPeakSites
+    std::vector<PeakModule> modules;  // the largest, at most kPeakSites
+    std::string module;               // the module of the allocation that made the peak (empty: none)
     // The trace marks backward phases: without them, activations and gradients are not told
     // apart (a forward's block freed in its step is a temporary, else other).
     bool backward_marked = false;

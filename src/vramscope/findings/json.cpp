@@ -187,6 +187,17 @@ void peaks_array(Json& j, const std::vector<DevicePeak>& peaks) {
             j.close('}');
         }
         j.close(']');
+        j.field("module", p.module);
+        j.key("modules");
+        j.open('[');
+        for (const PeakModule& m : p.modules) {
+            j.open('{');
+            j.field("module", m.module);
+            j.field("bytes", m.bytes);
+            j.field("category", name(m.category));
+            j.close('}');
+        }
+        j.close(']');
         j.close('}');
     }
     j.close(']');

@@ -418,6 +418,13 @@ void FindingsReader::peak(const JsonValue& o, DevicePeak& p) const {
         word(s, "category", site.category, PeakCategory::other);
         stack(s, site.stack, site.stack_shown_from);
     });
+    text(o, "module", p.module);
+    objects(o, "modules", [&](const JsonValue& m) {
+        PeakModule& module = p.modules.emplace_back();
+        text(m, "module", module.module);
+        whole(m, "bytes", module.bytes);
+        word(m, "category", module.category, PeakCategory::other);
+    });
 }
 
 void FindingsReader::within_step(const JsonValue& o, WithinStepLeak& l) const {

@@ -220,6 +220,7 @@ std::string render_peak(const Findings& f, const Style& st) {
         if (p.bytes == 0) continue;
         std::string when = "step " + format_count(p.step) + ", " + std::string(name(p.phase));
         if (p.microbatch) when += " after " + format_count(p.microbatch) + " microbatch" + (p.microbatch > 1 ? "es" : "");
+        if (!p.module.empty()) when += ", in " + terminal_safe(p.module);
         o += "  cuda:" + std::to_string(p.device) + "  " + format_bytes(double(p.bytes)) + " allocated at " + when + "\n";
         for (size_t c = 0; c < kPeakCategories; ++c) {
             if (!p.categories[c]) continue;
@@ -237,6 +238,13 @@ std::string render_peak(const Findings& f, const Style& st) {
             o += st.dim("    " + wrap("the trace marks no backward: activations are counted as temporaries (freed in "
                                       "their step) and gradients as other (vramscope run marks them)",
                                       4, 100)) + "\n";
+        std::string modules;
+        for (size_t k = 0; k < p.modules.size() && k < 4; ++k) {
+            const PeakModule& m = p.modules[k];
+            modules += std::string(k ? ", " : "") + (m.module.empty() ? "outside any module" : terminal_safe(m.module)) + " " +
+                       format_bytes(double(m.bytes));
+        }
+        if (!modules.empty()) o += "    " + wrap("by module: " + modules, 4, 100) + "\n";
         for (size_t k = 0; k < p.sites.size() && k < 3; ++k) {
             const PeakSite& s = p.sites[k];
             o += "    " + fit(format_bytes(double(s.bytes)), 12) + fit(std::string(name(s.category)), 17) + where(s.site) + "\n";
