@@ -11,6 +11,7 @@
 #include "analysis/steps.h"
 #include "findings/json.h"
 #include "findings/json_reader.h"
+#include "render/export.h"
 #include "recorded_fixtures.h"
 #include "trace_builder.h"
 
@@ -111,6 +112,37 @@ TEST(Peak, EveryByteOfATrainingStepsPeakIsInItsCategory) {
     EXPECT_EQ(p.category(PeakCategory::other), 0u);
     ASSERT_FALSE(p.sites.empty());
     EXPECT_EQ(p.sites.front().bytes, 64 * MiB);
+}
+
+// Perfetto's counter per category draws every block by the peak's rule: at the sample of the
+// highest moment, each category is the peak's.
+TEST(Peak, PerfettosCategoryCountersAtThePeakAreThePeaksCategories) {
+    Loop loop;
+    loop.run(12, 1);
+    for (size_t i = 0; i < loop.b.t.events.size(); ++i) loop.b.t.events[i].time_us = int64_t(i) * 1000;  // each change drawn
+    const Findings f = analyze(loop.b.t);
+    const DevicePeak& p = peak_of(f);
+    const std::string text = to_perfetto_json(loop.b.t, f);
+    const JsonValue json = parse_json(text, "perfetto", kMaxJsonDepth);
+    const JsonValue* highest = nullptr;
+    uint64_t highest_total = 0;
+    size_t samples = 0;
+    for (const JsonValue& e : json.get("traceEvents")->items) {
+        if (e.get("name")->str != "cuda:0 by category") continue;
+        ++samples;
+        uint64_t total = 0;
+        for (const JsonValue& v : e.get("args")->items) total += std::stoull(std::string(v.text));
+        if (total > highest_total) highest_total = total, highest = &e;
+    }
+    ASSERT_GT(samples, 100u);
+    ASSERT_NE(highest, nullptr);
+    EXPECT_EQ(highest_total, p.bytes);
+    for (size_t c = 0; c < kPeakCategories; ++c) {
+        if (PeakCategory(c) == PeakCategory::before_trace) continue;
+        const JsonValue* v = highest->get("args")->get(name(PeakCategory(c)));
+        ASSERT_NE(v, nullptr) << name(PeakCategory(c));
+        EXPECT_EQ(std::stoull(std::string(v->text)), p.categories[c]) << name(PeakCategory(c));
+    }
 }
 
 TEST(Peak, BytesAreToldByTheModuleWhoseForwardAllocatedThem) {

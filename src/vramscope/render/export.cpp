@@ -4,10 +4,16 @@
 #include <array>
 #include <map>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
 
+#include "analysis/judge.h"
+#include "analysis/libraries.h"
+#include "analysis/peak.h"
+#include "analysis/phases.h"
+#include "analysis/sites.h"
 #include "analysis/steps.h"
 #include "common/format.h"
 #include "findings/json_writer.h"
@@ -180,6 +186,72 @@ std::string to_memory_viz_pickle(const Trace& t) {
     return p.out;
 }
 
+// The peak's categories (analysis/peak.h) over the whole run, a counter track each. A block's
+// category follows from its lifetime, known once it is freed: this pass gives each allocation's
+// (by event index) for the drawing pass to add and take back. The phase a block is compared with is
+// its own allocation's: a temporary is freed in the phase it was allocated in, as one live at the
+// peak is in the phase the peak fell in.
+constexpr uint8_t kNoCategory = 0xff;
+uint64_t block_key(const Event& e) { return (e.addr >> 9) ^ (uint64_t(e.device) << 56); }
+
+std::vector<uint8_t> allocation_categories(const Trace& t, const Findings& f, const Steps& steps) {
+    std::vector<uint8_t> out(t.events.size(), kNoCategory);
+    std::set<std::tuple<std::string, uint32_t, std::string>> leaking;
+    for (const SiteFinding& l : f.leaks)
+        if (l.memory == Memory::torch && confirmed(l.confidence)) leaking.emplace(l.site.file, l.site.line, l.site.function);
+    for (const WithinStepLeak& l : f.within_step) leaking.emplace(l.site.file, l.site.line, l.site.function);
+    bool backward_known = false;
+    for (const DevicePeak& p : f.peaks) backward_known |= p.backward_marked || p.backward_inferred;
+    struct Open {
+        size_t event;
+        uint64_t phase_count;
+        bool leaks;
+        PeakMember m;
+    };
+    std::unordered_map<uint64_t, Open> live;
+    std::unordered_map<uint32_t, std::pair<bool, bool>> site_of_stack;  // (no Python frame, leaks)
+    PhaseClock phases(t.stacks);
+    SiteResolver sites(t.stacks);
+    uint32_t step = 0;
+    size_t next_end = 0;
+    const auto close = [&](Open& o) { out[o.event] = uint8_t(peak_category(o.m, o.leaks, backward_known, f.step_count)); };
+    for (size_t i = 0; i < t.events.size(); ++i) {
+        const Event& e = t.events[i];
+        phases.see(e);
+        if (e.kind == EventKind::alloc) {
+            auto [at, fresh] = site_of_stack.try_emplace(e.stack);
+            if (fresh) {
+                const uint32_t frame = sites.site(e.stack);
+                const SourceLine line = source_line(t.stacks, frame);
+                at->second = {!frame || is_cpp_file(line.file), leaking.contains({line.file, line.line, line.function})};
+            }
+            phases.allocated(at->second.first);
+            Open o{i, phases.count(), at->second.second, {}};
+            o.m.size = e.size;
+            o.m.alloc_step = step;
+            o.m.alloc_phase = phases.now();
+            o.m.in_peak_phase = true;
+            live[block_key(e)] = o;
+        } else if (is_release(e.kind)) {
+            if (auto it = live.find(block_key(e)); it != live.end()) {
+                Open& o = it->second;
+                o.m.freed = true;
+                o.m.freed_in_peak_phase = phases.count() == o.phase_count;
+                o.m.free_phase = phases.now();
+                o.m.free_step = step;
+                close(o);
+                live.erase(it);
+            }
+        }
+        if (next_end < steps.ends.size() && steps.ends[next_end] == i) {
+            ++next_end, ++step;
+            phases.step_ended();
+        }
+    }
+    for (auto& [key, o] : live) close(o);
+    return out;
+}
+
 std::string to_perfetto_json(const Trace& t, const Findings& f) {
     Json j;
     j.open('{');
@@ -227,6 +299,9 @@ std::string to_perfetto_json(const Trace& t, const Findings& f) {
         });
     };
     for (const DeviceInfo& d : t.devices) level[uint8_t(d.device)] = {int64_t(d.baseline_allocated), int64_t(d.baseline_reserved)};
+    const std::vector<uint8_t> category_of = allocation_categories(t, f, steps);
+    std::map<uint8_t, std::array<int64_t, kPeakCategories>> by_category;  // live bytes, by device
+    std::unordered_map<uint64_t, uint8_t> live_category;
     auto sample = [&](uint8_t device, int64_t ts) {
         Level& l = level[device];
         l.last_sample = ts;
@@ -238,6 +313,16 @@ std::string to_perfetto_json(const Trace& t, const Findings& f) {
             j.field("reserved", uint64_t(std::max<int64_t>(0, l.reserved)));
             j.close('}');
         });
+        const auto categories = by_category.find(device);
+        if (categories == by_category.end()) return;
+        event("C", "cuda:" + std::to_string(device) + " by category", ts, [&] {
+            j.key("args");
+            j.open('{');
+            for (size_t c = 0; c < kPeakCategories; ++c)
+                if (PeakCategory(c) != PeakCategory::before_trace)
+                    j.field(name(PeakCategory(c)).data(), uint64_t(std::max<int64_t>(0, categories->second[c])));
+            j.close('}');
+        });
     };
     size_t next_end = 0;
     int64_t step_start = t.events.empty() ? 0 : t.events.front().time_us;
@@ -246,9 +331,21 @@ std::string to_perfetto_json(const Trace& t, const Findings& f) {
         const Event& e = t.events[i];
         Level& l = level[e.device];
         switch (e.kind) {
-        case EventKind::alloc: l.allocated += int64_t(e.size); break;
+        case EventKind::alloc:
+            l.allocated += int64_t(e.size);
+            if (category_of[i] != kNoCategory) {
+                by_category[e.device][category_of[i]] += int64_t(e.size);
+                live_category[block_key(e)] = category_of[i];
+            }
+            break;
         case EventKind::free_completed:
-        case EventKind::free: l.allocated -= int64_t(e.size); break;
+        case EventKind::free:
+            l.allocated -= int64_t(e.size);
+            if (auto it = live_category.find(block_key(e)); it != live_category.end()) {
+                by_category[e.device][it->second] -= int64_t(e.size);
+                live_category.erase(it);
+            }
+            break;
         case EventKind::segment_alloc:
         case EventKind::segment_map: l.reserved += int64_t(e.size); break;
         case EventKind::segment_free:
