@@ -71,6 +71,15 @@ static nb::list live_findings(const std::vector<LiveFinding>& found) {
         site["line"] = f.site.line;
         site["function"] = f.site.function;
         d["site"] = site;
+        if (f.allocated_in) {
+            nb::dict in;
+            in["file"] = f.allocated_in->file;
+            in["line"] = f.allocated_in->line;
+            in["function"] = f.allocated_in->function;
+            d["allocated_in"] = in;
+        } else {
+            d["allocated_in"] = nb::none();
+        }
         d["memory"] = std::string(name(f.memory));
         d["library"] = f.library;
         d["device"] = f.device;
@@ -406,6 +415,16 @@ void bind_capture(nb::module_& m) {
     m.def("python_frames_self_check", &capture::self_check,
           "Compare the GIL-free frame walk with the interpreter's; empty when they agree.");
     m.def("python_frames_supported", &capture::python_frames_supported);
+    m.def(
+        "frame_locals",
+        [](nb::handle frame) {
+            PyObject* locals = capture::frame_locals(frame.ptr());
+            if (!locals) throw nb::python_error();
+            return nb::steal<nb::dict>(locals);
+        },
+        nb::arg("frame"),
+        "A frame's locals as a new dict, leaving nothing on the frame (before Python 3.13, f_locals is a\n"
+        "snapshot the frame keeps, with every object a local held when it was read).");
 }
 
 // Who holds a leak: the object graph walked in C++ (explain/).

@@ -315,3 +315,41 @@ TEST(Analysis, ALeakRecordedInsideADispatchModeIsShownFromTheOpsCaller) {
     EXPECT_EQ(f.leaks[0].stack.size(), 6u);
     EXPECT_EQ(f.leaks[0].stack_shown_from, 4u);
 }
+
+// One line of the user's code over a whole library call (`trainer.evaluate()`): its buffer that
+// transformers replaces by a bigger one each batch is a site of its own, split from the model's
+// temporaries and a workspace under the same line, with its own stack and rate.
+TEST(Analysis, ALibraryFunctionThatGrowsUnderOneUserLineIsASiteOfItsOwn) {
+    TraceBuilder b;
+    const char* trainer = "/x/site-packages/transformers/trainer.py";
+    const uint32_t grows = b.stack({{"/x/site-packages/transformers/trainer_pt_utils.py", 87, "torch_pad_and_concatenate"},
+                                    {trainer, 4400, "Trainer.evaluation_loop"}, {"/home/u/eval.py", 88, "main"}});
+    const uint32_t temporary = b.stack({{"/x/site-packages/torch/nn/modules/linear.py", 134, "Linear.forward"},
+                                        {"/x/site-packages/transformers/models/llama/modeling_llama.py", 175, "LlamaMLP.forward"},
+                                        {trainer, 4380, "Trainer.evaluation_loop"}, {"/home/u/eval.py", 88, "main"}});
+    const uint32_t workspace = b.stack({{"/x/site-packages/transformers/models/llama/modeling_llama.py", 122,
+                                         "LlamaRotaryEmbedding.forward"},
+                                        {trainer, 4380, "Trainer.evaluation_loop"}, {"/home/u/eval.py", 88, "main"}});
+    b.segment(0x10000000, 1ull << 32);
+    b.alloc(0x20000000, 32 << 20, workspace);  // kept from the first batch on
+    uint64_t buffer = 0, size = 0;
+    for (int batch = 0; batch < 30; ++batch) {
+        b.alloc(0x30000000, 8 << 20, temporary);
+        const uint64_t bigger = 0x40000000 + uint64_t(batch % 2) * 0x10000000;
+        b.alloc(bigger, size + (64 << 10), grows);
+        if (buffer) b.free(buffer, size);
+        buffer = bigger, size += 64 << 10;
+        b.free(0x30000000, 8 << 20);
+        b.step();
+    }
+    const Findings f = analyze(b.t);
+    ASSERT_EQ(f.verdict, Verdict::leak);
+    ASSERT_EQ(f.leaks.size(), 1u);
+    const SiteFinding& leak = f.leaks[0];
+    EXPECT_EQ(leak.site.line, 88u);
+    ASSERT_TRUE(leak.allocated_in);
+    EXPECT_EQ(leak.allocated_in->function, "torch_pad_and_concatenate");
+    EXPECT_EQ(leak.stack[leak.stack_shown_from].function, "torch_pad_and_concatenate");
+    EXPECT_NEAR(leak.bytes_per_step, 64 << 10, 0.01 * (64 << 10));
+    EXPECT_LT(leak.live_bytes, uint64_t(32) << 20);  // the workspace under the same line is not in it
+}

@@ -510,10 +510,15 @@ TEST(HostileAmplification, PerfettoSamplesADeviceAtAStepEndOnlyWhenItChanged) {
         b.step();
     }
     const std::string json = to_perfetto_json(b.t, analyze(b.t));
-    size_t counters = 0;
-    for (size_t at = 0; (at = json.find("\"ph\":\"C\"", at)) != std::string::npos; ++at) ++counters;
+    const auto count = [&](const std::string& what) {
+        size_t n = 0;
+        for (size_t at = 0; (at = json.find(what, at)) != std::string::npos; ++at) ++n;
+        return n;
+    };
+    const size_t counters = count(" memory\",");
     EXPECT_GE(counters, 1000u);        // device 0 changes in every step
     EXPECT_LE(counters, 2000u + 256);  // at most a sample per block event, and one per device
+    EXPECT_LE(count(" by category\","), counters);  // drawn with a device's memory, on the devices that allocate
     b.t.limits.max_held_bytes = 64 << 10;
     const std::string why = error_of([&] { to_perfetto_json(b.t, Findings{}); });
     EXPECT_NE(why.find("synthetic: its Perfetto trace would be more than 0 MiB"), std::string::npos) << why;

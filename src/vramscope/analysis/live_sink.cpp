@@ -31,10 +31,32 @@ void LiveSink::stack(uint32_t stack, std::span<const SinkFrame> frames) {
         if (pick.site != before) chosen = &f;
         if (done) break;
     }
+    // The split SiteResolver::key makes: under a user's site, the library function that allocates.
+    const SinkFrame* via = nullptr;
+    if (chosen && pick.rank == FrameRank::user)
+        for (const SinkFrame& f : frames) {
+            if (passes_through(f.file)) continue;
+            if (f.id != chosen->id && f.file.find("-packages/") != std::string_view::npos) via = &f;
+            break;
+        }
+    uint32_t via_number = 0;
+    if (via) {
+        const std::string key = std::string(via->file) + '\0' + std::string(via->function);
+        via_number = library_functions_.try_emplace(key, uint32_t(library_functions_.size() + 1)).first->second;
+    }
+    uint32_t site = 0;
+    if (chosen) {
+        auto [id, added] = site_ids_.try_emplace(uint64_t(chosen->id) << 32 | via_number, uint32_t(site_ids_.size() + 1));
+        site = id->second;
+        if (added) {
+            SiteLines& lines = site_lines_[site];
+            lines.site = SourceLine{std::string(chosen->file), chosen->line, std::string(chosen->function)};
+            if (via) lines.allocated_in = SourceLine{std::string(via->file), via->line, std::string(via->function)};
+        }
+    }
     if (!frames.empty() && is_shared_object(frames[0].file)) library_of_stack_.try_emplace(stack, library_name(frames[0].file));
     if (stack >= site_of_stack_.size()) site_of_stack_.resize(stack + 1, 0);
-    site_of_stack_[stack] = pick.site;
-    if (chosen) site_lines_.try_emplace(chosen->id, SourceLine{std::string(chosen->file), chosen->line, std::string(chosen->function)});
+    site_of_stack_[stack] = site;
 }
 
 void LiveSink::events(std::span<const Event> events) {
@@ -78,7 +100,8 @@ std::vector<LiveFinding> LiveSink::described(std::vector<LiveLeak> leaks) const 
     for (LiveLeak& leak : leaks) {
         auto site = site_lines_.find(leak.site);
         auto library = library_of_site_.find(library_key(leak.device, leak.memory, leak.site));
-        out.push_back(LiveFinding{site != site_lines_.end() ? site->second : SourceLine{kNoPythonFrame, 0, ""}, leak.memory,
+        out.push_back(LiveFinding{site != site_lines_.end() ? site->second.site : SourceLine{kNoPythonFrame, 0, ""},
+                                  site != site_lines_.end() ? site->second.allocated_in : std::nullopt, leak.memory,
                                   library != library_of_site_.end() ? library->second : "", leak.device, leak.shape, leak.evidence, leak.bytes_per_step, leak.first_step,
                                   leak.projected_oom_step, std::move(leak.newest_blocks)});
     }

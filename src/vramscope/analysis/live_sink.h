@@ -33,8 +33,16 @@ private:
 
     mutable std::mutex mutex_;
     LiveMonitor monitor_;
-    std::vector<uint32_t> site_of_stack_;                  // by stack id: its site's frame id
-    std::unordered_map<uint32_t, SourceLine> site_lines_;  // frame id -> where, for the sites met
+    // Sites as the offline analysis splits them (analysis/sites.h SiteKey), numbered from 1 in the
+    // order met: site frame << 32 | the library function's number (0: not split).
+    std::unordered_map<uint64_t, uint32_t> site_ids_;
+    std::unordered_map<std::string, uint32_t> library_functions_;  // file '\0' function -> number
+    std::vector<uint32_t> site_of_stack_;                  // by stack id: its site's number
+    struct SiteLines {
+        SourceLine site;
+        std::optional<SourceLine> allocated_in;
+    };
+    std::unordered_map<uint32_t, SiteLines> site_lines_;   // site number -> where
     // Outside torch's allocator: the library that called the driver (its stack's innermost frame),
     // by stack id, and by site as its latest allocation named it (device << 56 | memory << 48 | frame).
     std::unordered_map<uint32_t, std::string> library_of_stack_;

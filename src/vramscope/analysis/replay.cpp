@@ -42,13 +42,15 @@ size_t Replay::add_device(uint8_t device) {
 // A site not in site_of_stack_ yet (or not torch's, or on another device).
 uint32_t Replay::find_site(uint8_t device, uint32_t stack, Memory memory) {
     const bool cached = device == stack_device_ && memory == Memory::torch;
-    const uint32_t frame = resolver.site(stack);
-    auto [it, added] = site_index_.try_emplace(uint64_t(memory) << 40 | uint64_t(device) << 32 | frame, uint32_t(sites.size()));
+    const SiteKey key = resolver.key(stack);
+    const uint32_t frame = key.site;
+    auto [it, added] = site_index_.try_emplace({uint32_t(memory) << 8 | device, frame, key.via}, uint32_t(sites.size()));
     if (added) {
         sites.emplace_back();
         sites.back().device = device;
         sites.back().memory = memory;
         sites.back().site_frame = frame;
+        sites.back().via_frame = key.via;
         sites.back().no_python_frame = !frame || is_cpp_file(context.stacks.string(context.stacks.frame(frame).file));
     }
     if (cached) {

@@ -82,6 +82,7 @@ struct SiteSeries : HeldSeries {
     uint16_t device = 0;
     Memory memory = Memory::torch;
     uint32_t site_frame = 0;
+    uint32_t via_frame = 0;            // the library function it splits its site by (sites.h SiteKey)
     uint32_t last_stack = 0;           // of its latest allocation: the stack shown when none survived
     bool no_python_frame = false;      // its frame is C++ or none: the autograd engine's thread (phases.h)
     uint64_t largest = 0;              // its largest allocation, and that one's stack: a buffer
@@ -217,7 +218,7 @@ private:
     bool steady_ = false;   // started, block events seen, not stopped: take_block() may take them
     std::vector<DeviceState> state_;
     std::array<int16_t, 256> slot_of_device_;
-    std::unordered_map<uint64_t, uint32_t> site_index_;  // memory << 40 | device << 32 | site frame
+    std::map<std::array<uint32_t, 3>, uint32_t> site_index_;  // {memory << 8 | device, site frame, via frame}
     std::unordered_map<uint64_t, uint32_t> holder_of_stack_;  // memory << 40 | device << 32 | stack -> holders
     std::unordered_map<uint32_t, bool> maps_own_pages_;      // by stack
     std::unordered_map<std::string, uint32_t> holder_index_;  // device, memory and library name -> holders

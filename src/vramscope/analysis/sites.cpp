@@ -90,15 +90,45 @@ size_t machinery_frames(const std::vector<SourceLine>& stack) {
     return first < stack.size() ? first : 0;
 }
 
+bool passes_through(std::string_view file) {
+    if (is_cpp_file(file) || is_shared_object(file) || file.find("-packages/torch/") != std::string_view::npos) return true;
+    const bool installed = file.find("-packages/") != std::string_view::npos;
+    return !installed && (file.find("/lib/python3") != std::string_view::npos || file.starts_with("<frozen "));
+}
+
+namespace {
+bool installed_package(std::string_view file) { return file.find("-packages/") != std::string_view::npos; }
+}  // namespace
+
 std::optional<SourceLine> library_frame(const std::vector<SourceLine>& stack, size_t shown_from, const SourceLine& site) {
     for (size_t i = shown_from; i < stack.size(); ++i) {
         const SourceLine& f = stack[i];
-        if (is_cpp_file(f.file) || is_shared_object(f.file) || f.file.find("-packages/torch/") != std::string::npos) continue;
+        if (passes_through(f.file)) continue;
         if (f.file == site.file && f.line == site.line && f.function == site.function) return std::nullopt;
-        // An installed package's (the standard library's wrappers say nothing of who allocates).
-        return f.file.find("-packages/") != std::string::npos ? std::optional<SourceLine>(f) : std::nullopt;
+        return installed_package(f.file) ? std::optional<SourceLine>(f) : std::nullopt;
     }
     return std::nullopt;
+}
+
+SiteKey SiteResolver::key(uint32_t stack) {
+    SiteKey k{site(stack), 0};
+    if (k.site == 0 || rank_of_frame_[k.site] != int8_t(FrameRank::user)) return k;
+    if (stack >= via_of_.size()) via_of_.resize(std::max<size_t>(table_.stack_count() + 1, stack + 1), kUnresolved);
+    uint32_t& via = via_of_[stack];
+    if (via == kUnresolved) {
+        via = 0;
+        for (uint32_t id = stack; id != 0; id = table_.node(id).parent) {
+            const uint32_t frame = table_.node(id).frame;
+            const Frame& f = table_.frame(frame);
+            const std::string_view file = table_.string(f.file);
+            if (passes_through(file)) continue;
+            if (frame != k.site && installed_package(file))
+                via = function_frame_.try_emplace(uint64_t(f.file) << 32 | f.function, frame).first->second;
+            break;
+        }
+    }
+    k.via = via;
+    return k;
 }
 
 std::string module_of(const std::vector<SourceLine>& stack) {

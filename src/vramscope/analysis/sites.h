@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "events/stack_table.h"
@@ -42,8 +43,11 @@ SourceLine source_line(const StackTable& table, uint32_t frame);
 std::vector<SourceLine> stack_lines(const StackTable& table, uint32_t stack);
 // Leading frames a stack is shown without: the unwinder's, the allocator's, a dispatch mode's.
 size_t machinery_frames(const std::vector<SourceLine>& stack);
-// The library function that allocated a stack's blocks for the user's `site`: its innermost Python
-// frame from `shown_from` on outside torch, when it is an installed package's (not the site).
+// Frames that say nothing of which library allocates: C++, shared objects, torch's own Python and
+// the standard library's wrappers.
+bool passes_through(std::string_view file);
+// The library function that allocated a stack's blocks for the user's `site`: its innermost frame
+// from `shown_from` on that does not pass through, when it is an installed package's (not the site).
 std::optional<SourceLine> library_frame(const std::vector<SourceLine>& stack, size_t shown_from, const SourceLine& site);
 // The nn.Module a stack's block was allocated in, as its frames name it: the innermost
 // `Class.forward` outside torch (a model's own module, `LlamaMLP`; a custom autograd Function's
@@ -52,18 +56,35 @@ std::optional<SourceLine> library_frame(const std::vector<SourceLine>& stack, si
 // autograd engine's, an optimizer's, code outside any forward).
 std::string module_of(const std::vector<SourceLine>& stack);
 
+// A site splits by the library function that allocates under it. One line of the user's code that
+// calls a library (`trainer.evaluate()`, `model(...)` of an installed model) stands for everything
+// allocated beneath it: a buffer that grows (transformers' torch_pad_and_concatenate, a cache's
+// update) would hide among the forward's temporaries and a workspace. Under a user's site, each
+// library function (library_frame's: a function, not a line, so one update's keys and values stay
+// together) is a site of its own, `via` it. A site that is itself a library's, or the user's code
+// calling torch, does not split (via 0).
+struct SiteKey {
+    uint32_t site = 0;  // frame id
+    uint32_t via = 0;   // frame id of the library function's first frame met; 0: not split
+    bool operator==(const SiteKey&) const = default;
+};
+
 class SiteResolver {
 public:
     explicit SiteResolver(const StackTable& table) : table_(table), site_of_(table.stack_count() + 1, kUnresolved) {}
 
     // Frame id of the site for a stack id; 0 for an empty stack.
     uint32_t site(uint32_t stack);
+    // The site and the library function it splits by.
+    SiteKey key(uint32_t stack);
 
 private:
     static constexpr uint32_t kUnresolved = 0xFFFFFFFFu;
     const StackTable& table_;
     std::vector<uint32_t> site_of_;
+    std::vector<uint32_t> via_of_;       // by stack id, once key() asked
     std::vector<int8_t> rank_of_frame_;  // by frame id: -1 unknown, else a FrameRank
+    std::unordered_map<uint64_t, uint32_t> function_frame_;  // file << 32 | function string ids -> first frame
 };
 
 }  // namespace vramscope

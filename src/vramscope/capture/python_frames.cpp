@@ -25,6 +25,7 @@ struct InterpreterFrame {
     int stacktop;
     bool is_entry;
     char owner;
+    PyObject* localsplus[1];
 };
 #elif PY_VERSION_HEX >= 0x030C0000 && PY_VERSION_HEX < 0x030D0000
 #define VRAMSCOPE_FRAMES 312
@@ -40,6 +41,7 @@ struct InterpreterFrame {
     int stacktop;
     uint16_t return_offset;
     char owner;
+    PyObject* localsplus[1];
 };
 #elif PY_VERSION_HEX >= 0x030D0000 && PY_VERSION_HEX < 0x030E0000
 #define VRAMSCOPE_FRAMES 313
@@ -193,11 +195,52 @@ CodeInfo describe_code(const void* code) {
     auto* c = static_cast<PyCodeObject*>(const_cast<void*>(code));
     CodeInfo info;
     append_utf8(info.file, c->co_filename);
-    // The qualified name (`Net.forward`) says which class a method is of: the peak is told by module
-    // from it (analysis/peak.h).
+    // The qualified name says which class a method is of (`Net.forward`: the peak is told by module
+    // from it, analysis/peak.h); the functions it was defined in (`main.<locals>.`) say nothing more
+    // than the file and line do.
     append_utf8(info.function, c->co_qualname);
+    constexpr std::string_view kLocals = "<locals>.";
+    if (const size_t at = info.function.rfind(kLocals); at != std::string::npos) info.function.erase(0, at + kLocals.size());
     return info;
 }
+
+#if VRAMSCOPE_FRAMES == 311 || VRAMSCOPE_FRAMES == 312
+namespace {
+struct FrameObject {  // PyFrameObject's head (Include/internal/pycore_frame.h)
+    PyObject_HEAD
+    PyFrameObject* f_back;
+    InterpreterFrame* f_frame;
+};
+constexpr unsigned char kFastCell = 0x40, kFastFree = 0x80;  // CO_FAST_CELL, CO_FAST_FREE
+}  // namespace
+
+PyObject* frame_locals(PyObject* frame) {
+    if (!PyFrame_Check(frame)) {
+        PyErr_SetString(PyExc_TypeError, "frame_locals: not a frame");
+        return nullptr;
+    }
+    PyCodeObject* code = PyFrame_GetCode(reinterpret_cast<PyFrameObject*>(frame));
+    const InterpreterFrame* f = reinterpret_cast<FrameObject*>(frame)->f_frame;
+    PyObject* out = PyDict_New();
+    const char* kinds = PyBytes_AS_STRING(code->co_localspluskinds);
+    for (int i = 0; out && i < code->co_nlocalsplus; ++i) {
+        PyObject* value = f->localsplus[i];
+        if (value && (kinds[i] & (kFastCell | kFastFree)) && PyCell_Check(value)) value = PyCell_GET(value);
+        if (value && PyDict_SetItem(out, PyTuple_GET_ITEM(code->co_localsplusnames, i), value) < 0) Py_CLEAR(out);
+    }
+    Py_DECREF(code);
+    return out;
+}
+#else
+PyObject* frame_locals(PyObject* frame) {
+    PyObject* proxy = PyObject_GetAttrString(frame, "f_locals");  // 3.13 on: a proxy that keeps nothing
+    if (!proxy) return nullptr;
+    PyObject* out = PyDict_New();
+    if (out && PyDict_Update(out, proxy) < 0) Py_CLEAR(out);
+    Py_DECREF(proxy);
+    return out;
+}
+#endif
 
 uint32_t line_of(const void* code, int32_t offset) {
     const int line = PyCode_Addr2Line(static_cast<PyCodeObject*>(const_cast<void*>(code)), offset);

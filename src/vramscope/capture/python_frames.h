@@ -15,6 +15,8 @@
 
 #include "capture/stack_hash.h"
 
+typedef struct _object PyObject;  // Python.h's
+
 namespace vramscope::capture {
 
 struct RawFrame {
@@ -61,6 +63,12 @@ struct CodeInfo {
 };
 CodeInfo describe_code(const void* code);
 uint32_t line_of(const void* code, int32_t offset);
+
+// A frame's locals (cells' contents included) as a new dict, under the GIL. Before 3.13 a frame's
+// f_locals is a snapshot the frame keeps: an owner search that read it would keep every tensor a
+// local held then for as long as the frame runs (a training loop's main(): the whole run), after
+// the loop let it go. This reads the frame's own slots and leaves nothing on it.
+PyObject* frame_locals(PyObject* frame);
 
 // Needs the GIL: walks the caller's stack both ways and says whether they agree (empty) or how
 // they differ.

@@ -253,6 +253,7 @@ struct Findings {
 // slowing) or withdrawn (any other shape: it levelled off).
 struct LiveFinding {
     SourceLine site;
+    std::optional<SourceLine> allocated_in;  // the library function its site splits by (analysis/sites.h SiteKey)
     Memory memory = Memory::torch;
     std::string library;  // external and pinned: who called the driver
     uint16_t device = 0;

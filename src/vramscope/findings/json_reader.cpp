@@ -553,8 +553,14 @@ void attach_owners(Findings& f, std::string_view owners_json, const std::string&
         read.optional_whole(answer, "found_at_step", at_step);
         // An answer that names no memory is for any leak at its site (owners files before memory had one).
         const bool any_memory = !answer.get("memory");
+        // And one with no `allocated_in` for any library function under it (before sites split by one).
+        const bool any_function = !answer.get("allocated_in");
+        const auto same_function = [](const std::optional<SourceLine>& a, const std::optional<SourceLine>& b) {
+            return a.has_value() == b.has_value() && (!a || (a->file == b->file && a->function == b->function));
+        };
         for (SiteFinding& l : f.leaks)
-            if (l.device == found.device && same_site(l.site, found.site) && (any_memory || l.memory == found.memory)) {
+            if (l.device == found.device && same_site(l.site, found.site) && (any_memory || l.memory == found.memory) &&
+                (any_function || same_function(l.allocated_in, found.allocated_in))) {
                 l.owners = found.owners;
                 l.owners_found_at_step = at_step;
             }
