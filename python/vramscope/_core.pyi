@@ -390,6 +390,12 @@ def python_frames_self_check() -> str:
 
 def python_frames_supported() -> bool: ...
 
+def frame_locals(frame: object) -> dict:
+    """
+    A frame's locals as a new dict, leaving nothing on the frame (before Python 3.13, f_locals is a
+    snapshot the frame keeps, with every object a local held when it was read).
+    """
+
 def reference_walk(arg0: list, arg1: object, arg2: tuple, arg3: Callable, arg4: object, arg5: int, arg6: float, /) -> object:
     """
     Breadth-first search of the object graph (explain/reference_walk.h): [(root label, [objects])].

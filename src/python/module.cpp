@@ -346,6 +346,13 @@ void bind_capture(nb::module_& m) {
                  return live_findings(c.monitor.leaking());
              },
              "The live monitor's last word: the sites it holds as leaking now (same dicts as end_step).")
+        .def("rising_in_step",
+             [](LiveCapture& c) {
+                 c.recorder.drain();
+                 return live_findings(c.monitor.rising_in_step());
+             },
+             "The sites whose bytes rose across the units of the step in hand as a leak does (same dicts as "
+             "end_step; bytes_per_step is per unit): asked as the step's optimizer step begins.")
         .def("set_python_stacks", [](LiveCapture& c, bool on) { c.recorder.set_python_stacks(on); })
         .def("event",
              [](LiveCapture& c, EventKind kind, int device, uint64_t addr, uint64_t size) {

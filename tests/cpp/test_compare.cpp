@@ -259,6 +259,18 @@ TEST(CompareTable, CheckpointingIsALowerPeakInActivations) {
     EXPECT_NE(text.find("peak -927.1 MiB (-47%)"), std::string::npos) << text;
 }
 
+// Seed 003 (TRL PR 6241): an activation offload whose storage-dedupe map outlived the tensors it
+// named kept new activations on the GPU at reused addresses; its fix releases each key when its
+// tensor goes. Compare says what the fix saved, in activations (tests/data/record_peak_fixtures.py).
+TEST(CompareTable, TheOffloadDedupeFixIsALowerPeakInActivations) {
+    const fs::path dir = fs::path(::testing::TempDir()) / "compare_offload";
+    const CompareRun run = read_compare(write_run(dir, {{"baseline", "peak/offload_dedupe_bug.vscope"},
+                                                        {"fixed", "peak/offload_dedupe_fixed.vscope"}}).string());
+    const std::string text = render_compare_terminal(run);
+    EXPECT_NE(text.find("lower peak"), std::string::npos) << text;
+    EXPECT_NE(text.find("activations -160.0 MiB"), std::string::npos) << text;
+}
+
 // `vramscope diff`: two runs side by side, from the GPU's AdamW recordings and two snapshots.
 TEST(Diff, CheckpointingShowsThePeakItSavesInActivations) {
     const std::string data = VRAMSCOPE_TEST_DATA;

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "analysis/analyze.h"
+#include "analysis/live_monitor.h"
 #include "analysis/sites.h"
 #include "analysis/steps.h"
 #include "findings/json.h"
@@ -231,6 +232,39 @@ TEST(WithinStep, AMicrobatchThatKeepsMemoryUntilItsStepEndsIsALeakInsideTheStep)
         EXPECT_TRUE(f.leaks.empty());  // nothing survives a step end
         expect_peak_holds(f);
         EXPECT_EQ(peak_of(f).category(PeakCategory::leaks), 24 * 8 * MiB);
+    }
+}
+
+// The live monitor judges a step's units by the same rule: asked as each optimizer step begins (the
+// step's last unit ended, what each microbatch kept still live), it names the site and rate the
+// offline analysis gives, with the blocks this step kept for the owner search; a clean
+// accumulation, nothing.
+TEST(WithinStep, TheLiveMonitorFindsTheSameLeakInsideTheStepAtItsHighestPoint) {
+    for (uint64_t keep : {8 * MiB, uint64_t(0)}) {
+        Loop loop;
+        loop.run(2, 24, keep);
+        const Findings offline = analyze(loop.b.t);
+        LiveMonitor live;
+        std::vector<std::vector<LiveLeak>> asked;
+        SiteResolver sites(loop.b.t.stacks);
+        for (const Event& e : loop.b.t.events) {
+            if (e.kind == EventKind::alloc) live.alloc(e.device, e.addr, e.size, sites.site(e.stack));
+            else if (is_release(e.kind)) live.release(e.device, e.addr);
+            else if (e.kind == EventKind::microbatch) live.end_unit();
+            else if (e.kind == EventKind::annotation_start && loop.b.t.stacks.string(e.name).starts_with("Optimizer.step#"))
+                asked.push_back(live.rising_in_step());
+            else if (e.kind == EventKind::step) live.end_step();
+        }
+        ASSERT_EQ(asked.size(), 2u);
+        SCOPED_TRACE(keep);
+        for (const std::vector<LiveLeak>& rising : asked) {
+            ASSERT_EQ(rising.size(), offline.within_step.size());
+            if (rising.empty()) continue;
+            EXPECT_EQ(source_line(loop.b.t.stacks, rising[0].site).line, offline.within_step[0].site.line);
+            EXPECT_DOUBLE_EQ(rising[0].bytes_per_step, offline.within_step[0].bytes_per_unit);
+            EXPECT_EQ(rising[0].newest_blocks.size(), LiveMonitor::kBlocksKept);
+            EXPECT_EQ(rising[0].newest_blocks[0].second, keep);
+        }
     }
 }
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Record vramscope live-capture fixtures of memory outside torch's caching allocator (issue 23).
+"""Record vramscope live-capture fixtures of memory outside torch's caching allocator.
 
 Each scenario is a small loop run under vramscope.track() (driver capture and NVML on, as they are
 by default), one fresh process each, steps ended by vramscope.step(). It writes into <out>:
@@ -32,6 +32,7 @@ import time
 
 SCENARIOS = [
     "ext_cudamalloc_leak",
+    "ctypes_cudamalloc",
     "cupy_kept",
     "jax_beside_torch",
     "pinned_kept",
@@ -248,6 +249,32 @@ def scenario_ext_cudamalloc_leak(run: Run):
                "and keeps it; a small MLP trains beside it. Counter: the bytes the extension holds.", "leak",
                leak_expected("external", "leaky_ext.so", "ext_held", [("scenario_ext_cudamalloc_leak", "ext_hold")],
                              {"note": "held by leaky_ext.so's own allocations: no Python object maps to them"}))
+
+
+def scenario_ctypes_cudamalloc(run: Run):
+    import ctypes
+    import ctypes.util
+    import glob
+
+    import torch
+
+    wheels = os.path.join(os.path.dirname(torch.__file__), "..", "nvidia")
+    found = sorted(glob.glob(os.path.join(wheels, "*", "lib", "libcudart.so*")) + glob.glob(os.path.join(wheels, "cuda_runtime", "lib", "libcudart.so*")))
+    cudart = ctypes.CDLL(found[0] if found else ctypes.util.find_library("cudart"))
+    trainer = TinyTrainer(torch)
+    kept = []
+    run.start(ctypes_held=lambda: len(kept) * 2 * MiB)
+    for i in range(STEPS):
+        trainer.step()
+        pointer = ctypes.c_void_p()
+        if cudart.cudaMalloc(ctypes.byref(pointer), ctypes.c_size_t(2 * MiB)) != 0:  # MARK: ctypes_malloc
+            raise RuntimeError("cudaMalloc failed")
+        kept.append(pointer)
+        run.record_step(i)
+    run.finish("cudaMalloc called through ctypes, 2 MiB a step kept; a small MLP trains beside it. Counter: the bytes "
+               "taken.", "leak",
+               leak_expected("external", "CUDA runtime", "ctypes_held", [("scenario_ctypes_cudamalloc", "ctypes_malloc")],
+                             {"note": "held by CUDA runtime's own allocations: no Python object maps to them"}))
 
 
 def scenario_cupy_kept(run: Run):

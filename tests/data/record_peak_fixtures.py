@@ -26,7 +26,10 @@ import os
 import subprocess
 import sys
 
-SCENARIOS = ["peak_adamw", "peak_adamw_checkpointed", "within_step_ctx", "accum_clean"]
+SCENARIOS = ["peak_adamw", "peak_adamw_checkpointed", "within_step_ctx", "accum_clean", "offload_dedupe_bug",
+             "offload_dedupe_fixed"]
+# Offloading activations to the host means nothing where they already are: GPU only.
+GPU_ONLY = {"offload_dedupe_bug", "offload_dedupe_fixed"}
 MiB = 1 << 20
 HERE = os.path.dirname(os.path.abspath(__file__))
 CHECKOUT = os.path.dirname(os.path.dirname(HERE))
@@ -108,6 +111,49 @@ class KeepCtx:
         return Scale
 
 
+class OffloadActivations:
+    """Seed 003 (TRL PR 6241): activations saved for backward are copied to pinned host memory and
+    dropped on the GPU; a saved tensor whose storage is one already offloaded is kept as it is (a
+    view, deduplicated). The GPU tensor of an offload waits in a stash until the next pack reaps it.
+    The bug: the storage key stays in the map after the reap, so a new tensor the allocator puts at
+    the reused address is taken for a view and stays on the GPU until backward. The fix releases
+    the key when its tensor is reaped."""
+
+    def __init__(self, torch, fixed: bool):
+        self.torch, self.fixed = torch, fixed
+        self.storage_to_tensor_id: dict[tuple[int, int], int] = {}
+        self.stash: dict[int, tuple[tuple[int, int], object]] = {}
+        self.next_id = 0
+        self.kept_on_gpu = 0  # bytes taken for views and left on the GPU in the last forward
+
+    def pack(self, t):
+        torch = self.torch
+        for tensor_id in list(self.stash):
+            key, _ = self.stash.pop(tensor_id)
+            if self.fixed:
+                self.storage_to_tensor_id.pop(key, None)
+        if t.device.type != "cuda" or t.numel() < 4096:
+            return t
+        key = (t.untyped_storage().data_ptr(), t.storage_offset())
+        if key in self.storage_to_tensor_id:  # MARK: dedupe_hit
+            self.kept_on_gpu += t.untyped_storage().nbytes()
+            return ("gpu", t)
+        host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+        host.copy_(t)
+        self.next_id += 1
+        self.storage_to_tensor_id[key] = self.next_id
+        self.stash[self.next_id] = (key, t)
+        return ("host", host, t.device)
+
+    def unpack(self, packed):
+        if not isinstance(packed, tuple):
+            return packed
+        return packed[1] if packed[0] == "gpu" else packed[1].to(packed[2])
+
+    def hooks(self):
+        return self.torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack)
+
+
 def run(name: str, out_dir: str, cpu: bool) -> None:
     import torch
     import torch.utils.checkpoint
@@ -172,6 +218,29 @@ def run(name: str, out_dir: str, cpu: bool) -> None:
         truth["steps"] = steps
         truth["kept_per_microbatch"] = kept if keep_losses else 0
         truth["allocated_after_each_backward"] = after_backward
+    elif name in ("offload_dedupe_bug", "offload_dedupe_fixed"):
+        width, depth, batch, steps = 1024, 4, 4096, 12
+        with Capture(path, summary=False, explain=False, source=source):
+            model = build(torch, width, depth, False).to(device)
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+            offload = OffloadActivations(torch, fixed=name.endswith("fixed"))
+            peaks, kept = [], []
+            for step in range(steps):
+                torch.cuda.reset_peak_memory_stats()
+                x = torch.randn(batch, width, device=device)
+                offload.kept_on_gpu = 0
+                with offload.hooks():
+                    loss = model(x).square().mean()
+                kept.append(offload.kept_on_gpu)
+                loss.backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                offload.storage_to_tensor_id.clear()  # __enter__ of the next forward clears the map
+                del x, loss
+                sync()
+                peaks.append(torch.cuda.max_memory_allocated())
+        truth["max_memory_allocated"] = peaks
+        truth["kept_on_gpu_per_forward"] = kept
     else:
         raise SystemExit(f"unknown scenario {name!r}")
     with open(os.path.join(out_dir, f"{name}.truth.json"), "w") as f:
@@ -191,6 +260,8 @@ def main() -> None:
     if not a.all:
         ap.error("--all or --scenario NAME")
     for name in SCENARIOS:
+        if a.cpu and name in GPU_ONLY:
+            continue
         cmd = [sys.executable, SCRIPT, "--scenario", name, "--out", os.path.abspath(a.out)] + (["--cpu"] if a.cpu else [])
         subprocess.run(cmd, cwd=CHECKOUT, check=True)
 

@@ -663,3 +663,71 @@ def test_an_evaluation_that_gathers_every_prediction_names_transformers_buffer_a
     assert leak["stack"][leak["stack_shown_from"]]["function"] == "torch_pad_and_concatenate"
     assert leak["allocated_in"]["file"].endswith("transformers/trainer_pt_utils.py")
     assert any("evaluation_loop() local 'all_preds'" in line for lines in found["owners"] for line in lines), found["owners"]
+
+
+def test_a_search_keeps_nothing_a_running_frames_locals_held_once_they_let_go():
+    """Before Python 3.13 a frame's f_locals is a snapshot the frame keeps: a search that read it
+    kept every tensor the loop's locals held then, for as long as the loop ran (a cache's old keys,
+    seen on the GPU as 2.4 MiB more at the step the owner search ran). The search reads the frame's
+    own slots instead."""
+    import weakref
+
+    class Layer:
+        pass
+
+    layer = Layer()
+    layer.keys = torch.randn(1024, 256)
+    old_keys = layer.keys
+    gone = weakref.ref(old_keys)
+    assert any("local 'old_keys'" in p for p in _holds_from_a_callee(old_keys))
+    del old_keys
+    layer.keys = torch.randn(1024, 256)  # the cache replaced it; nothing the loop has holds the old one
+    assert gone() is None, [type(r).__name__ for r in gc.get_referrers(gone())]
+
+
+WITHIN_STEP = textwrap.dedent("""
+    import json, sys, torch
+    from vramscope.capture.session import Capture, Source
+
+    class Scale(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.kept = torch.empty(64 * 1024)  # what each microbatch's loss keeps until the step ends
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * 2
+
+    def main(path):
+        model = torch.nn.Linear(64, 64)
+        opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+        with Capture(path, source=Source.live_tensors, summary=False, live_warnings=False) as capture:
+            for step in range(2):
+                losses = []
+                for m in range(16):
+                    loss = Scale.apply(model(torch.randn(8, 64))).square().mean() / 16
+                    loss.backward()
+                    losses.append(loss)  # kept with its grad_fn, and its ctx
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                del losses
+        (leak,) = capture.findings["within_step"]
+        print(json.dumps(leak))
+    main(sys.argv[1])
+""")
+
+
+def test_a_leak_inside_a_step_is_held_by_what_each_unit_kept_found_at_its_highest_point(tmp_path):
+    """Seed 002's pattern: each microbatch's loss keeps its custom Function's ctx until the optimizer
+    step is done. Nothing is left at a step end to search; as the optimizer step begins, the
+    microbatches done and each one's part still held, the live search names the losses' list and
+    the ctx attribute."""
+    proc = subprocess.run([sys.executable, "-c", WITHIN_STEP, str(tmp_path / "within.vscope")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    leak = json.loads(proc.stdout.splitlines()[-1])
+    assert abs(leak["bytes_per_unit"] - 256 * 1024) <= 0.1 * 256 * 1024, leak["bytes_per_unit"]
+    paths = [o["path"] for o in leak.get("owners", [])]
+    assert paths and paths[0].startswith("main() local 'losses'[") and paths[0].endswith(".kept"), paths
+    assert leak["owners_found_at_step"] == 0

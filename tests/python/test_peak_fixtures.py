@@ -2,8 +2,8 @@
 (tests/data/record_peak_fixtures.py): the GPU recordings under tests/data/peak, checked without a
 GPU, and the same loops recorded here on the CPU with live tensors. At the peak: parameters and
 optimizer state within 2 % of their storages, activations within 10 % of what autograd saved;
-checkpointing lowers the peak in activations; seed 002's kept losses are a leak inside the step at
-their rate; a clean accumulation is not."""
+checkpointing lowers the peak in activations, and so does seed 003's offload dedupe fix; seed 002's
+kept losses are a leak inside the step at their rate; a clean accumulation is not."""
 
 import importlib.util
 import json
@@ -57,6 +57,8 @@ def check_training_peak(folder: Path) -> None:
             assert within(p["bytes"], max(t["max_memory_allocated"]), 0.001)
     p, t = plain.peak, plain.truth
     assert p["phase"] == "backward"
+    # Told by module from the stack: the activations were allocated in the model's Block.forward.
+    assert p["modules"][0]["module"] == "Block" and p["modules"][0]["category"] == "activations", p["modules"]
     assert within(category(p, "activations"), t["saved_for_backward"], 0.10), (category(p, "activations"), t["saved_for_backward"])
     # Checkpointing: the peak falls, and what fell is activations.
     saved = p["bytes"] - checkpointed.peak["bytes"]
@@ -79,6 +81,19 @@ def check_within_step(folder: Path) -> None:
     assert category(clean.peak, "leaks") == 0
 
 
+def check_offload_dedupe(folder: Path) -> None:
+    """Seed 003: the dedupe map that outlived its tensors kept activations on the GPU; the fix lowers
+    the peak, and what fell is activations."""
+    bug, fixed = Recorded(folder, "offload_dedupe_bug"), Recorded(folder, "offload_dedupe_fixed")
+    assert min(bug.truth["kept_on_gpu_per_forward"]) > 0 and max(fixed.truth["kept_on_gpu_per_forward"]) == 0
+    for run in (bug, fixed):
+        assert within(run.peak["bytes"], max(run.truth["max_memory_allocated"]), 0.001)
+        assert not run.findings["leaks"] and not run.findings["within_step"]
+    saved = bug.peak["bytes"] - fixed.peak["bytes"]
+    assert saved >= max(0.05 * bug.peak["bytes"], 64 * MiB)
+    assert category(bug.peak, "activations") - category(fixed.peak, "activations") >= saved
+
+
 def _recorder_line(marker: str) -> int:
     tag = "# MARK: " + marker
     (line,) = [i for i, text in enumerate(RECORDER.read_text().splitlines(), 1) if text.rstrip().endswith(tag)]
@@ -91,6 +106,10 @@ def test_the_gpu_recordings_peak_is_named_by_category():
 
 def test_the_gpu_recordings_leak_inside_the_step_is_found():
     check_within_step(DATA / "peak")
+
+
+def test_the_gpu_recordings_offload_dedupe_fix_lowers_the_peak_in_activations():
+    check_offload_dedupe(DATA / "peak")
 
 
 @pytest.fixture(scope="module")

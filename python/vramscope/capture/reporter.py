@@ -20,6 +20,7 @@ class LiveReporter:
         self.explain = explain
         self.explain_budget = explain_budget  # seconds one owner search may take
         self.live_owners: list[dict] = []  # ownership.leaks.explained(), one per site confirmed live
+        self.within_owners: list[dict] = []  # the same, of leaks inside a step, found at their highest point
         self.findings: dict | None = None
         self.owners: list[dict] = []
         self.leaked: bool | None = None
@@ -56,6 +57,25 @@ class LiveReporter:
             if self.live_warnings:
                 say(f"  held by {answer['owner_lines'][0]}" if owners else f"  {note}")
 
+    def explain_within_step(self, rising: list[dict], step: int, own_work: Callable[[], ContextManager]) -> None:
+        """As a step's optimizer step begins, its units done: who holds what each unit of a site rising
+        across them kept (a leak inside the step, analysis/within_step.h), at its highest point, once
+        per site; the analysis at the end names the leak, and these answers join it."""
+        if not self.explain:
+            return
+        from ..ownership.leaks import explained, owners_of_blocks, same_site
+
+        for live in rising:
+            if any(same_site(e, live) for e in self.within_owners):
+                continue
+            try:
+                with own_work():
+                    owners, note = owners_of_blocks(live, live["blocks"], budget=self.explain_budget,
+                                                    device_type=self.device_type)
+            except Exception as e:  # never the run's problem
+                owners, note = [], f"the owner search failed ({type(e).__name__}: {e})"
+            self.within_owners.append({**explained(live, owners, note, step), "unit": "microbatch"})
+
     def report(self, path: str, analyse: Callable[[], tuple[str, str]] | None, leaking: list[dict],
                print_it: bool, end_searches: float) -> None:
         """Finds who holds each leak while the run's objects still live (written beside the trace as
@@ -75,7 +95,7 @@ class LiveReporter:
             text = "".join(f"vramscope: {f['line']}\n" for f in leaking)
             # The monitor's line is a leak as the findings spell one (its memory and library too).
             leaks = [{**f, "live_blocks": [list(b) for b in reversed(f["blocks"])]} for f in leaking]
-        if leaks and self.explain:
+        if (leaks or self.within_owners) and self.explain:
             self._write_owners(path, leaks, end_searches)
         if print_it:
             from ..ownership.leaks import render_owners
@@ -85,7 +105,7 @@ class LiveReporter:
 
     def _write_owners(self, path: str, leaks: list[dict], end_searches: float) -> None:
         try:
-            self.owners = self._owners_now_or_then(leaks, end_searches)
+            self.owners = self._owners_now_or_then(leaks, end_searches) + self.within_owners
             if self.findings is not None:  # the one join of owners to findings (findings/json_reader.h)
                 self.findings = json.loads(_core.attach_owners(json.dumps(self.findings), json.dumps(self.owners)))
             with open(path + ".owners.json", "w") as f:

@@ -406,6 +406,13 @@ class Capture:
     def _on_optimizer_step_begins(self, optimizer) -> None:
         recorder = self._recorder
         if recorder is not None:
+            if self._reporter.explain:  # the highest point of a leak inside the step: its units are done
+                try:
+                    rising = recorder.rising_in_step()
+                except Exception as e:
+                    return self._step_aside(f"capture stopped ({type(e).__name__}: {e})")
+                if rising:
+                    self._reporter.explain_within_step(rising, recorder.steps, self._own_work)
             name = type(optimizer).__name__
             recorder.marker(_core.EventKind.annotation_start, f"Optimizer.step#{name}.step")
 

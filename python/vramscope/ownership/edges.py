@@ -11,6 +11,8 @@ from __future__ import annotations
 import functools
 import types
 
+from .. import _core
+
 try:
     import torch
 except ImportError:  # explain works on plain Python objects too
@@ -137,9 +139,23 @@ def _exception_edges(e):
     yield from _attribute_edges(e)
 
 
+def frame_locals(frame) -> dict | None:
+    """A frame's locals, read without leaving anything on the frame: before Python 3.13, f_locals is
+    a snapshot the frame keeps, holding what every local held when it was read for as long as the
+    frame runs (a training loop's main(): the rest of the run). None for a module's frame, whose
+    locals are its globals. A function's frame is read from its own slots; a class body's or an
+    exec's locals are a mapping of their own, read as it is."""
+    if frame.f_code.co_flags & _OPTIMIZED:
+        return _core.frame_locals(frame)
+    return None if frame.f_locals is frame.f_globals else dict(frame.f_locals)
+
+
+_OPTIMIZED = 0x0001  # CO_OPTIMIZED: a function's frame, its locals in slots
+
+
 def _frame_edges(frame):
     try:
-        local_values = dict(frame.f_locals)
+        local_values = frame_locals(frame) or {}
     except Exception:  # a frame being torn down
         local_values = {}
     for name, value in local_values.items():

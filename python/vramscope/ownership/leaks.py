@@ -75,16 +75,23 @@ def owners_of_leaks(findings: dict, *, max_leaks: int = 3, max_paths: int = 3, t
 
 def explained(leak: dict, owners: list[OwnerPath], note: str, step: int | None = None) -> dict:
     """One leak's answer, as findings and the owners sidecar keep it; `step`: found during the run."""
-    return {"site": leak["site"], "bytes_per_step": leak["bytes_per_step"], "device": leak["device"],
+    return {"site": leak["site"], "allocated_in": leak.get("allocated_in"), "bytes_per_step": leak["bytes_per_step"],
+            "device": leak["device"],
             "memory": memory_of(leak), "library": leak.get("library", ""),
             "owners": [o.to_json() for o in owners], "owner_lines": [str(o) for o in owners],
             "note": note, "found_at_step": step}
 
 
 def same_site(a: dict, b: dict) -> bool:
-    """One site's answers: torch's memory and a library's at one line are two leaks."""
-    return (a["site"]["file"], a["site"]["line"], a["site"]["function"], a["device"], memory_of(a)) == (
-        b["site"]["file"], b["site"]["line"], b["site"]["function"], b["device"], memory_of(b))
+    """One site's answers: torch's memory and a library's at one line are two leaks, and so are two
+    library functions allocating under one line of the user's (analysis/sites.h splits the site)."""
+    return _site_key(a) == _site_key(b)
+
+
+def _site_key(leak: dict) -> tuple:
+    via = leak.get("allocated_in") or {}
+    return (leak["site"]["file"], leak["site"]["line"], leak["site"]["function"], leak["device"], memory_of(leak),
+            via.get("file"), via.get("function"))
 
 
 def render_owners(explained_leaks: list[dict]) -> str:

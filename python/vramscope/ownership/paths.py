@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from .. import _core
 from .._core import format_bytes
-from .edges import EXTRA_TYPES as _EXTRA_TYPES, edges
+from .edges import EXTRA_TYPES as _EXTRA_TYPES, edges, frame_locals
 
 _LIBRARY_MARKERS = ("site-packages", "dist-packages", "/lib/python3", "<frozen")
 _PACKAGE_DIR = __file__.rsplit("/", 2)[0]  # vramscope's own frames are never owners
@@ -98,12 +98,10 @@ def _roots(skip_frames, user_only: bool):
         return
     for thread_id, frame in sys._current_frames().items():
         while frame is not None:
-            # Module-level frames' locals are the module's globals, named above already. Our own
-            # frames are tested first: reading a frame's f_locals makes a dict that holds it.
-            if (id(frame) not in skip_frames and not frame.f_code.co_filename.startswith(_PACKAGE_DIR)
-                    and frame.f_locals is not frame.f_globals):
+            # Module-level frames' locals are the module's globals, named above already (None).
+            if id(frame) not in skip_frames and not frame.f_code.co_filename.startswith(_PACKAGE_DIR):
                 try:
-                    local_items = list(frame.f_locals.items())
+                    local_items = list((frame_locals(frame) or {}).items())
                 except Exception:  # a frame finishing on another thread
                     local_items = []
                 for key, value in local_items:

@@ -32,7 +32,9 @@ std::string library_name(std::string_view path) {
     if (path == kUnknownLibrary) return "unknown library";
     const std::string_view base = base_of(path);
     // The CUDA libraries by their file, wherever they were installed (a wheel's nvidia/*/lib, the toolkit).
-    constexpr std::array<std::pair<std::string_view, std::string_view>, 8> kByFile = {{
+    constexpr std::array<std::pair<std::string_view, std::string_view>, 10> kByFile = {{
+        {"libcudart", "CUDA runtime"},  // called itself: through ctypes (capture/calling_library.h)
+        {"libcuda.", "CUDA driver"},
         {"libnccl", "NCCL"},
         {"libcublas", "cuBLAS"},  // libcublasLt too
         {"libcudnn", "cuDNN"},

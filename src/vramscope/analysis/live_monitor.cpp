@@ -1,6 +1,7 @@
 #include "analysis/live_monitor.h"
 
 #include <algorithm>
+#include <functional>
 #include <tuple>
 
 #include "importers/validate.h"
@@ -24,6 +25,7 @@ void LiveMonitor::alloc(uint8_t device, uint64_t addr, uint64_t size, uint32_t s
         blocks_[slot] = block;
     }
     const uint64_t k = site_key(device, memory, site);
+    if (memory == Memory::torch) note_unit(k, held_[k]);
     held_[k] += int64_t(size);
     young_[step_ % window_][k] += int64_t(size);
     Device& d = devices_[device];
@@ -43,6 +45,7 @@ void LiveMonitor::release(uint8_t device, uint64_t addr, Memory memory) {
     if (slot == AddressMap::kMissing) return;  // allocated before capture began
     const Block& b = blocks_[slot];
     const uint64_t k = site_key(b.device, b.memory, b.site);
+    if (b.memory == Memory::torch) note_unit(k, held_[k]);
     held_[k] -= int64_t(b.size);
     if (b.step + window_ > step_) young_[b.step % window_][k] -= int64_t(b.size);
     if (b.memory == Memory::torch) devices_[b.device].allocated -= int64_t(b.size);
@@ -100,6 +103,45 @@ std::vector<std::pair<uint64_t, uint64_t>> LiveMonitor::newest_blocks(const Live
     return out;
 }
 
+void LiveMonitor::note_unit(uint64_t k, int64_t live) {
+    UnitSeries& u = units_[k];
+    if (u.step != uint32_t(step_)) {
+        u.step = uint32_t(step_);
+        u.at_start = live;
+        u.held.clear();
+        if (unit_ > 0) u.held.emplace_back(0, live);
+        u.touched = unit_;
+        touched_in_step_.push_back(k);
+    } else if (u.touched != unit_) {
+        u.held.emplace_back(u.touched, live);
+        u.touched = unit_;
+    }
+}
+
+std::vector<LiveLeak> LiveMonitor::rising_in_step() const {
+    std::vector<LiveLeak> out;
+    for (uint64_t k : touched_in_step_) {
+        const auto held = held_.find(k);
+        const auto rose = judge_units(units_.at(k), held == held_.end() ? 0 : held->second, unit_, uint32_t(step_), 0);
+        if (!rose) continue;
+        LiveLeak leak{uint8_t(k >> 56), uint32_t(k), Memory::torch, Shape::rising, LeakEvidence::survivors,
+                      rose->bytes_per_unit, step_, std::nullopt, {}};
+        std::vector<std::pair<uint64_t, size_t>> mine;  // (serial, slot): this step's, newest first
+        std::vector<bool> free(blocks_.size());
+        for (uint32_t slot : free_slots_) free[slot] = true;
+        for (size_t slot = 0; slot < blocks_.size(); ++slot) {
+            const Block& b = blocks_[slot];
+            if (!free[slot] && b.site == leak.site && b.device == leak.device && b.memory == Memory::torch && b.step == step_)
+                mine.emplace_back(b.serial, slot);
+        }
+        const size_t n = std::min(mine.size(), kBlocksKept);
+        std::partial_sort(mine.begin(), mine.begin() + ptrdiff_t(n), mine.end(), std::greater<>());
+        for (size_t i = 0; i < n; ++i) leak.newest_blocks.emplace_back(blocks_[mine[i].second].addr, blocks_[mine[i].second].size);
+        out.push_back(std::move(leak));
+    }
+    return out;
+}
+
 std::vector<LiveLeak> LiveMonitor::leaking() const {
     std::vector<LiveLeak> out;
     for (const auto& [k, s] : series_)
@@ -112,6 +154,8 @@ std::vector<LiveLeak> LiveMonitor::leaking() const {
 
 std::vector<LiveLeak> LiveMonitor::end_step() {
     ++step_;
+    touched_in_step_.clear();
+    unit_ = 0;
     std::vector<LiveLeak> found;
     if (step_ > warmup_) {
         for (const auto& [k, all] : held_) {

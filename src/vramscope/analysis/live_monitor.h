@@ -20,6 +20,7 @@
 #include "common/address_map.h"
 #include "analysis/judge.h"
 #include "analysis/settings.h"
+#include "analysis/within_step.h"
 #include "findings/vocabulary.h"
 
 namespace vramscope {
@@ -56,6 +57,13 @@ public:
     std::vector<LiveLeak> end_step();
     // The sites whose last word is "leak", with their newest blocks as they are now.
     std::vector<LiveLeak> leaking() const;
+    // A unit inside the step ended (a microbatch: the backward's end).
+    void end_unit() { ++unit_; }
+    // The sites whose bytes rose across the units of the step in hand as a leak does, by the rule
+    // the offline analysis judges a step's units with (within_step.h), each with its newest blocks
+    // of this step: asked where the step's last unit has ended and its optimizer step begins, the
+    // highest point of a leak inside the step, while what keeps it is live. bytes_per_step is per unit.
+    std::vector<LiveLeak> rising_in_step() const;
     uint64_t steps() const { return step_; }
     // The earliest step at which a device runs out, at the recent rates of the leaks held now and
     // from the peak of the last step with the libraries' own memory (never pinned host memory);
@@ -90,6 +98,8 @@ private:
     // A site's key: torch's and a library's memory at one line are two series.
     static uint64_t site_key(uint8_t device, Memory memory, uint32_t site) { return key(device, site) ^ uint64_t(memory) << 48; }
     SiteJudgement judge_recent(const Series& s) const;
+    // Before a site's bytes change: its unit series of the step in hand, as the replay writes them.
+    void note_unit(uint64_t site_key, int64_t live);
     // The blocks explain maps to tensors: a leak of survivors', its newest a step old or more; a
     // buffer replaced by a bigger one, its largest (what grows), never the step's other blocks
     // under the same line (a batch in hand, a forward's outputs).
@@ -106,6 +116,9 @@ private:
     const size_t warmup_, min_steps_;
     std::unordered_map<uint64_t, Series> series_;  // by site_key(), once a step end saw bytes
     std::array<Device, 256> devices_{};
+    std::unordered_map<uint64_t, UnitSeries> units_;  // torch's sites, by site_key(): the step in hand's unit ends
+    std::vector<uint64_t> touched_in_step_;           // sites with a unit series of the step in hand
+    uint32_t unit_ = 0;                               // units ended in the step in hand
     uint64_t step_ = 0;
     uint64_t serial_ = 0;
 };

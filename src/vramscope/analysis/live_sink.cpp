@@ -73,6 +73,8 @@ void LiveSink::events(std::span<const Event> events) {
             }
         } else if (is_release(e.kind) || is_external_event(e.kind)) {  // external: its allocs are taken above
             monitor_.release(e.device, e.addr, memory_of(e.kind));
+        } else if (e.kind == EventKind::microbatch) {
+            monitor_.end_unit();
         } else if (e.kind == EventKind::step && seen_memory_) {  // the steps the analysis numbers
             for (LiveFinding& f : described(monitor_.end_step())) said_.push_back(std::move(f));
         }
@@ -87,6 +89,11 @@ std::vector<LiveFinding> LiveSink::take_said() {
 std::vector<LiveFinding> LiveSink::leaking() const {
     std::lock_guard lock(mutex_);
     return described(monitor_.leaking());
+}
+
+std::vector<LiveFinding> LiveSink::rising_in_step() const {
+    std::lock_guard lock(mutex_);
+    return described(monitor_.rising_in_step());
 }
 
 std::optional<uint64_t> LiveSink::projected_oom_step() const {

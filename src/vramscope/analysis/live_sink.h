@@ -26,6 +26,8 @@ public:
     std::vector<LiveFinding> take_said();
     // The sites it holds as leaking now, with their newest blocks.
     std::vector<LiveFinding> leaking() const;
+    // The sites rising across the step's units now (LiveMonitor::rising_in_step), per unit.
+    std::vector<LiveFinding> rising_in_step() const;
     std::optional<uint64_t> projected_oom_step() const;
 
 private:

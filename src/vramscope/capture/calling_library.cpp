@@ -32,7 +32,14 @@ struct Search {
     CallingLibrary found;
     bool done = false;
     int frames = 0;
+    std::string called;  // the outermost CUDA library the call came through (the runtime, the driver)
 };
+
+// ctypes' own and libffi's trampoline: a call from Python through ctypes. The caller is the Python
+// line (its stack says which); the library is the one it called, the CUDA runtime or the driver.
+bool is_ctypes_trampoline(std::string_view path) {
+    return starts_with_any(file_name(path), {"libffi.so", "_ctypes."});
+}
 constexpr int kMaxFrames = 64;  // a driver call sits a handful of frames below its caller
 
 _Unwind_Reason_Code visit(_Unwind_Context* context, void* arg) {
@@ -46,7 +53,16 @@ _Unwind_Reason_Code visit(_Unwind_Context* context, void* arg) {
         s.done = true;  // code no loader knows (generated at run time): no library to name
         return _URC_END_OF_STACK;
     }
-    if (info.dli_fbase == own_module() || carries_driver_calls(info.dli_fname)) return _URC_NO_REASON;
+    if (info.dli_fbase == own_module()) return _URC_NO_REASON;
+    if (carries_driver_calls(info.dli_fname)) {
+        if (!file_name(info.dli_fname).starts_with("libcupti.so")) s.called = info.dli_fname;
+        return _URC_NO_REASON;
+    }
+    if (is_ctypes_trampoline(info.dli_fname) && !s.called.empty()) {
+        s.found.path = s.called;
+        s.done = true;
+        return _URC_END_OF_STACK;
+    }
     s.found.path = info.dli_fname;
     s.found.torch = is_torch_library(info.dli_fname);
     s.done = true;

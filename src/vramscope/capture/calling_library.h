@@ -1,8 +1,10 @@
 // Who called the CUDA driver: the shared object on the calling thread's native stack that asked for
 // the memory (libnccl.so.2, CuPy's runtime module, an extension's .so), found by unwinding from
 // inside the driver call and skipping what merely carries the call: vramscope's own module, CUPTI,
-// the driver and the CUDA runtime. The path is what the trace records; naming its holder ("NCCL")
-// is the analysis' (analysis/libraries.h).
+// the driver and the CUDA runtime. A call from Python through ctypes (libffi's trampoline, _ctypes)
+// has no library of its own: the CUDA library it called (the runtime, the driver) is named, and the
+// Python line that called it is the site. The path is what the trace records; naming its holder
+// ("NCCL") is the analysis' (analysis/libraries.h).
 #pragma once
 #include <string>
 #include <string_view>

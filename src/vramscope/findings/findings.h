@@ -206,7 +206,9 @@ struct WithinStepLeak {
     // Units per step at which the device runs out, at this rate from that step's peak.
     std::optional<uint64_t> oom_units;
     std::vector<std::pair<uint64_t, uint64_t>> live_blocks;  // (address, size), where the trace ended inside its climb
+    // Found live, as its step's optimizer step began (its highest point: each unit's part still held).
     std::vector<Owner> owners;
+    std::optional<uint64_t> owners_found_at_step;
 };
 
 struct NotLeak {

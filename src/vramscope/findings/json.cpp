@@ -203,8 +203,10 @@ void peaks_array(Json& j, const std::vector<DevicePeak>& peaks) {
     j.close(']');
 }
 
+void owners_array(Json& j, const std::vector<Owner>& owners, const std::optional<uint64_t>& found_at_step, bool report);
+
 // Leaks inside a step (analysis/within_step.h), largest rate first.
-void within_step_array(Json& j, const std::vector<WithinStepLeak>& leaks) {
+void within_step_array(Json& j, const std::vector<WithinStepLeak>& leaks, bool report) {
     j.key("within_step");
     j.open('[');
     for (const WithinStepLeak& l : leaks) {
@@ -222,6 +224,7 @@ void within_step_array(Json& j, const std::vector<WithinStepLeak>& leaks) {
         j.field("steps_seen", l.steps_seen);
         j.field("bytes_added", l.bytes_added);
         optional_number(j, "oom_units", l.oom_units);
+        owners_array(j, l.owners, l.owners_found_at_step, report);
         j.close('}');
     }
     j.close(']');
@@ -229,11 +232,11 @@ void within_step_array(Json& j, const std::vector<WithinStepLeak>& leaks) {
 
 // Who held a leak: written only when its process found someone, so findings without owners (every
 // trace analysed on its own) stay as they were. The report adds each owner's line, as people read it.
-void owners_array(Json& j, const SiteFinding& l, bool report) {
-    if (l.owners.empty()) return;
+void owners_array(Json& j, const std::vector<Owner>& owners, const std::optional<uint64_t>& found_at_step, bool report) {
+    if (owners.empty()) return;
     j.key("owners");
     j.open('[');
-    for (const Owner& o : l.owners) {
+    for (const Owner& o : owners) {
         j.open('{');
         j.field("path", o.path);
         j.field("root", o.root);
@@ -247,7 +250,7 @@ void owners_array(Json& j, const SiteFinding& l, bool report) {
         j.close('}');
     }
     j.close(']');
-    if (l.owners_found_at_step) j.field("owners_found_at_step", *l.owners_found_at_step);
+    if (found_at_step) j.field("owners_found_at_step", *found_at_step);
 }
 
 // Every step of every device, the unfinished tail marked: the findings file's, not the report's.
@@ -313,7 +316,7 @@ void leaks_array(Json& j, const std::vector<SiteFinding>& leaks, const std::map<
         } else if (!sampled) {
             pairs(j, "live_blocks", l.live_blocks);
         }
-        owners_array(j, l, sampled != nullptr);
+        owners_array(j, l.owners, l.owners_found_at_step, sampled != nullptr);
         j.close('}');
     }
     j.close(']');
@@ -376,7 +379,7 @@ void findings_object(Json& j, const Findings& f, bool report = false) {
     }
     j.close(']');
     leaks_array(j, f.leaks, report ? &sampled : nullptr);
-    within_step_array(j, f.within_step);
+    within_step_array(j, f.within_step, report);
     peaks_array(j, f.peaks);
     j.key("not_leaks");
     j.open('[');

@@ -301,6 +301,7 @@ public:
 
     void run(const JsonValue& o, Findings& f) const;
     void leak(const JsonValue& o, SiteFinding& l) const;
+    void owners(const JsonValue& o, std::vector<Owner>& out, std::optional<uint64_t>& found_at_step) const;
     void peak(const JsonValue& o, DevicePeak& p) const;
     void within_step(const JsonValue& o, WithinStepLeak& l) const;
     void devices(const JsonValue& o, Findings& f) const;
@@ -333,15 +334,19 @@ void FindingsReader::leak(const JsonValue& o, SiteFinding& l) const {
     whole(o, "peak_bytes", l.peak_bytes);
     whole(o, "surviving_allocations", l.surviving_allocations);
     pairs(o, "live_blocks", l.live_blocks);
+    owners(o, l.owners, l.owners_found_at_step);
+}
+
+void FindingsReader::owners(const JsonValue& o, std::vector<Owner>& out, std::optional<uint64_t>& found_at_step) const {
     objects(o, "owners", [&](const JsonValue& w) {
-        Owner& owner = l.owners.emplace_back();
+        Owner& owner = out.emplace_back();
         text(w, "path", owner.path);
         text(w, "root", owner.root);
         texts(w, "edges", owner.edges);
         text(w, "target", owner.target);
         text(w, "kind", owner.kind);
     });
-    optional_whole(o, "owners_found_at_step", l.owners_found_at_step);
+    optional_whole(o, "owners_found_at_step", found_at_step);
 }
 
 // Devices first, then the timeline's points into them: each device's steps in order.
@@ -440,6 +445,7 @@ void FindingsReader::within_step(const JsonValue& o, WithinStepLeak& l) const {
     whole(o, "steps_seen", l.steps_seen);
     whole(o, "bytes_added", l.bytes_added);
     optional_whole(o, "oom_units", l.oom_units);
+    owners(o, l.owners, l.owners_found_at_step);
 }
 
 void FindingsReader::ledger(const JsonValue& o, DeviceLedger& l) const {
@@ -551,6 +557,14 @@ void attach_owners(Findings& f, std::string_view owners_json, const std::string&
         read.leak(answer, found);
         std::optional<uint64_t> at_step;
         read.optional_whole(answer, "found_at_step", at_step);
+        if (answer.get("unit")) {  // a leak inside a step's, found at its highest point
+            for (WithinStepLeak& l : f.within_step)
+                if (l.device == found.device && same_site(l.site, found.site) && l.owners.empty()) {
+                    l.owners = found.owners;
+                    l.owners_found_at_step = at_step;
+                }
+            continue;
+        }
         // An answer that names no memory is for any leak at its site (owners files before memory had one).
         const bool any_memory = !answer.get("memory");
         // And one with no `allocated_in` for any library function under it (before sites split by one).
