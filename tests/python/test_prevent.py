@@ -202,9 +202,18 @@ def test_a_peak_over_its_limit_fails_a_bad_size_is_a_clear_error_and_too_few_ste
         @pytest.mark.limit_gpu_leaks("1 MiB", steps=3)
         def test_too_short():
             torch.ones(8, device=DEVICE) * 2
+
+        class Big(torch.nn.Module):
+            def forward(self, x):
+                return torch.empty(1024, 1024, device=DEVICE) + x
+
+        @pytest.mark.limit_gpu_memory("1 MiB")
+        def test_peak_in_a_module():
+            out = Big()(torch.ones(1, device=DEVICE))
     """))
     result = pytester.runpytest_subprocess("--vramscope", "-p", "no:cacheprovider")
-    result.assert_outcomes(failed=3, passed=1)
+    result.assert_outcomes(failed=4, passed=1)
+    result.stdout.fnmatch_lines(["*PeakError: peak allocated 8.0 MiB*", "*, in Big: *", "*by module: Big 8.0 MiB*"])
     result.stdout.fnmatch_lines(["*PeakError: peak allocated 4.0 MiB is over the limit of 1.0 MiB (judged from*",
                                  "*at step 0, setup: temporaries 4.0 MiB*",
                                  "*4.0 MiB temporaries at test_limits.py:8 test_peak*"])

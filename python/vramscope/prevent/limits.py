@@ -82,15 +82,19 @@ def failures(judged: Judged, *, leak_limit: int | None = None, memory_limit: int
 
 
 def peak_report(findings: dict) -> str:
-    """What the peak held (docs/findings.md, the peak): where it fell, its largest categories, its
-    largest sites; empty for findings without one."""
+    """What the peak held (docs/findings.md, the peak): where it fell, its largest categories, modules
+    and sites; empty for findings without one."""
     peaks = findings.get("peak") or []
     if not peaks:
         return ""
     peak = max(peaks, key=lambda p: p["bytes"])
-    when = f"step {peak['step']}, {peak['phase']}"
+    when = f"step {peak['step']}, {peak['phase']}" + (f", in {peak['module']}" if peak.get("module") else "")
     parts = sorted((c for c in peak["categories"] if c["bytes"]), key=lambda c: -c["bytes"])
     lines = [f"\n  at {when}: " + ", ".join(f"{c['category']} {_core.format_bytes(c['bytes'])}" for c in parts[:4])]
+    modules = [m for m in peak.get("modules", []) if m["module"]][:3]
+    if modules:
+        lines.append("  by module: " + ", ".join(f"{m['module']} {_core.format_bytes(m['bytes'])} ({m['category']})"
+                                                 for m in modules))
     for site in peak["sites"][:3]:
         at = site["site"]
         lines.append(f"  {_core.format_bytes(site['bytes'])} {site['category']} at "

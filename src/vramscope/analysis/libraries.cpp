@@ -3,10 +3,13 @@
 #include <array>
 #include <utility>
 
+#include "findings/findings.h"
+
 namespace vramscope {
 namespace {
 
 std::string_view base_of(std::string_view path) {
+    path = name_tail(path);
     const size_t slash = path.rfind('/');
     return slash == std::string_view::npos ? path : path.substr(slash + 1);
 }

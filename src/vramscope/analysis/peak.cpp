@@ -59,7 +59,7 @@ DevicePeak describe_peak(uint16_t device, const PeakMoment& moment, std::span<co
         s.by_category[size_t(c)] += m.size;
         s.by_stack[m.stack] += m.size;
         auto [at, fresh] = module_of_stack.try_emplace(m.stack, nullptr);
-        if (fresh) at->second = &by_module[module_of(stack_lines(table, m.stack))];
+        if (fresh) at->second = &by_module[module_of(table, m.stack)];
         at->second->bytes += m.size;
         at->second->by_category[size_t(c)] += m.size;
     };
@@ -96,7 +96,7 @@ DevicePeak describe_peak(uint16_t device, const PeakMoment& moment, std::span<co
         p.modules.push_back(PeakModule{*top_modules[k].second, m.bytes,
                                        PeakCategory(std::max_element(m.by_category.begin(), m.by_category.end()) - m.by_category.begin())});
     }
-    p.module = moment.stack ? module_of(stack_lines(table, moment.stack)) : std::string();
+    p.module = moment.stack ? module_of(table, moment.stack) : std::string();
     return p;
 }
 

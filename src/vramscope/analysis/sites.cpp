@@ -10,6 +10,7 @@
 namespace vramscope {
 
 bool is_generated_frame(std::string_view file) {
+    file = name_tail(file);
     constexpr std::array<std::string_view, 5> kGenerated = {"/torchinductor_", "/torch_compile_debug/",
                                                             "<eval_with_key>", "<fx_", "/triton/"};
     for (auto marker : kGenerated)
@@ -24,7 +25,7 @@ bool is_internal_frame(std::string_view file) {
     constexpr std::array<std::string_view, 6> kLibraryDirs = {"/torch/", "/site-packages/", "/dist-packages/",
                                                               "/lib/python3", "/triton/", "/functorch/"};
     for (auto dir : kLibraryDirs)
-        if (file.find(dir) != std::string_view::npos) return true;
+        if (name_tail(file).find(dir) != std::string_view::npos) return true;
     return false;
 }
 
@@ -36,7 +37,7 @@ FrameRank rank_frame(std::string_view file, std::string_view function) {
         "unwind", "CapturedTraceback", "gather_with_cpp", "CachingAllocator", "c10::cuda::", "c10::Allocator",
         "at::detail::empty", "empty_strided", "wrap_kernel_functor", "at::_ops::", "c10::Dispatcher", "c10::impl::"};
     for (auto marker : kPassThrough)
-        if (function.find(marker) != std::string_view::npos) return FrameRank::machinery;
+        if (name_tail(function).find(marker) != std::string_view::npos) return FrameRank::machinery;
     return FrameRank::cpp;
 }
 
@@ -80,7 +81,8 @@ size_t machinery_frames(const std::vector<SourceLine>& stack) {
     size_t first = 0;
     while (first < stack.size() && is_cpp_file(stack[first].file)) ++first;
     for (size_t i = first; i < stack.size() && i < first + 4; ++i) {
-        if (stack[i].function != "__torch_dispatch__") continue;
+        const std::string& f = stack[i].function;  // `StorageEvents.__torch_dispatch__` as a capture names it
+        if (!(f == "__torch_dispatch__" || f.ends_with(".__torch_dispatch__"))) continue;
         const auto wrapper = [](const std::string& file) {
             return file.ends_with("/torch/_dynamo/eval_frame.py") || file.ends_with("/torch/_compile.py");
         };
@@ -91,13 +93,15 @@ size_t machinery_frames(const std::vector<SourceLine>& stack) {
 }
 
 bool passes_through(std::string_view file) {
-    if (is_cpp_file(file) || is_shared_object(file) || file.find("-packages/torch/") != std::string_view::npos) return true;
+    if (is_cpp_file(file) || is_shared_object(file)) return true;
+    file = name_tail(file);
+    if (file.find("-packages/torch/") != std::string_view::npos) return true;
     const bool installed = file.find("-packages/") != std::string_view::npos;
     return !installed && (file.find("/lib/python3") != std::string_view::npos || file.starts_with("<frozen "));
 }
 
 namespace {
-bool installed_package(std::string_view file) { return file.find("-packages/") != std::string_view::npos; }
+bool installed_package(std::string_view file) { return name_tail(file).find("-packages/") != std::string_view::npos; }
 }  // namespace
 
 std::optional<SourceLine> library_frame(const std::vector<SourceLine>& stack, size_t shown_from, const SourceLine& site) {
@@ -117,12 +121,17 @@ SiteKey SiteResolver::key(uint32_t stack) {
     uint32_t& via = via_of_[stack];
     if (via == kUnresolved) {
         via = 0;
+        if (kind_of_frame_.size() <= table_.frame_count()) kind_of_frame_.resize(table_.frame_count() + 1, kUnknownKind);
         for (uint32_t id = stack; id != 0; id = table_.node(id).parent) {
             const uint32_t frame = table_.node(id).frame;
             const Frame& f = table_.frame(frame);
-            const std::string_view file = table_.string(f.file);
-            if (passes_through(file)) continue;
-            if (frame != k.site && installed_package(file))
+            int8_t& kind = kind_of_frame_[frame];  // a file's text is read once per frame: it may be long
+            if (kind == kUnknownKind) {
+                const std::string_view file = table_.string(f.file);
+                kind = passes_through(file) ? kPassesThrough : installed_package(file) ? kInstalled : kOther;
+            }
+            if (kind == kPassesThrough) continue;
+            if (frame != k.site && kind == kInstalled)
                 via = function_frame_.try_emplace(uint64_t(f.file) << 32 | f.function, frame).first->second;
             break;
         }
@@ -131,22 +140,39 @@ SiteKey SiteResolver::key(uint32_t stack) {
     return k;
 }
 
-std::string module_of(const std::vector<SourceLine>& stack) {
+namespace {
+// One frame of module_of's walk: true when it decides (a module outside torch).
+bool module_frame(std::string_view file, std::string_view function, std::string& module, std::string& torch_module) {
     constexpr std::string_view kForward = ".forward";
-    std::string torch_module;
-    for (const SourceLine& f : stack) {
-        const bool torch_own = f.file.find("/torch/") != std::string::npos;
-        if (torch_own && f.file.find("/torch/nn/") == std::string::npos) continue;  // autograd Functions, compiled wrappers
-        std::string module;
-        if (f.function.ends_with(kForward)) {
-            const std::string_view cls = std::string_view(f.function).substr(0, f.function.size() - kForward.size());
-            module = std::string(cls.substr(cls.rfind('.') + 1));  // `main.<locals>.Net` is Net
-        } else if (f.function == "forward") {
-            module = "forward in " + base_name(f.file);
-        }
-        if (module.empty()) continue;
-        if (!torch_own) return module;
-        if (torch_module.empty()) torch_module = std::move(module);
+    file = name_tail(file);
+    const bool torch_own = file.find("-packages/torch/") != std::string_view::npos;
+    if (torch_own && file.find("-packages/torch/nn/") == std::string_view::npos) return false;  // autograd Functions, compiled wrappers
+    std::string found;
+    if (function.ends_with(kForward)) {
+        const std::string_view cls = function.substr(0, function.size() - kForward.size());
+        found = std::string(cls.substr(cls.rfind('.') + 1));  // `main.<locals>.Net` is Net
+    } else if (function == "forward") {
+        found = "forward in " + std::string(file.substr(file.rfind('/') + 1));
+    }
+    if (found.empty()) return false;
+    if (!torch_own) return module = std::move(found), true;
+    if (torch_module.empty()) torch_module = std::move(found);
+    return false;
+}
+}  // namespace
+
+std::string module_of(const std::vector<SourceLine>& stack) {
+    std::string module, torch_module;
+    for (const SourceLine& f : stack)
+        if (module_frame(f.file, f.function, module, torch_module)) return module;
+    return torch_module;
+}
+
+std::string module_of(const StackTable& table, uint32_t stack) {
+    std::string module, torch_module;
+    for (uint32_t id = stack; id != 0; id = table.node(id).parent) {
+        const Frame& f = table.frame(table.node(id).frame);
+        if (module_frame(table.string(f.file), table.string(f.function), module, torch_module)) return module;
     }
     return torch_module;
 }

@@ -55,6 +55,7 @@ std::optional<SourceLine> library_frame(const std::vector<SourceLine>& stack, si
 // named without their class (torch snapshots) give "forward in modeling_llama.py". Empty: none (the
 // autograd engine's, an optimizer's, code outside any forward).
 std::string module_of(const std::vector<SourceLine>& stack);
+std::string module_of(const StackTable& table, uint32_t stack);
 
 // A site splits by the library function that allocates under it. One line of the user's code that
 // calls a library (`trainer.evaluate()`, `model(...)` of an installed model) stands for everything
@@ -84,6 +85,8 @@ private:
     std::vector<uint32_t> site_of_;
     std::vector<uint32_t> via_of_;       // by stack id, once key() asked
     std::vector<int8_t> rank_of_frame_;  // by frame id: -1 unknown, else a FrameRank
+    static constexpr int8_t kUnknownKind = -1, kPassesThrough = 0, kInstalled = 1, kOther = 2;
+    std::vector<int8_t> kind_of_frame_;  // by frame id, for key()
     std::unordered_map<uint64_t, uint32_t> function_frame_;  // file << 32 | function string ids -> first frame
 };
 

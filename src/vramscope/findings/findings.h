@@ -23,6 +23,13 @@ struct SourceLine {
     std::string function;
 };
 
+// What the rules on frame names read of a name: a path longer than any file system allows
+// (PATH_MAX) names no real file, and a hostile trace's megabyte names then cost what a path costs.
+inline std::string_view name_tail(std::string_view name) {
+    constexpr size_t kLongest = 4096;
+    return name.size() > kLongest ? name.substr(name.size() - kLongest) : name;
+}
+
 // A frame of C++ (torch's stacks="all" records them), or one with no file at all.
 inline bool is_cpp_file(std::string_view file) {
     if (file.empty() || file == "??") return true;

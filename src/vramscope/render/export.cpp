@@ -4,7 +4,6 @@
 #include <array>
 #include <map>
 #include <optional>
-#include <set>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -196,10 +195,10 @@ uint64_t block_key(const Event& e) { return (e.addr >> 9) ^ (uint64_t(e.device) 
 
 std::vector<uint8_t> allocation_categories(const Trace& t, const Findings& f, const Steps& steps) {
     std::vector<uint8_t> out(t.events.size(), kNoCategory);
-    std::set<std::tuple<std::string, uint32_t, std::string>> leaking;
+    std::vector<const SourceLine*> leaking;
     for (const SiteFinding& l : f.leaks)
-        if (l.memory == Memory::torch && confirmed(l.confidence)) leaking.emplace(l.site.file, l.site.line, l.site.function);
-    for (const WithinStepLeak& l : f.within_step) leaking.emplace(l.site.file, l.site.line, l.site.function);
+        if (l.memory == Memory::torch && confirmed(l.confidence)) leaking.push_back(&l.site);
+    for (const WithinStepLeak& l : f.within_step) leaking.push_back(&l.site);
     bool backward_known = false;
     for (const DevicePeak& p : f.peaks) backward_known |= p.backward_marked || p.backward_inferred;
     struct Open {
@@ -209,7 +208,7 @@ std::vector<uint8_t> allocation_categories(const Trace& t, const Findings& f, co
         PeakMember m;
     };
     std::unordered_map<uint64_t, Open> live;
-    std::unordered_map<uint32_t, std::pair<bool, bool>> site_of_stack;  // (no Python frame, leaks)
+    std::unordered_map<uint32_t, std::pair<bool, bool>> of_site;  // by site frame: (no Python frame, leaks)
     PhaseClock phases(t.stacks);
     SiteResolver sites(t.stacks);
     uint32_t step = 0;
@@ -219,11 +218,16 @@ std::vector<uint8_t> allocation_categories(const Trace& t, const Findings& f, co
         const Event& e = t.events[i];
         phases.see(e);
         if (e.kind == EventKind::alloc) {
-            auto [at, fresh] = site_of_stack.try_emplace(e.stack);
-            if (fresh) {
-                const uint32_t frame = sites.site(e.stack);
-                const SourceLine line = source_line(t.stacks, frame);
-                at->second = {!frame || is_cpp_file(line.file), leaking.contains({line.file, line.line, line.function})};
+            const uint32_t frame = sites.site(e.stack);
+            auto [at, fresh] = of_site.try_emplace(frame);
+            if (fresh && frame) {  // the strings read in place: a trace's may be long
+                const Frame& fr = t.stacks.frame(frame);
+                const std::string_view file = t.stacks.string(fr.file), function = t.stacks.string(fr.function);
+                at->second.first = is_cpp_file(file);
+                for (const SourceLine* l : leaking)
+                    at->second.second |= l->line == fr.line && l->file == file && l->function == function;
+            } else if (fresh) {
+                at->second = {true, false};
             }
             phases.allocated(at->second.first);
             Open o{i, phases.count(), at->second.second, {}};
