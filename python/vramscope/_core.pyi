@@ -239,9 +239,6 @@ def terminal_safe(text: str, keep_newlines: bool = False) -> str:
 def format_bytes(bytes: float) -> str:
     """Bytes as vramscope spells them: '36.0 MiB'."""
 
-def parse_bytes(arg: str, /) -> int:
-    """A size such as 80GiB or 81559MiB in bytes."""
-
 class JudgeSettings:
     """
     Window, warm-up and minimum steps: one struct for the live monitor, the analysis of a trace and a capture's analysis at its end (analysis/settings.h).

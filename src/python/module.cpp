@@ -228,14 +228,6 @@ void bind_commands(nb::module_& m) {
           nb::arg("text"), nb::arg("keep_newlines") = false,
           "Text from a file or the user, safe to print: control characters shown as escapes.");
     m.def("format_bytes", &format_bytes, nb::arg("bytes"), "Bytes as vramscope spells them: '36.0 MiB'.");
-    m.def(
-        "parse_bytes",
-        [](const std::string& text) {
-            uint64_t bytes = 0;
-            if (!parse_bytes(text, bytes)) throw nb::value_error(("not a size: '" + text + "' (e.g. 80GiB)").c_str());
-            return bytes;
-        },
-        "A size such as 80GiB or 81559MiB in bytes.");
 }
 
 // The judge's settings and the analysis of one trace (analysis/).

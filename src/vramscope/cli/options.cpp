@@ -70,16 +70,17 @@ uint64_t size_with_unit(const std::string& text, const std::string& option, uint
     char* end = nullptr;
     const double number = std::strtod(text.c_str(), &end);
     if (end == text.c_str() || !(number >= 0)) throw UsageError(takes);
-    std::string unit(end);
-    std::erase_if(unit, [](char c) { return std::isspace(uint8_t(c)); });
+    std::string unit(end);  // as written, without the spaces around it: "MB a step" stays itself
+    const size_t unit_from = unit.find_first_not_of(" \t"), unit_to = unit.find_last_not_of(" \t");
+    unit = unit_from == std::string::npos ? "" : unit.substr(unit_from, unit_to - unit_from + 1);
     uint64_t bytes = 0;
     if (unit.empty()) {
         // A bare number: the two largest units that make it a size in range, and no larger than a
-        // device (no "4096GiB" for a chunk, no "80TiB" for a GPU, no "0GiB" at all).
+        // device (no "4096GiB" for a chunk, no "80TiB" for a GPU, no "0GiB" at all: 0 is "0B").
         std::string hint;
         for (const char* u : {"TiB", "GiB", "MiB", "KiB", "B"})
             if (parse_bytes(text + u, bytes) && bytes >= min && bytes <= std::min<uint64_t>(max, 1ull << 40) &&
-                std::count(hint.begin(), hint.end(), ',') < 1)
+                (number > 0 || std::string_view(u) == "B") && std::count(hint.begin(), hint.end(), ',') < 1)
                 hint += (hint.empty() ? "" : ", or ") + text + u;
         if (hint.empty()) throw UsageError(takes);
         throw UsageError(option + " " + text + ": give the unit, e.g. " + hint + " (B for bytes)");
