@@ -6,7 +6,7 @@ import pickle
 
 import pytest
 
-from conftest import FIXTURES, stderr_on_a_terminal, truth, vramscope
+from conftest import DATA, FIXTURES, stderr_on_a_terminal, truth, vramscope
 
 
 def test_fixtures_are_present():
@@ -188,6 +188,14 @@ def test_version():
     from vramscope import __version__
 
     assert vramscope("--version").stdout == f"vramscope {__version__}\n"
+
+
+def test_byte_counts_in_the_findings_are_whole_numbers():
+    """A rate in bytes per step too: 2621440, never 2.62144e+06 (six digits: 1048580 for 1048576)."""
+    text = vramscope("analyze", str(DATA / "leak_ctx_losses.pickle.gz"), "--json", "-").stdout
+    assert '"leak_bytes_per_step":2621440,' in text and "e+" not in text
+    findings = json.loads(text)
+    assert [leak["bytes_per_step"] for leak in findings["leaks"]] == [2097152, 524288]
 
 
 @pytest.mark.parametrize("args, says", [

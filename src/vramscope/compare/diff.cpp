@@ -192,8 +192,8 @@ std::string render_diff_json(const RunDiff& d) {
         j.field("memory", name(l.memory));
         j.field("within_step", l.within_step);
         j.field("unit", l.unit);
-        j.field("a", l.a);
-        j.field("b", l.b);
+        j.bytes_field("a", l.a);
+        j.bytes_field("b", l.b);
         j.close('}');
     }
     j.close(']');

@@ -262,7 +262,7 @@ std::string render_compare_json(const CompareRun& run) {
             j.field("outcome", name(c.outcome));
             j.key("verdict");
             if (c.analysed) j.value(name(c.verdict)); else j.null();
-            j.field("leak_bytes_per_step", c.leak_bytes_per_step);
+            j.bytes_field("leak_bytes_per_step", c.leak_bytes_per_step);
             j.field("peak_allocated", c.peak_allocated);
             j.field("peak_reserved", c.peak_reserved);
             for (auto [key, value] : {std::pair{"oom_step", c.oom_step}, {"projected_oom_step", c.projected_oom_step},
@@ -273,7 +273,7 @@ std::string render_compare_json(const CompareRun& run) {
             j.field("top_site", top_site(c));
             j.field("status", name(r.judgement.status));
             j.field("why", r.judgement.why);
-            j.field("saved_bytes", r.judgement.saved_bytes);
+            j.bytes_field("saved_bytes", r.judgement.saved_bytes);
             j.field("wall_seconds", c.wall_seconds);
             j.field("report", c.report);
             j.field("log", c.log);
@@ -286,7 +286,7 @@ std::string render_compare_json(const CompareRun& run) {
             j.open('{');
             j.field("site", link.leak->site);
             j.field("stream_kind", link.leak->side_stream ? "side" : "default");
-            j.field("bytes_per_step", link.leak->bytes_per_step);
+            j.bytes_field("bytes_per_step", link.leak->bytes_per_step);
             j.field("first_step", uint64_t(link.leak->first_step));
             j.field("owner", link.leak->owner);
             j.field("found_in", link.found_in);

@@ -293,7 +293,7 @@ std::string to_perfetto_json(const Trace& t, const Findings& f) {
                   j.field("s", "g");
                   j.key("args");
                   j.open('{');
-                  j.field("bytes_per_step", leak.bytes_per_step);
+                  j.bytes_field("bytes_per_step", leak.bytes_per_step);
                   j.field("memory", name(leak.memory));
                   if (!leak.library.empty()) j.field("library", leak.library);
                   j.close('}');
