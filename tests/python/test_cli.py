@@ -198,6 +198,12 @@ def test_byte_counts_in_the_findings_are_whole_numbers():
     assert [leak["bytes_per_step"] for leak in findings["leaks"]] == [2097152, 524288]
 
 
+def test_a_count_of_one_is_said_in_the_singular():
+    text = vramscope("analyze", str(DATA / "device" / "pg_once.vscope")).stdout
+    assert "from 1 sites" not in text and "first 1 steps" not in text
+    assert "from 1 site;" in text, text
+
+
 @pytest.mark.parametrize("args, says", [
     (("analyze", "--window", "0", "x.pickle"), "--window takes a whole number from 1 to 1000"),
     (("analyze", "--frob", "x.pickle"), "unrecognized arguments: --frob"),

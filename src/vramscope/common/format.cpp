@@ -35,6 +35,10 @@ std::string format_count(uint64_t n) {
     return out;
 }
 
+std::string count_of(uint64_t n, std::string_view noun) {
+    return format_count(n) + " " + std::string(noun) + (n == 1 ? "" : "s");
+}
+
 std::string format_percent(double share) { return std::to_string(std::llround(share * 100)) + "%"; }
 
 bool parse_bytes(const std::string& text, uint64_t& out) {

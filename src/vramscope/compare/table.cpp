@@ -136,8 +136,8 @@ std::string cut(const std::string& s, size_t width) {
 
 std::string render_compare_terminal(const CompareRun& run) {
     std::string out = "vramscope compare  " + terminal_safe(joined(run.command, " ")) + "\n";
-    out += std::to_string(run.cells.size()) + " cells (" + std::to_string(run.rows.size()) + " rows x " +
-           std::to_string(run.modes.size()) + " modes) in " + duration(run.wall_seconds) +
+    out += count_of(run.cells.size(), "cell") + " (" + count_of(run.rows.size(), "row") + " x " +
+           count_of(run.modes.size(), "mode") + ") in " + duration(run.wall_seconds) +
            (run.step_limit ? ", at most " + std::to_string(run.step_limit) + " steps each" : "") +
            (run.complete ? "" : "; INTERRUPTED: the cells not run are marked") + "\n";
     for (const ModeTable& t : judge(run)) {
@@ -202,7 +202,7 @@ std::string md(std::string_view text) {
 
 std::string render_compare_markdown(const CompareRun& run) {
     std::string out = "### vramscope compare: " + md(joined(run.command, " ")) + "\n\n";
-    out += std::to_string(run.cells.size()) + " cells, " + duration(run.wall_seconds) +
+    out += count_of(run.cells.size(), "cell") + ", " + duration(run.wall_seconds) +
            (run.step_limit ? ", at most " + std::to_string(run.step_limit) + " steps each" : "") +
            (run.complete ? "" : " (**interrupted**)") + ".\n";
     for (const ModeTable& t : judge(run)) {
@@ -326,7 +326,7 @@ std::string render_compare_html(const CompareRun& run) {
         ".fix{background:#d9f2d9}.partial{background:#fff3cd}.worse,.broken{background:#f8d7da}"
         "code{font-size:13px}</style></head><body>";
     out += "<h1>vramscope compare</h1><p><code>" + html(joined(run.command, " ")) + "</code><br>" +
-           std::to_string(run.cells.size()) + " cells, " + html(duration(run.wall_seconds)) +
+           count_of(run.cells.size(), "cell") + ", " + html(duration(run.wall_seconds)) +
            (run.complete ? "" : " (interrupted)") + "</p>";
     for (const ModeTable& t : judge(run)) {
         out += "<h2>Mode " + html(t.mode) + "</h2><p>" + html(baseline_line(*t.baseline)) + "</p><table><tr>";
