@@ -204,6 +204,15 @@ def test_a_count_of_one_is_said_in_the_singular():
     assert "from 1 site;" in text, text
 
 
+def test_each_page_is_titled_by_what_it_shows(tmp_path):
+    vramscope("report", str(DATA / "leak_ctx_losses.pickle.gz"), "-o", str(tmp_path / "r.html"))
+    assert "<title>vramscope: leak_ctx_losses.pickle.gz</title>" in (tmp_path / "r.html").read_text()
+    vramscope("diff", str(DATA / "leak_ctx_losses.pickle.gz"), str(DATA / "clean_adamw_accum.pickle.gz"),
+              "--html", str(tmp_path / "d.html"))
+    assert "<title>vramscope diff: leak_ctx_losses.pickle.gz, clean_adamw_accum.pickle.gz</title>" in \
+        (tmp_path / "d.html").read_text()
+
+
 @pytest.mark.parametrize("args, says", [
     (("analyze", "--window", "0", "x.pickle"), "--window takes a whole number from 1 to 1000"),
     (("analyze", "--frob", "x.pickle"), "unrecognized arguments: --frob"),

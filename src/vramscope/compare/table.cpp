@@ -320,7 +320,8 @@ std::string link(const std::string& path, const char* text) {
 
 std::string render_compare_html(const CompareRun& run) {
     std::string out =
-        "<!doctype html><html><head><meta charset=\"utf-8\"><title>vramscope compare</title><style>"
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>vramscope compare: " + html(joined(run.command, " ")) +
+        "</title><style>"
         "body{font:14px system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse;margin:1em 0}"
         "td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}th{background:#f4f4f4}"
         ".fix{background:#d9f2d9}.partial{background:#fff3cd}.worse,.broken{background:#f8d7da}"
