@@ -213,6 +213,17 @@ def test_each_page_is_titled_by_what_it_shows(tmp_path):
         (tmp_path / "d.html").read_text()
 
 
+def test_a_ledger_of_torchs_memory_names_the_leaks_outside_it():
+    """NCCL's groups leak 388 MiB a step outside torch's allocator: the ledger, of torch's allocated
+    memory, grows 0 B, and says where the leak is instead of standing beside it as if none."""
+    text = vramscope("analyze", str(DATA / "device" / "pg_per_step.vscope")).stdout
+    ledger = text[text.index("Ledger"):text.index("Peak")]
+    assert "(0 B)" in ledger
+    assert ("    not in it: +388.0 MiB/step leaking in device memory outside torch's allocator (NCCL)\n"
+            "    not in it: +1.1 MiB/step leaking in pinned host memory (NCCL)\n") in ledger, ledger
+    assert "not in it:" not in vramscope("analyze", str(DATA / "leak_ctx_losses.pickle.gz")).stdout
+
+
 @pytest.mark.parametrize("args, says", [
     (("analyze", "--window", "0", "x.pickle"), "--window takes a whole number from 1 to 1000"),
     (("analyze", "--frob", "x.pickle"), "unrecognized arguments: --frob"),
