@@ -133,7 +133,7 @@ class UsageError(ValueError):
 
 def commands() -> list:
     """
-    The core's commands: [{name, inputs, summary, options: [{name, alias, value, help}]}].
+    The core's commands: [{name, inputs, summary, options: [{name, alias, value, help, required}]}].
     """
 
 class CommandOptions:

@@ -5,6 +5,7 @@
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <set>
@@ -144,6 +145,7 @@ void bind_commands(nb::module_& m) {
                 const Option& o = option_of(c, name);
                 nb::dict d;
                 d["name"] = o.name, d["alias"] = o.alias, d["value"] = o.value, d["help"] = o.help;
+                d["required"] = std::find(c.required.begin(), c.required.end(), name) != c.required.end();
                 taken.append(d);
             }
             nb::dict d;
@@ -151,7 +153,7 @@ void bind_commands(nb::module_& m) {
             out.append(d);
         }
         return out;
-    }, "The core's commands: [{name, inputs, summary, options: [{name, alias, value, help}]}].");
+    }, "The core's commands: [{name, inputs, summary, options: [{name, alias, value, help, required}]}].");
     nb::class_<CommandOptions>(m, "CommandOptions", "What a command's options set, typed (cli/options.h).")
         .def(nb::init<>())
         .def_prop_rw("device_memory", [](const CommandOptions& o) { return o.analysis.device_memory; },

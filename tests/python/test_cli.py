@@ -187,7 +187,26 @@ def test_missing_file_and_bad_options():
 def test_version():
     from vramscope import __version__
 
-    assert vramscope("--version").stdout == f"vramscope {__version__}\n"
+    assert vramscope("--version").stdout == vramscope("-V").stdout == f"vramscope {__version__}\n"
+
+
+def test_a_misspelt_command_gets_the_one_it_is_close_to():
+    assert "unknown command 'analyse': did you mean analyze?" in vramscope("analyse", "x.pickle", check_rc=2).stderr
+
+
+def test_the_overview_says_what_each_command_does_in_a_whole_sentence():
+    lines = vramscope("--help").stdout.splitlines()[2:]
+    for line in lines:
+        name, said = line[:17].strip(), line[17:]
+        assert said.endswith(".") or name == "--version, -V", line  # never cut mid-sentence
+        assert "[" not in said and len(line) <= 110, line  # no usage string in place of what it does
+    assert "  compare        Which candidate fix removes the leak, in each mode: one table of fresh runs." in lines
+
+
+def test_a_required_option_is_shown_required_in_the_usage():
+    usage = vramscope("report", "--help").stdout.split("\n\n")[0]
+    assert " -o OUT.html " in usage and "[-o OUT.html]" not in usage, usage
+    assert "usage: vramscope compare [MATRIX.toml] [options] [-- COMMAND...]" in vramscope("compare", "--help").stdout
 
 
 def test_byte_counts_in_the_findings_are_whole_numbers():
@@ -227,7 +246,7 @@ def test_a_ledger_of_torchs_memory_names_the_leaks_outside_it():
 @pytest.mark.parametrize("args, says", [
     (("analyze", "--window", "0", "x.pickle"), "--window takes a whole number from 1 to 1000"),
     (("analyze", "--frob", "x.pickle"), "unrecognized arguments: --frob"),
-    (("report", "x.pickle"), "report needs -o OUT.html"),
+    (("report", "x.pickle"), "the following arguments are required: -o/--output"),
     (("run", "--max-steps", "x"), "--max-steps: 'x' is not a whole number"),
 ])
 def test_a_usage_error_is_its_message_and_a_one_line_hint(args, says):

@@ -295,7 +295,7 @@ int run_cli(const std::vector<std::string>& args) {
             std::cout << usage(kProgram);
             return args.empty() ? 2 : 0;
         }
-        if (args[0] == "--version" || args[0] == "version") {
+        if (args[0] == "--version" || args[0] == "-V" || args[0] == "version") {
             std::cout << "vramscope " VRAMSCOPE_VERSION "\n";
             return 0;
         }

@@ -141,10 +141,10 @@ const std::vector<Command>& commands() {
          "snapshot (torch.cuda.memory._dump_snapshot; .pickle or .pickle.gz).",
          with_limits({"--json", "--html", "--window", "--warmup", "--steps", "--device-memory", "--fail-on-leak", "--skip-empty"})},
         {"report", "FILE...", 1, SIZE_MAX,
-         "One self-contained HTML page (opens offline): verdict, memory per step with the leaked part\n"
-         "by site, the leak table with stacks and owners, what is not a leak, streams, ranks. FILE may\n"
-         "also be findings JSON (analyze --json), all of them then.",
-         with_limits({"-o", "--window", "--warmup", "--steps", "--device-memory"})},
+         "Write the report: one self-contained HTML page that opens offline. It shows the verdict,\n"
+         "memory per step with the leaked part by site, the leak table with stacks and owners, what is\n"
+         "not a leak, streams and ranks. FILE may also be findings JSON (analyze --json), all of them then.",
+         with_limits({"-o", "--window", "--warmup", "--steps", "--device-memory"}), {"-o"}},
         {"export", "FILE", 1, 1,
          "For your other tools: a torch snapshot pickle for memory_viz, and a trace-event JSON for Perfetto.",
          with_limits({"--memory-viz", "--perfetto"})},
@@ -152,8 +152,8 @@ const std::vector<Command>& commands() {
          "Convert a torch snapshot to the compact .vscope trace format.",
          with_limits({"--chunk-size"})},
         {"diff", "A B", 2, 2,
-         "Two runs side by side: their peaks by category and by site, and their leaks gone, new or\n"
-         "changed. A, B: each a .vscope trace, a torch snapshot or a findings JSON of one run.",
+         "Two runs side by side: peaks by category and by site, leaks gone, new or changed.\n"
+         "A, B: each a .vscope trace, a torch snapshot or a findings JSON of one run.",
          with_limits({"--json", "--html", "--window", "--warmup", "--steps", "--device-memory"})},
         {"compare-table", "OUT/compare.json", 1, 1,
          "The table of a `vramscope compare` run again (statuses from its cells' findings).",
@@ -186,7 +186,9 @@ void apply_option(const Command& c, CommandOptions& into, std::string_view name,
 }
 
 std::string command_usage(const Command& c, std::string_view program) {
-    std::string out = "usage: " + std::string(program) + " " + c.name + " " + c.inputs + " [options]\n\n";
+    std::string required;
+    for (const std::string& name : c.required) required += " " + name + " " + option_of(c, name).value;
+    std::string out = "usage: " + std::string(program) + " " + c.name + " " + c.inputs + required + " [options]\n\n";
     out += indented(c.summary, "  ") + "\n";
     for (const std::string& name : c.options) {
         const Option& o = option_of(c, name);
@@ -203,7 +205,7 @@ std::string usage(std::string_view program) {
     for (const Command& c : commands()) {
         out += "  " + c.name + " " + c.inputs + "\n" + indented(c.summary, "        ");
     }
-    return out + "  --version               print the version\n";
+    return out + "  --version, -V           print the version\n";
 }
 
 }  // namespace vramscope
