@@ -13,7 +13,8 @@ NAME = "compare"
 HELP = """Which candidate fix removes the leak, in each mode: one table of fresh runs. Runs COMMAND
 once per mode for the baseline, each variant and all variants together, each in a fresh process
 under live capture. MATRIX.toml holds the same as the flags (docs/compare.md); flags add to it.
-Exit: 0 when the table was written (whatever the cells found), 2 on a bad matrix, 130 on Ctrl-C."""
+Exit: 0 when the table was written (whatever the cells found), 2 on a bad matrix or when every
+cell breaks the same way before its first step (the rest are then not run), 130 on Ctrl-C."""
 USAGE = "%(prog)s [MATRIX.toml] [options] [-- COMMAND...]"
 TAKES_COMMAND = True
 
