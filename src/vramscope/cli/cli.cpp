@@ -9,6 +9,7 @@
 
 #include "analysis/analyze.h"
 #include "analysis/ranks.h"
+#include "common/deflate.h"
 #include "common/file.h"
 #include "common/format.h"
 #include "common/progress.h"
@@ -196,8 +197,12 @@ std::string export_trace(const std::string& in, const CommandOptions& options) {
     require_trusted(t);
     std::string said;
     if (!options.memory_viz.empty()) {
-        write_file(options.memory_viz, to_memory_viz_pickle(t), "memory_viz pickle");
-        said += "wrote " + options.memory_viz + " (open it at https://pytorch.org/memory_viz)\n";
+        const bool gzipped = names_gzip(options.memory_viz);
+        const std::string pickle = to_memory_viz_pickle(t);
+        write_file(options.memory_viz, gzipped ? gzip_compress(pickle) : pickle, "memory_viz pickle");
+        said += "wrote " + options.memory_viz +
+                (gzipped ? " (gunzip it, then open it at https://pytorch.org/memory_viz)\n"
+                         : " (open it at https://pytorch.org/memory_viz)\n");
     }
     if (!options.perfetto.empty()) {
         write_file(options.perfetto, to_perfetto_json(t, analyze_input(t, {})), "Perfetto trace");

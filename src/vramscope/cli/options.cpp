@@ -116,7 +116,7 @@ const std::vector<Option>& options() {
          [](CommandOptions& o, const std::string&) { o.fail_on_leak = true; }},
         {"--skip-empty", "", "", "leave out processes that never allocated (compile and data workers)",
          [](CommandOptions& o, const std::string&) { o.skip_empty = true; }},
-        {"--memory-viz", "", "OUT.pickle", "a torch snapshot pickle for https://pytorch.org/memory_viz",
+        {"--memory-viz", "", "OUT.pickle", "a torch snapshot pickle for https://pytorch.org/memory_viz (OUT.pickle.gz: gzip'd)",
          [](CommandOptions& o, const std::string& v) { o.memory_viz = v; }},
         {"--perfetto", "", "OUT.json", "trace events for https://ui.perfetto.dev (memory counters, steps, leak starts)",
          [](CommandOptions& o, const std::string& v) { o.perfetto = v; }},
@@ -146,7 +146,9 @@ const std::vector<Command>& commands() {
          "not a leak, streams and ranks. FILE may also be findings JSON (analyze --json), all of them then.",
          with_limits({"-o", "--window", "--warmup", "--steps", "--device-memory"}), {"-o"}},
         {"export", "FILE", 1, 1,
-         "For your other tools: a torch snapshot pickle for memory_viz, and a trace-event JSON for Perfetto.",
+         "For your other tools: a torch snapshot pickle for memory_viz, and trace events for Perfetto.\n"
+         "The pickle keeps what torch's viewers read: the trace, the segments and their blocks at the end,\n"
+         "the annotations and the allocator's settings.",
          with_limits({"--memory-viz", "--perfetto"})},
         {"convert", "IN OUT.vscope", 2, 2,
          "Convert a torch snapshot to the compact .vscope trace format.",
