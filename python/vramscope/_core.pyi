@@ -220,6 +220,21 @@ def analyze(files: Sequence[str], options: CommandOptions = ...) -> Analysis:
     Traces or snapshots analysed, each joined to its owners (TRACE.owners.json).
     """
 
+def findings_of(path: str, options: CommandOptions = ...) -> Analysis:
+    """
+    One input's findings: a findings JSON read back, else a trace or snapshot analysed, owners joined.
+    """
+
+def diff_texts(a: str, b: str, options: CommandOptions = ...) -> tuple[str, str]:
+    """
+    `vramscope diff A B` as (the terminal's text, its JSON), nothing written.
+    """
+
+def compare_table_texts(results: str) -> tuple[str, str]:
+    """
+    A compare run's table (OUT/compare.json) as (the terminal's text, its JSON), nothing written.
+    """
+
 def read_findings(text: str, name: str) -> Analysis:
     """A findings JSON read back, through the one reader."""
 

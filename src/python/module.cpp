@@ -21,6 +21,8 @@
 #include "cli/cli.h"
 #include "cli/options.h"
 #include "common/format.h"
+#include "compare/cells.h"
+#include "compare/table.h"
 #include "findings/json.h"
 #include "importers/torch_snapshot.h"
 #include "findings/json_reader.h"
@@ -198,6 +200,26 @@ void bind_commands(nb::module_& m) {
     m.def("analyze", &analyze_inputs, nb::arg("files"), nb::arg("options") = CommandOptions(),
           nb::call_guard<nb::gil_scoped_release>(),
           "Traces or snapshots analysed, each joined to its owners (TRACE.owners.json).");
+    m.def("findings_of", &findings_of, nb::arg("path"), nb::arg("options") = CommandOptions(),
+          nb::call_guard<nb::gil_scoped_release>(),
+          "One input's findings: a findings JSON read back, else a trace or snapshot analysed, owners joined.");
+    m.def(
+        "diff_texts",
+        [](const std::string& a, const std::string& b, const CommandOptions& options) {
+            nb::gil_scoped_release release;
+            const RunDiff d = diff_inputs(a, b, options);
+            return std::pair(render_diff_terminal(d, false), render_diff_json(d));
+        },
+        nb::arg("a"), nb::arg("b"), nb::arg("options") = CommandOptions(),
+        "`vramscope diff A B` as (the terminal's text, its JSON), nothing written.");
+    m.def(
+        "compare_table_texts",
+        [](const std::string& results) {
+            nb::gil_scoped_release release;
+            const CompareRun run = read_compare(results);
+            return std::pair(render_compare_terminal(run), render_compare_json(run));
+        },
+        nb::arg("results"), "A compare run's table (OUT/compare.json) as (the terminal's text, its JSON), nothing written.");
     m.def(
         "read_findings",
         [](const std::string& text, const std::string& name) {

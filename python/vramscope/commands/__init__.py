@@ -12,10 +12,10 @@ import os
 import sys
 
 from .. import _core
-from . import compare, demo, run
+from . import compare, demo, mcp, run
 from .core import CoreCommand
 
-ORDER = ("analyze", "run", "report", "diff", "compare", "compare-table", "export", "convert", "demo")
+ORDER = ("analyze", "run", "report", "diff", "compare", "compare-table", "export", "convert", "demo", "mcp")
 
 
 class Parser(argparse.ArgumentParser):
@@ -27,7 +27,7 @@ class Parser(argparse.ArgumentParser):
 
 def registry() -> dict:
     commands = {c["name"]: CoreCommand(c) for c in _core.commands()}
-    commands.update({m.NAME: m for m in (run, compare, demo)})
+    commands.update({m.NAME: m for m in (run, compare, demo, mcp)})
     return {name: commands[name] for name in ORDER}
 
 

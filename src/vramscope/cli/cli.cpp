@@ -227,16 +227,24 @@ std::string compare_table(const std::string& results, const CommandOptions& opti
     return said;
 }
 
-std::string diff(const std::string& a, const std::string& b, const CommandOptions& options) {
-    refuse_overwriting({a, b}, {{"--json", options.json}, {"--html", options.html}});
+Analysis findings_of(const std::string& input, const CommandOptions& options) {
+    return is_findings_json(input) ? read_findings_files({input}, options.limits) : analyze_inputs({input}, options);
+}
+
+RunDiff diff_inputs(const std::string& a, const std::string& b, const CommandOptions& options) {
     std::vector<Findings> runs;
     for (const std::string& input : {a, b}) {
-        Analysis one = is_findings_json(input) ? read_findings_files({input}, options.limits) : analyze_inputs({input}, options);
+        Analysis one = findings_of(input, options);
         if (one.runs.size() != 1)
             throw std::runtime_error(input + ": holds " + std::to_string(one.runs.size()) + " runs; diff takes one run a side");
         runs.push_back(std::move(one.runs.front()));
     }
-    const RunDiff d = diff_runs(runs[0], runs[1]);
+    return diff_runs(runs[0], runs[1]);
+}
+
+std::string diff(const std::string& a, const std::string& b, const CommandOptions& options) {
+    refuse_overwriting({a, b}, {{"--json", options.json}, {"--html", options.html}});
+    const RunDiff d = diff_inputs(a, b, options);
     if (!options.json.empty()) write_output(options.json, render_diff_json(d), "diff JSON");
     if (!options.html.empty()) write_output(options.html, render_diff_html(d), "diff page");
     if (options.json == "-") return "";
