@@ -124,9 +124,9 @@ def main(args) -> int:
     if complete and broke:
         first = cell_dir(options.out, matrix.cells()[0]) / "log.txt"
         skipped = sum(1 for r in runner.results.values() if r.get("state") == NOT_RUN)
+        rest = f"; the other {skipped} {'cell was' if skipped == 1 else 'cells were'} not run" if skipped else ""
         progress.note(f"every cell broke the same way before its first step, so nothing can be compared: {broke}. "
-                      f"See {shown(first)}" + (f"; the other {skipped} {'cell was' if skipped == 1 else 'cells were'} not run." if skipped else ".")
-                      + " Fix it and run compare again.")
+                      f"See {shown(first)}{rest}. Fix it and run compare again.")
         return 2
     sys.stdout.flush()
     rc = _core.run_command("compare-table", [str(summary)], table)

@@ -172,8 +172,8 @@ class Runner:
         try:
             analysis = _core.analyze([str(t) for t in traces], options)
             summary = analysis.write_outputs(options)
-            findings_of = json.loads(analysis.json())
-            result["steps"] = max(run["steps"]["count"] for run in findings_of.get("runs", [findings_of]))
+            judged = json.loads(analysis.json())
+            result["steps"] = max(run["steps"]["count"] for run in judged.get("runs", [judged]))
         except (RuntimeError, ValueError, MemoryError) as e:
             summary = f"vramscope: error: {e}\n"
             result["reason"] = result["reason"] or f"the analysis failed: {_core.terminal_safe(str(e))}"
@@ -272,13 +272,17 @@ def how_it_broke(result: dict, log: Path) -> str | None:
 
 def last_line(log: Path) -> str:
     """The last line a cell's command wrote, or "" (no log, or nothing in it)."""
+    return next((line.strip() for line in reversed(log_tail(log, 4096).splitlines()) if line.strip()), "")
+
+
+def log_tail(log: Path, size: int) -> str:
+    """The last `size` bytes of a cell's log, where it says how it died; "" when there is none."""
     try:
         with open(log, "rb") as f:
-            f.seek(max(0, os.path.getsize(log) - 4096))
-            lines = f.read().decode(errors="replace").splitlines()
+            f.seek(max(0, os.path.getsize(log) - size))
+            return f.read().decode(errors="replace")
     except OSError:
         return ""
-    return next((line.strip() for line in reversed(lines) if line.strip()), "")
 
 
 def stop_group(proc: subprocess.Popen) -> None:
@@ -296,10 +300,5 @@ def stop_group(proc: subprocess.Popen) -> None:
 
 
 def _mentions_oom(log: Path) -> bool:
-    try:
-        with open(log, "rb") as f:
-            f.seek(max(0, os.path.getsize(log) - 256 * 1024))  # the end says how it died
-            tail = f.read().decode(errors="replace")
-    except OSError:
-        return False
+    tail = log_tail(log, 256 * 1024)
     return any(mark in tail for mark in _OOM_MARKS)
