@@ -19,7 +19,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
-python3 -m pip install -q "nanobind>=2.0" "scikit-build-core>=0.10" "pytest>=7" ninja cmake playwright
+python3 -m pip install -q "nanobind>=2.0" "scikit-build-core>=0.10" "pytest>=7" ninja cmake playwright "mcp>=2.3,<3"
 # torch for the capture tests, pinned: here it resolves to a CPU build (an unpinned one pulls
 # several GB of CUDA).
 python3 -m pip install -q "torch==2.13.0"

@@ -133,7 +133,7 @@ class UsageError(ValueError):
 
 def commands() -> list:
     """
-    The core's commands: [{name, inputs, summary, options: [{name, alias, value, help}]}].
+    The core's commands: [{name, inputs, summary, options: [{name, alias, value, help, required}]}].
     """
 
 class CommandOptions:
@@ -220,6 +220,21 @@ def analyze(files: Sequence[str], options: CommandOptions = ...) -> Analysis:
     Traces or snapshots analysed, each joined to its owners (TRACE.owners.json).
     """
 
+def findings_of(path: str, options: CommandOptions = ...) -> Analysis:
+    """
+    One input's findings: a findings JSON read back, else a trace or snapshot analysed, owners joined.
+    """
+
+def diff_texts(a: str, b: str, options: CommandOptions = ...) -> tuple[str, str]:
+    """
+    `vramscope diff A B` as (the terminal's text, its JSON), nothing written.
+    """
+
+def compare_table_texts(results: str) -> tuple[str, str]:
+    """
+    A compare run's table (OUT/compare.json) as (the terminal's text, its JSON), nothing written.
+    """
+
 def read_findings(text: str, name: str) -> Analysis:
     """A findings JSON read back, through the one reader."""
 
@@ -238,9 +253,6 @@ def terminal_safe(text: str, keep_newlines: bool = False) -> str:
 
 def format_bytes(bytes: float) -> str:
     """Bytes as vramscope spells them: '36.0 MiB'."""
-
-def parse_bytes(arg: str, /) -> int:
-    """A size such as 80GiB or 81559MiB in bytes."""
 
 class JudgeSettings:
     """

@@ -5,6 +5,7 @@
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <set>
@@ -20,6 +21,8 @@
 #include "cli/cli.h"
 #include "cli/options.h"
 #include "common/format.h"
+#include "compare/cells.h"
+#include "compare/table.h"
 #include "findings/json.h"
 #include "importers/torch_snapshot.h"
 #include "findings/json_reader.h"
@@ -153,6 +156,7 @@ void bind_commands(nb::module_& m) {
                 const Option& o = option_of(c, name);
                 nb::dict d;
                 d["name"] = o.name, d["alias"] = o.alias, d["value"] = o.value, d["help"] = o.help;
+                d["required"] = std::find(c.required.begin(), c.required.end(), name) != c.required.end();
                 taken.append(d);
             }
             nb::dict d;
@@ -160,7 +164,7 @@ void bind_commands(nb::module_& m) {
             out.append(d);
         }
         return out;
-    }, "The core's commands: [{name, inputs, summary, options: [{name, alias, value, help}]}].");
+    }, "The core's commands: [{name, inputs, summary, options: [{name, alias, value, help, required}]}].");
     nb::class_<CommandOptions>(m, "CommandOptions", "What a command's options set, typed (cli/options.h).")
         .def(nb::init<>())
         .def_prop_rw("device_memory", [](const CommandOptions& o) { return o.analysis.device_memory; },
@@ -205,6 +209,26 @@ void bind_commands(nb::module_& m) {
     m.def("analyze", &analyze_inputs, nb::arg("files"), nb::arg("options") = CommandOptions(),
           nb::call_guard<nb::gil_scoped_release>(),
           "Traces or snapshots analysed, each joined to its owners (TRACE.owners.json).");
+    m.def("findings_of", &findings_of, nb::arg("path"), nb::arg("options") = CommandOptions(),
+          nb::call_guard<nb::gil_scoped_release>(),
+          "One input's findings: a findings JSON read back, else a trace or snapshot analysed, owners joined.");
+    m.def(
+        "diff_texts",
+        [](const std::string& a, const std::string& b, const CommandOptions& options) {
+            nb::gil_scoped_release release;
+            const RunDiff d = diff_inputs(a, b, options);
+            return std::pair(render_diff_terminal(d, false), render_diff_json(d));
+        },
+        nb::arg("a"), nb::arg("b"), nb::arg("options") = CommandOptions(),
+        "`vramscope diff A B` as (the terminal's text, its JSON), nothing written.");
+    m.def(
+        "compare_table_texts",
+        [](const std::string& results) {
+            nb::gil_scoped_release release;
+            const CompareRun run = read_compare(results);
+            return std::pair(render_compare_terminal(run), render_compare_json(run));
+        },
+        nb::arg("results"), "A compare run's table (OUT/compare.json) as (the terminal's text, its JSON), nothing written.");
     m.def(
         "read_findings",
         [](const std::string& text, const std::string& name) {
@@ -237,14 +261,6 @@ void bind_commands(nb::module_& m) {
           nb::arg("text"), nb::arg("keep_newlines") = false,
           "Text from a file or the user, safe to print: control characters shown as escapes.");
     m.def("format_bytes", &format_bytes, nb::arg("bytes"), "Bytes as vramscope spells them: '36.0 MiB'.");
-    m.def(
-        "parse_bytes",
-        [](const std::string& text) {
-            uint64_t bytes = 0;
-            if (!parse_bytes(text, bytes)) throw nb::value_error(("not a size: '" + text + "' (e.g. 80GiB)").c_str());
-            return bytes;
-        },
-        "A size such as 80GiB or 81559MiB in bytes.");
 }
 
 // The judge's settings and the analysis of one trace (analysis/).

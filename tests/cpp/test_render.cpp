@@ -82,7 +82,9 @@ TEST(Export, PerfettoTimesAreWholeMicroseconds) {
 
 TEST(Report, NoStringCanChangeThePage) {
     const std::string page = report_page(
-        "{\"runs\":[{\"source\":\"</script><script>alert(1)</script><!--<script>a&b>\xE2\x80\xA8\xE2\x80\xA9\"}]}");
+        "{\"runs\":[{\"source\":\"</script><script>alert(1)</script><!--<script>a&b>\xE2\x80\xA8\xE2\x80\xA9\"}]}",
+        "vramscope: </title><script>a&b");
+    EXPECT_NE(page.find("<title>vramscope: &lt;/title&gt;&lt;script&gt;a&amp;b</title>"), std::string::npos);
     const size_t data = page.find("<script id=\"data\"");
     const size_t data_end = page.find("</script>", data);
     const std::string embedded = page.substr(data, data_end - data);
@@ -93,6 +95,7 @@ TEST(Report, NoStringCanChangeThePage) {
     EXPECT_NE(body.find("\\u003c/script\\u003e\\u003cscript\\u003ealert(1)\\u003c/script\\u003e\\u003c!--\\u003cscript\\u003ea\\u0026b\\u003e\\u2028\\u2029"),
               std::string::npos) << body;
     EXPECT_EQ(page.find("/*VRAMSCOPE_DATA*/"), std::string::npos);
+    EXPECT_EQ(page.find("/*VRAMSCOPE_TITLE*/"), std::string::npos);
 }
 
 namespace {

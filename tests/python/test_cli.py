@@ -6,7 +6,7 @@ import pickle
 
 import pytest
 
-from conftest import FIXTURES, stderr_on_a_terminal, truth, vramscope
+from conftest import DATA, FIXTURES, stderr_on_a_terminal, truth, vramscope
 
 
 def test_fixtures_are_present():
@@ -187,13 +187,66 @@ def test_missing_file_and_bad_options():
 def test_version():
     from vramscope import __version__
 
-    assert vramscope("--version").stdout == f"vramscope {__version__}\n"
+    assert vramscope("--version").stdout == vramscope("-V").stdout == f"vramscope {__version__}\n"
+
+
+def test_a_misspelt_command_gets_the_one_it_is_close_to():
+    assert "unknown command 'analyse': did you mean analyze?" in vramscope("analyse", "x.pickle", check_rc=2).stderr
+
+
+def test_the_overview_says_what_each_command_does_in_a_whole_sentence():
+    lines = vramscope("--help").stdout.splitlines()[2:]
+    for line in lines:
+        name, said = line[:17].strip(), line[17:]
+        assert said.endswith(".") or name == "--version, -V", line  # never cut mid-sentence
+        assert "[" not in said and len(line) <= 110, line  # no usage string in place of what it does
+    assert "  compare        Which candidate fix removes the leak, in each mode: one table of fresh runs." in lines
+
+
+def test_a_required_option_is_shown_required_in_the_usage():
+    usage = vramscope("report", "--help").stdout.split("\n\n")[0]
+    assert " -o OUT.html " in usage and "[-o OUT.html]" not in usage, usage
+    assert "usage: vramscope compare [MATRIX.toml] [options] [-- COMMAND...]" in vramscope("compare", "--help").stdout
+
+
+def test_byte_counts_in_the_findings_are_whole_numbers():
+    """A rate in bytes per step too: 2621440, never 2.62144e+06 (six digits: 1048580 for 1048576)."""
+    text = vramscope("analyze", str(DATA / "leak_ctx_losses.pickle.gz"), "--json", "-").stdout
+    assert '"leak_bytes_per_step":2621440,' in text and "e+" not in text
+    findings = json.loads(text)
+    assert [leak["bytes_per_step"] for leak in findings["leaks"]] == [2097152, 524288]
+
+
+def test_a_count_of_one_is_said_in_the_singular():
+    text = vramscope("analyze", str(DATA / "device" / "pg_once.vscope")).stdout
+    assert "from 1 sites" not in text and "first 1 steps" not in text
+    assert "from 1 site;" in text, text
+
+
+def test_each_page_is_titled_by_what_it_shows(tmp_path):
+    vramscope("report", str(DATA / "leak_ctx_losses.pickle.gz"), "-o", str(tmp_path / "r.html"))
+    assert "<title>vramscope: leak_ctx_losses.pickle.gz</title>" in (tmp_path / "r.html").read_text()
+    vramscope("diff", str(DATA / "leak_ctx_losses.pickle.gz"), str(DATA / "clean_adamw_accum.pickle.gz"),
+              "--html", str(tmp_path / "d.html"))
+    assert "<title>vramscope diff: leak_ctx_losses.pickle.gz, clean_adamw_accum.pickle.gz</title>" in \
+        (tmp_path / "d.html").read_text()
+
+
+def test_a_ledger_of_torchs_memory_names_the_leaks_outside_it():
+    """NCCL's groups leak 388 MiB a step outside torch's allocator: the ledger, of torch's allocated
+    memory, grows 0 B, and says where the leak is instead of standing beside it as if none."""
+    text = vramscope("analyze", str(DATA / "device" / "pg_per_step.vscope")).stdout
+    ledger = text[text.index("Ledger"):text.index("Peak")]
+    assert "(0 B)" in ledger
+    assert ("    not in it: +388.0 MiB/step leaking in device memory outside torch's allocator (NCCL)\n"
+            "    not in it: +1.1 MiB/step leaking in pinned host memory (NCCL)\n") in ledger, ledger
+    assert "not in it:" not in vramscope("analyze", str(DATA / "leak_ctx_losses.pickle.gz")).stdout
 
 
 @pytest.mark.parametrize("args, says", [
     (("analyze", "--window", "0", "x.pickle"), "--window takes a whole number from 1 to 1000"),
     (("analyze", "--frob", "x.pickle"), "unrecognized arguments: --frob"),
-    (("report", "x.pickle"), "report needs -o OUT.html"),
+    (("report", "x.pickle"), "the following arguments are required: -o/--output"),
     (("run", "--max-steps", "x"), "--max-steps: 'x' is not a whole number"),
 ])
 def test_a_usage_error_is_its_message_and_a_one_line_hint(args, says):

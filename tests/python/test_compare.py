@@ -294,6 +294,31 @@ def test_a_cell_vramscope_fails_on_is_broken_with_its_reason_and_the_run_goes_on
     assert cells[("default", "after")]["outcome"] == "finished" and cells[("default", "all")]["outcome"] == "finished"
 
 
+def test_every_cell_breaking_the_same_way_before_a_step_stops_the_run_with_its_log(project, traces, tmp_path):
+    """A command that cannot start anywhere (an import missing in every cell): once the baseline and a
+    variant break alike, the rest are not run; the error says what they died of and where the log is."""
+    (project / "train.py").write_text("import torchh  # a typo no variant fixes\n")
+    proc = compare(project, "--variant", "a=env:A=1", "--variant", "b=env:B=1", "--mode", "m1=--x", "--mode",
+                   "m2=--y", "--", "python", "train.py", traces=traces)
+    assert proc.returncode == 2, proc.stderr
+    log = os.path.join("vramscope-compare", "cells", "m1", "baseline", "log.txt")
+    assert ("every cell broke the same way before its first step, so nothing can be compared: failed, exit code 1: "
+            f"ModuleNotFoundError: No module named 'torchh'. See {log}; the other 6 cells were not run.") in proc.stderr
+    assert f"m1/baseline: failed in" in proc.stderr and f"{log} says why" in proc.stderr  # each cell's log, by its path
+    ran = [c["variant"] for c in json.loads((project / "vramscope-compare" / "compare.json").read_text())["cells"]
+           if c["state"] != "not-run"]
+    assert ran == ["baseline", "a"], ran
+    assert "table" not in proc.stdout and proc.stdout == ""
+
+
+def test_cells_that_break_in_different_ways_run_on_and_give_the_table(project, traces):
+    (project / "train.py").write_text(TRAIN + "import os\nif os.environ.get('CRASH'): raise SystemExit(3)\n")
+    proc = compare(project, "--variant", "crash=env:CRASH=1", "--", "python", "train.py", traces=traces)
+    assert proc.returncode == 0, proc.stderr
+    cells = table(project / "vramscope-compare")
+    assert cells[("default", "crash")]["outcome"] == "failed" and cells[("default", "baseline")]["verdict"] == "leak"
+
+
 def test_ctrl_c_stops_cleanly_and_keeps_finished_cells(project, traces):
     env = {**os.environ, "TRACES": str(traces), "SLEEP": "0"}
     proc = subprocess.Popen([sys.executable, "-m", "vramscope", "compare", "--variant", "slow=env:SLEEP=60",

@@ -8,6 +8,8 @@ the marker fails before the fix, at the line that leaks, and passes after it.
 """
 
 import os
+import subprocess
+import sys
 import textwrap
 
 import pytest
@@ -217,7 +219,7 @@ def test_a_peak_over_its_limit_fails_a_bad_size_is_a_clear_error_and_too_few_ste
     result.stdout.fnmatch_lines(["*PeakError: peak allocated 4.0 MiB is over the limit of 1.0 MiB (judged from*",
                                  "*at step 0, setup: temporaries 4.0 MiB*",
                                  "*4.0 MiB temporaries at test_limits.py:8 test_peak*"])
-    result.stdout.fnmatch_lines(["*'1 MB a step' is not a size; write it as \"24 MB\", \"1 MiB\" or \"512 KiB\"*",
+    result.stdout.fnmatch_lines(["*limit_gpu_leaks 1 MB a step: unknown unit MB a step (use B, KiB, MiB, GiB, TiB, KB,*",
                                  "*CannotJudgeError: vramscope cannot judge this*"])
 
 
@@ -247,15 +249,32 @@ def test_assert_no_leak_as_a_context_manager_under_its_limit_and_over_it():
 
 
 @pytest.mark.parametrize("text, size", [("24 MB", 24_000_000), ("1 MiB", 1 << 20), ("512KiB", 512 << 10),
-                                        ("+1.5 GiB", 3 << 29), ("100", 100), ("100 b", 100), (4096, 4096)])
+                                        ("+1.5 GiB", 3 << 29), ("100 b", 100), (" 2 kb ", 2000), (4096, 4096)])
 def test_sizes_are_written_as_pytest_memray_writes_them(text, size):
     assert parse_size(text) == size
 
 
-@pytest.mark.parametrize("text", ["", "MiB", "1 MiB/step", "-1 MiB", "1e3 MB", "0x10", "inf", "1 PiB", None, -1])
-def test_a_bad_size_says_how_to_write_one(text):
-    with pytest.raises(ValueError, match="is not a size; write it as"):
-        parse_size(text)
+@pytest.mark.parametrize("text, says", [("", "limit takes a size from 0 B"), ("MiB", "limit takes a size"),
+                                        ("1 MiB/step", "limit 1 MiB/step: unknown unit MiB/step (use B, KiB,"),
+                                        ("-1 MiB", "limit -1 MiB: a size is never negative"),
+                                        ("inf", "limit takes a size"), ("1 PiB", "unknown unit PiB"),
+                                        ("0", "limit 0: give the unit, e.g. 0B"),
+                                        (None, "got None"), (-1, "got -1"), (True, "got True")])
+def test_a_bad_size_says_how_to_write_one(text, says):
+    with pytest.raises(ValueError) as error:
+        parse_size(text, "limit")
+    assert says in str(error.value)
+
+
+def test_a_bare_number_is_refused_as_the_command_line_refuses_it():
+    """One parser: a size without its unit means what it means to `--max-string` (refused, with the
+    units that make it one), never bytes in Python alone."""
+    with pytest.raises(ValueError) as error:
+        parse_size("100", "--max-string")
+    said = subprocess.run([sys.executable, "-m", "vramscope", "analyze", "x.pickle", "--max-string", "100"],
+                          capture_output=True, text=True).stderr
+    assert str(error.value) == "--max-string 100: give the unit, e.g. 100GiB, or 100MiB (B for bytes)"
+    assert str(error.value) in said
 
 
 def test_format_and_parse_agree():
@@ -277,12 +296,21 @@ def test_marker_arguments_that_would_switch_the_check_off_or_are_not_steps_are_e
         @pytest.mark.limit_gpu_leaks("1 MiB", steps="abc")
         def test_steps_text():
             pass
+
+        @pytest.mark.limit_gpu_leaks("4 kibibytes")
+        def test_unit_unknown(vram_steps):
+            for _ in vram_steps(3):
+                pass
     """))
     result = pytester.runpytest_subprocess("--vramscope", "-p", "no:cacheprovider")
-    result.assert_outcomes(failed=3)
+    result.assert_outcomes(failed=4)
     result.stdout.fnmatch_lines(["*limit_gpu_leaks takes one size, such as \"1 MiB\"; got (None,)*",
                                  "*limit_gpu_memory takes one size, such as \"1 MiB\"; got (None,)*",
                                  "*limit_gpu_leaks: steps='abc' is not a whole number of steps*"])
+    unknown = "limit_gpu_leaks 4 kibibytes: unknown unit kibibytes (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)"
+    out = result.stdout.str()
+    assert "During handling" not in out
+    result.stdout.fnmatch_lines(["*= vramscope =*", f"FAIL test_markers.py::test_unit_unknown: {unknown}"])
 
 
 def test_markers_without_the_plugin_say_at_the_end_they_were_not_checked(pytester):

@@ -20,3 +20,10 @@ def test_test_sh_says_what_to_install_instead_of_dying_on_apt_when_not_root(tmp_
     assert proc.returncode == 1, proc.stderr
     assert "missing" in proc.stderr and "chromium" in proc.stderr and "sudo apt-get install" in proc.stderr
     assert "apt-get update" not in proc.stderr and "lock" not in proc.stderr
+
+
+def test_the_readme_says_how_long_test_sh_takes():
+    """A new user who starts it should know it is a quarter of an hour, not a minute."""
+    readme = (SCRIPT.parents[1] / "README.md").read_text()
+    line = next(line for line in readme.splitlines() if line.startswith("bash scripts/test.sh"))
+    assert "~15 min on 2 cores" in line, line

@@ -7,14 +7,15 @@ there, once, whether `vramscope` or the standalone `vramscope-core` parsed the c
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import sys
 
 from .. import _core
-from . import compare, demo, run
+from . import compare, demo, mcp, run
 from .core import CoreCommand
 
-ORDER = ("analyze", "run", "report", "diff", "compare", "compare-table", "export", "convert", "demo")
+ORDER = ("analyze", "run", "report", "diff", "compare", "compare-table", "export", "convert", "demo", "mcp")
 
 
 class Parser(argparse.ArgumentParser):
@@ -26,15 +27,22 @@ class Parser(argparse.ArgumentParser):
 
 def registry() -> dict:
     commands = {c["name"]: CoreCommand(c) for c in _core.commands()}
-    commands.update({m.NAME: m for m in (run, compare, demo)})
+    commands.update({m.NAME: m for m in (run, compare, demo, mcp)})
     return {name: commands[name] for name in ORDER}
+
+
+def first_sentence(text: str) -> str:
+    """What a command does, as the overview says it: its help's first sentence, whole."""
+    words = " ".join(text.split())
+    end = words.find(". ")
+    return words if end < 0 else words[:end + 1]
 
 
 def overview(commands: dict) -> str:
     lines = ["usage: vramscope COMMAND ...   (vramscope COMMAND --help: its options)", ""]
     for name, command in commands.items():
-        lines.append(f"  {name:<15}{command.HELP.splitlines()[0]}")
-    lines.append(f"  {'--version':<15}print the version")
+        lines.append(f"  {name:<15}{first_sentence(command.HELP)}")
+    lines.append(f"  {'--version, -V':<15}print the version")
     return "\n".join(lines)
 
 
@@ -74,13 +82,15 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(overview(commands))
         return 0 if argv else 2
-    if argv[0] in ("--version", "version"):
+    if argv[0] in ("--version", "-V", "version"):
         print(f"vramscope {_core.__version__}")
         return 0
     command = commands.get(argv[0])
     top = Parser(prog="vramscope")
     if command is None:
-        top.error(f"unknown command {_core.terminal_safe(argv[0])!r} ({', '.join(commands)})")
+        close = difflib.get_close_matches(argv[0], commands, n=1)
+        top.error(f"unknown command {_core.terminal_safe(argv[0])!r}"
+                  + (f": did you mean {close[0]}?" if close else f" ({', '.join(commands)})"))
     parser = Parser(prog=f"vramscope {argv[0]}", description=command.HELP,
                     formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
     command.prepare_parser(parser)

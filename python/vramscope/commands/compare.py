@@ -10,11 +10,12 @@ from .core import add_core_options
 from .run import add_max_steps
 
 NAME = "compare"
-HELP = """[MATRIX.toml] [options] [-- COMMAND...]
-Candidate fixes x modes: runs COMMAND once per mode for the baseline, each variant and all
-variants together, each in a fresh process under live capture, and prints which variant fixes the
-leak. MATRIX.toml holds the same as the flags (docs/compare.md); flags add to it.
-Exit: 0 when the table was written (whatever the cells found), 2 on a bad matrix, 130 on Ctrl-C."""
+HELP = """Which candidate fix removes the leak, in each mode: one table of fresh runs. Runs COMMAND
+once per mode for the baseline, each variant and all variants together, each in a fresh process
+under live capture. MATRIX.toml holds the same as the flags (docs/compare.md); flags add to it.
+Exit: 0 when the table was written (whatever the cells found), 2 on a bad matrix or when every
+cell breaks the same way before its first step (the rest are then not run), 130 on Ctrl-C."""
+USAGE = "%(prog)s [MATRIX.toml] [options] [-- COMMAND...]"
 TAKES_COMMAND = True
 
 
@@ -37,6 +38,7 @@ def _jobs(text: str) -> int:
 
 
 def prepare_parser(parser: argparse.ArgumentParser) -> None:
+    parser.usage = USAGE
     parser.add_argument("matrix", nargs="?", metavar="MATRIX.toml")
     parser.add_argument("--variant", action="append", default=[], metavar="NAME=KIND:VALUE",
                         help="KIND: patch (a diff, applied to a copy), preload (a module or .py imported first), "

@@ -26,7 +26,7 @@ def add_core_options(parser: argparse.ArgumentParser, command: str, only=None, l
             continue
         names = [option["name"], *filter(None, [option["alias"]])]
         parser.add_argument(*names, action=_Given, dest="given", nargs=None if option["value"] else 0,
-                            metavar=option["value"] or None, help=option["help"])
+                            metavar=option["value"] or None, help=option["help"], required=option["required"])
     parser.set_defaults(given=[])
 
 

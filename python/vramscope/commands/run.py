@@ -8,7 +8,7 @@ from ..compare.matrix import MAX_STEPS, MatrixError, whole_number
 from .core import add_core_options, typed
 
 NAME = "run"
-HELP = """Run a training command with live capture (no code change): warns as soon as a leak is
+HELP = """Run a training command under live capture, with no code change. Warns as soon as a leak is
 confirmed, and analyses the traces when it ends (analyze's options apply to that analysis).
 COMMAND: python train.py ..., torchrun ..., or a script.py. Each process that uses CUDA writes
 OUT (default vramscope.vscope; under torchrun each rank OUT with .rankN in its name); the report

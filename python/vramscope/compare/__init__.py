@@ -12,7 +12,7 @@ from pathlib import Path
 from .. import _core
 from .matrix import ALL, Matrix, MatrixError, flag_spec, from_dict, merge_flags, read
 from .outputs import OutputError, refuse_inside, refuse_overwriting, write_atomic
-from .runner import Options, Runner, visible_gpus
+from .runner import NOT_RUN, Options, Runner, cell_dir, shown, visible_gpus
 
 
 class Progress:
@@ -119,6 +119,14 @@ def main(args) -> int:
         write_atomic(summary, json.dumps(results(matrix, runner, time.monotonic() - t0, complete), indent=1) + "\n")
     except OSError as e:
         print(f"vramscope compare: {summary}: cannot write the results: {e.strerror or e}", file=sys.stderr)
+        return 2
+    broke = runner.halted or runner.alike_before_any_step(matrix.cells())
+    if complete and broke:
+        first = cell_dir(options.out, matrix.cells()[0]) / "log.txt"
+        skipped = sum(1 for r in runner.results.values() if r.get("state") == NOT_RUN)
+        rest = f"; the other {skipped} {'cell was' if skipped == 1 else 'cells were'} not run" if skipped else ""
+        progress.note(f"every cell broke the same way before its first step, so nothing can be compared: {broke}. "
+                      f"See {shown(first)}{rest}. Fix it and run compare again.")
         return 2
     sys.stdout.flush()
     rc = _core.run_command("compare-table", [str(summary)], table)

@@ -21,7 +21,7 @@ from .. import _core
 from ..capture import naming
 from ..launch import run_environment, why_no_trace
 from .isolation import SetupError, prepare
-from .matrix import Cell, Matrix
+from .matrix import BASELINE, Cell, Matrix
 from .outputs import write_atomic
 
 # How a cell's process ended; the C++ side (compare/cells.h) reads these spellings. ERROR: vramscope
@@ -74,6 +74,7 @@ class Runner:
         self.running: dict[str, subprocess.Popen] = {}
         self.stopping = threading.Event()
         self.lock = threading.Lock()
+        self.halted = ""  # how every cell broke, when the rest were not run for it (alike_before_any_step)
 
     # -- one cell ----------------------------------------------------------------------------
     def finished_before(self, cell: Cell) -> dict | None:
@@ -159,16 +160,20 @@ class Runner:
     def _analyse(self, directory: Path, traces: list[Path], result: dict) -> None:
         """Each trace analysed once, here (the core releases the GIL: cells analyse side by side), its
         summary kept in analysis.txt; the owners the cell's processes found are joined in the core."""
+        result["steps"] = 0
         if not traces:
             if not result["reason"]:
-                result["reason"] = why_no_trace(result["rc"], "log.txt")
+                result["reason"] = why_no_trace(result["rc"], shown(directory / "log.txt"))
             return
         findings, report = directory / "findings.json", directory / "report.html"
         options = _core.CommandOptions()
         options.device_memory, options.skip_empty = self.matrix.device_memory, True
         options.json, options.html = str(findings), str(report)
         try:
-            summary = _core.analyze([str(t) for t in traces], options).write_outputs(options)
+            analysis = _core.analyze([str(t) for t in traces], options)
+            summary = analysis.write_outputs(options)
+            judged = json.loads(analysis.json())
+            result["steps"] = max(run["steps"]["count"] for run in judged.get("runs", [judged]))
         except (RuntimeError, ValueError, MemoryError) as e:
             summary = f"vramscope: error: {e}\n"
             result["reason"] = result["reason"] or f"the analysis failed: {_core.terminal_safe(str(e))}"
@@ -192,11 +197,15 @@ class Runner:
                 todo.put(cell)
         def worker(gpu):
             while not self.stopping.is_set():
-                try:
-                    cell = todo.get_nowait()
-                except queue.Empty:
-                    return
                 with self.lock:
+                    if not self.halted and "running" not in (r.get("state") for r in self.results.values()):
+                        self.halted = self.alike_before_any_step(cells)
+                    if self.halted:
+                        return
+                    try:
+                        cell = todo.get_nowait()
+                    except queue.Empty:
+                        return
                     self.results[cell.key] = {"state": "running"}
                 result = self.run_cell(cell, gpu)
                 with self.lock:
@@ -220,7 +229,22 @@ class Runner:
             for t in threads:
                 t.join()
         progress.show(self.counts(len(cells)), final=True)
+        for cell in cells:
+            if self.halted and cell.key not in self.results:
+                self.results[cell.key] = {"mode": cell.mode.name, "variant": cell.variant.name, "state": NOT_RUN,
+                                          "reason": "not run: every cell before it broke the same way before its "
+                                                    "first step"}
         return not self.stopping.is_set()
+
+    def alike_before_any_step(self, cells: list[Cell]) -> str:
+        """How the cells ended, when every one run broke the same way before its first step, a baseline
+        and another row among them (what a variant changes made no difference): nothing can be
+        compared. "" otherwise."""
+        run = [(cell, self.results[cell.key]) for cell in cells if self.results.get(cell.key, {}).get("state")
+               not in (None, "running", NOT_RUN)]
+        ways = {how_it_broke(result, cell_dir(self.options.out, cell) / "log.txt") for cell, result in run}
+        rows = {cell.variant.name == BASELINE for cell, _ in run}
+        return ways.pop() if len(ways) == 1 and None not in ways and rows == {True, False} else ""
 
     def counts(self, total: int) -> dict:
         with self.lock:
@@ -228,6 +252,37 @@ class Runner:
         running = states.count("running")
         done = len(states) - running
         return {"done": done, "running": running, "queued": total - done - running, "total": total}
+
+
+def shown(path: Path) -> str:
+    """A path as the user would type it from here: relative when it is below the current folder."""
+    relative = os.path.relpath(path)
+    return path.as_posix() if relative.startswith("..") else relative
+
+
+def how_it_broke(result: dict, log: Path) -> str | None:
+    """How a cell ended before its first step: its state and exit code, and what its command said
+    last (what it died of) or, when it ran to its end, why no trace came. None when it judged a step."""
+    if result.get("steps", 1 if result.get("findings") else 0):  # a cell.json from before steps were kept
+        return None
+    said = last_line(log) if result["state"] != FINISHED else ""
+    code = "" if result.get("rc") is None else f", exit code {result['rc']}"
+    return f"{result['state']}{code}: {said or result['reason']}"
+
+
+def last_line(log: Path) -> str:
+    """The last line a cell's command wrote, or "" (no log, or nothing in it)."""
+    return next((line.strip() for line in reversed(log_tail(log, 4096).splitlines()) if line.strip()), "")
+
+
+def log_tail(log: Path, size: int) -> str:
+    """The last `size` bytes of a cell's log, where it says how it died; "" when there is none."""
+    try:
+        with open(log, "rb") as f:
+            f.seek(max(0, os.path.getsize(log) - size))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def stop_group(proc: subprocess.Popen) -> None:
@@ -245,10 +300,5 @@ def stop_group(proc: subprocess.Popen) -> None:
 
 
 def _mentions_oom(log: Path) -> bool:
-    try:
-        with open(log, "rb") as f:
-            f.seek(max(0, os.path.getsize(log) - 256 * 1024))  # the end says how it died
-            tail = f.read().decode(errors="replace")
-    except OSError:
-        return False
+    tail = log_tail(log, 256 * 1024)
     return any(mark in tail for mark in _OOM_MARKS)

@@ -27,8 +27,8 @@ class Guard:
                  source: Source | None = None):
         self.output_dir = os.fspath(output_dir)
         self.stop_within_steps = stop_within_steps
-        self.max_leak = None if max_leak is None else parse_size(max_leak)
-        self.device_memory = 0 if device_memory is None else parse_size(device_memory)
+        self.max_leak = None if max_leak is None else parse_size(max_leak, "max_leak")
+        self.device_memory = 0 if device_memory is None else parse_size(device_memory, "device_memory")
         self.source = source
         self.capture: Capture | None = None
         self.reason = ""  # why the run was stopped, once it was

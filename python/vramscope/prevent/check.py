@@ -38,8 +38,8 @@ class LeakCheck:
 
     def __init__(self, *, limit: str | int | None = "1 MiB", warmup: int = WARMUP, peak_limit: str | int | None = None,
                  source: Source | None = None, explain: bool = True):
-        self.limit = None if limit is None else parse_size(limit)
-        self.peak_limit = None if peak_limit is None else parse_size(peak_limit)
+        self.limit = None if limit is None else parse_size(limit, "limit")
+        self.peak_limit = None if peak_limit is None else parse_size(peak_limit, "peak_limit")
         self.warmup = warmup
         self.source = source or Source.here()
         self.explain = explain

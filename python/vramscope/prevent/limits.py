@@ -2,32 +2,31 @@
 per-site rates are the analysis's (the one judge); this file parses sizes, compares and words it.
 
 Sizes are written as pytest-memray's markers write them ("24 MB", "1 MiB", "512KB", "+1.5 GiB") and
-mean what they mean everywhere in vramscope (`--device-memory`): MB is 10^6 bytes, MiB 2^20.
+are read by the command line's one rule (`--device-memory`): the unit required, MB is 10^6 bytes, MiB 2^20.
 """
 
 from __future__ import annotations
 
 import enum
 import os
-import re
 from dataclasses import dataclass
 
 from .. import _core
 from ..capture import Source
 
-SIZE = re.compile(r"\+?(\d+\.?\d*|\.\d+)\s*([kmgt]i?b|[kmgt]|b)?", re.IGNORECASE)
 STACK_SHOWN = 4  # frames of a leak's stack in a report
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def parse_size(size: str | int) -> int:
-    """Bytes in a size such as "24 MB" or "1 MiB" (an int is bytes); a clear ValueError otherwise."""
+def parse_size(size: str | int, what: str = "size") -> int:
+    """Bytes in a size such as "24 MB" or "1 MiB" (an int is bytes), by the command line's rule:
+    the unit required. A clear ValueError naming `what` otherwise."""
     if isinstance(size, int) and not isinstance(size, bool) and 0 <= size < 1 << 64:  # True is no size
         return size
-    if not isinstance(size, str) or not SIZE.fullmatch(size.strip()):
-        raise ValueError(f"vramscope: {size!r} is not a size; write it as \"24 MB\", \"1 MiB\" or \"512 KiB\" "
-                         "(MB is 10^6 bytes, MiB 2^20)")
-    return _core.parse_bytes(size.strip().lstrip("+"))
+    if not isinstance(size, str):
+        raise ValueError(f"{what} takes a size such as \"24 MB\", \"1 MiB\" or \"512 KiB\" (MB is 10^6 bytes, "
+                         f"MiB 2^20); got {size!r}")
+    return _core.size_with_unit(size, what, 0)
 
 
 @dataclass

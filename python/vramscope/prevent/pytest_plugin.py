@@ -18,6 +18,7 @@ import pytest
 
 from .. import _core
 from .check import STEPS, WARMUP, LeakCheck
+from .limits import parse_size
 
 LEAKS_MARKER = "limit_gpu_leaks"
 MEMORY_MARKER = "limit_gpu_memory"
@@ -78,7 +79,7 @@ def vram_steps() -> StepMarkers:
 
 class LimitsPlugin:
     def __init__(self):
-        self.outcomes: list[tuple[str, LeakCheck]] = []
+        self.outcomes: list[str] = []  # a line per marked test, for the summary
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_pyfunc_call(self, pyfuncitem):
@@ -94,8 +95,12 @@ class LimitsPlugin:
             check = LeakCheck(limit=_limit(leaks), peak_limit=_limit(memory), warmup=warmup)
             if options:
                 raise TypeError(f"{LEAKS_MARKER}: unknown keyword(s) {', '.join(options)} (steps, warmup)")
+            wrong = ""
         except (TypeError, ValueError) as e:  # the marker is wrong, not the test
-            pytest.fail(str(e), pytrace=False)
+            wrong = str(e)
+        if wrong:  # failed outside the handler: pytest would show the message twice, chained
+            self.outcomes.append(f"FAIL {pyfuncitem.nodeid}: {wrong}")
+            pytest.fail(wrong, pytrace=False)
         markers = pyfuncitem.funcargs.get("vram_steps")
         test = pyfuncitem.obj
 
@@ -114,7 +119,7 @@ class LimitsPlugin:
                 if isinstance(markers, StepMarkers):
                     markers.check = None
                 check.stop()
-            self.outcomes.append((pyfuncitem.nodeid, check))
+            self.outcomes.append(f"{'FAIL' if check.failures else 'ok  '} {pyfuncitem.nodeid}: {_outcome(check)}")
             if check.failures:
                 pyfuncitem.add_report_section("call", "vramscope", check.report())
             check.raise_failures(brief=True)
@@ -129,26 +134,30 @@ class LimitsPlugin:
         if not self.outcomes:
             return
         terminalreporter.write_sep("=", "vramscope")
-        for nodeid, check in self.outcomes:
-            if check.failures:
-                terminalreporter.write_line(f"FAIL {nodeid}: {check.failures[0].text.splitlines()[0]}")
-                continue
-            judged = check.judged
-            said = f"peak {_core.format_bytes(judged.peak_allocated)} ({judged.how})"
-            if check.limit is not None:
-                worst = max((leak["bytes_per_step"] for leak in judged.findings["leaks"]), default=0)
-                said = (f"leaks +{_core.format_bytes(worst)}/step, within the limit" if worst else "no leak") + "; " + said
-            terminalreporter.write_line(f"ok   {nodeid}: {said}")
+        for line in self.outcomes:
+            terminalreporter.write_line(line)
 
 
-def _limit(marker):
-    """The marker's limit, as written (LeakCheck parses it: a bad size is the test's error). None is
-    refused: it would switch the check off, and a leaking test would pass."""
+def _outcome(check: LeakCheck) -> str:
+    """A checked test in the summary: its first failure, or what it held."""
+    if check.failures:
+        return check.failures[0].text.splitlines()[0]
+    judged = check.judged
+    said = f"peak {_core.format_bytes(judged.peak_allocated)} ({judged.how})"
+    if check.limit is not None:
+        worst = max((leak["bytes_per_step"] for leak in judged.findings["leaks"]), default=0)
+        said = (f"leaks +{_core.format_bytes(worst)}/step, within the limit" if worst else "no leak") + "; " + said
+    return said
+
+
+def _limit(marker) -> int | None:
+    """The marker's limit in bytes; a bad size is an error naming the marker. None is refused: it
+    would switch the check off, and a leaking test would pass."""
     if marker is None:
         return None
     if len(marker.args) != 1 or marker.args[0] is None:
         raise TypeError(f"{marker.name} takes one size, such as \"1 MiB\"; got {marker.args!r}")
-    return marker.args[0]
+    return parse_size(marker.args[0], marker.name)
 
 
 def _steps(value, keyword: str) -> int:

@@ -276,8 +276,8 @@ NotLeak warm_up(WarmUp& w, Memory memory, size_t s0) {
                                                           : " of pinned host memory taken";
     const std::string kept = memory == Memory::torch ? "parameters, optimizer state, workspaces"
                                                      : "library workspaces, communicators' buffers, staging buffers";
-    n.why = mib(double(w.bytes)) + what + " in the first " + std::to_string(s0) + " steps and kept since (" + kept + "), from " +
-            std::to_string(sites.size()) + " sites; it does not grow afterwards. Largest:";
+    n.why = mib(double(w.bytes)) + what + " in the first " + (s0 == 1 ? std::string("step") : count_of(s0, "step")) +
+            " and kept since (" + kept + "), from " + count_of(sites.size(), "site") + "; it does not grow afterwards. Largest:";
     for (size_t k = 0; k < sites.size() && k < 3; ++k) {
         const SourceLine& at = sites[k].site;
         n.why += (k ? ", " : " ") + mib(double(sites[k].bytes)) + (sites[k].library.empty() ? "" : " by " + sites[k].library) +
@@ -461,7 +461,7 @@ void explain_before_trace(Replay& r, Findings& f, const std::vector<LiveAlloc>& 
     if (!r.has_memory_events && !t.final_blocks.empty()) {
         const Holders h = largest_holders(t.final_blocks, r.resolver, t.stacks);
         f.notes.push_back("The snapshot shows " + mib(double(h.bytes)) + " allocated in " +
-                          std::to_string(t.final_blocks.size()) + " blocks and " + mib(double(t.final_reserved)) +
+                          count_of(t.final_blocks.size(), "block") + " and " + mib(double(t.final_reserved)) +
                           " reserved. Largest holders:" + h.text);
     }
     if (!r.has_memory_events || !starts_mid_run) return;

@@ -29,10 +29,14 @@ bool is_internal_frame(std::string_view file) {
     return false;
 }
 
-FrameRank rank_frame(std::string_view file, std::string_view function) {
+FrameRank rank_file(std::string_view file) {
     if (!is_internal_frame(file)) return FrameRank::user;
     // The library that called the CUDA driver itself ranks as C++: its Python caller is the site.
-    if (!is_cpp_file(file) && !is_shared_object(file)) return FrameRank::library;
+    return is_cpp_file(file) || is_shared_object(file) ? FrameRank::cpp : FrameRank::library;
+}
+
+FrameRank rank_frame(FrameRank file_rank, std::string_view function) {
+    if (file_rank != FrameRank::cpp) return file_rank;
     constexpr std::array<std::string_view, 12> kPassThrough = {
         "unwind", "CapturedTraceback", "gather_with_cpp", "CachingAllocator", "c10::cuda::", "c10::Allocator",
         "at::detail::empty", "empty_strided", "wrap_kernel_functor", "at::_ops::", "c10::Dispatcher", "c10::impl::"};
@@ -40,6 +44,8 @@ FrameRank rank_frame(std::string_view file, std::string_view function) {
         if (name_tail(function).find(marker) != std::string_view::npos) return FrameRank::machinery;
     return FrameRank::cpp;
 }
+
+FrameRank rank_frame(std::string_view file, std::string_view function) { return rank_frame(rank_file(file), function); }
 
 uint32_t SiteResolver::site(uint32_t stack) {
     if (stack == 0) return 0;
@@ -54,7 +60,11 @@ uint32_t SiteResolver::site(uint32_t stack) {
         int8_t& rank = rank_of_frame_[frame];
         if (rank < 0) {
             const Frame& f = table_.frame(frame);
-            rank = int8_t(rank_frame(table_.string(f.file), table_.string(f.function)));
+            // Frames differ by line, files repeat: each file's path is looked at once, however long.
+            if (rank_of_file_.size() <= f.file) rank_of_file_.resize(table_.string_count() + 1, -1);
+            int8_t& file_rank = rank_of_file_[f.file];
+            if (file_rank < 0) file_rank = int8_t(rank_file(table_.string(f.file)));
+            rank = int8_t(rank_frame(FrameRank(file_rank), table_.string(f.function)));
         }
         if (pick.see(frame, FrameRank(rank))) break;
     }

@@ -25,6 +25,10 @@ bool is_generated_frame(std::string_view file);
 // that does work beats the unwinder, the allocator and the dispatcher that merely pass through.
 enum class FrameRank : uint8_t { user, library, cpp, machinery };
 FrameRank rank_frame(std::string_view file, std::string_view function);
+// The part of the rank the file alone decides: user, library, or cpp (C++ or a shared object,
+// whose function may make it machinery). A file named by many frames is ranked once this way.
+FrameRank rank_file(std::string_view file);
+FrameRank rank_frame(FrameRank file_rank, std::string_view function);
 
 // The site rule, fed a stack's frames innermost first: the innermost frame of the best rank.
 // Capture (which sees raw frames) and SiteResolver (a StackTable) both use it.
@@ -85,6 +89,7 @@ private:
     std::vector<uint32_t> site_of_;
     std::vector<uint32_t> via_of_;       // by stack id, once key() asked
     std::vector<int8_t> rank_of_frame_;  // by frame id: -1 unknown, else a FrameRank
+    std::vector<int8_t> rank_of_file_;   // by string id: -1 unknown, else rank_file's
     static constexpr int8_t kUnknownKind = -1, kPassesThrough = 0, kInstalled = 1, kOther = 2;
     std::vector<int8_t> kind_of_frame_;  // by frame id, for key()
     std::unordered_map<uint64_t, uint32_t> function_frame_;  // file << 32 | function string ids -> first frame

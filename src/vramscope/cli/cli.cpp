@@ -9,6 +9,7 @@
 
 #include "analysis/analyze.h"
 #include "analysis/ranks.h"
+#include "common/deflate.h"
 #include "common/file.h"
 #include "common/format.h"
 #include "common/progress.h"
@@ -196,8 +197,12 @@ std::string export_trace(const std::string& in, const CommandOptions& options) {
     require_trusted(t);
     std::string said;
     if (!options.memory_viz.empty()) {
-        write_file(options.memory_viz, to_memory_viz_pickle(t), "memory_viz pickle");
-        said += "wrote " + options.memory_viz + " (open it at https://pytorch.org/memory_viz)\n";
+        const bool gzipped = names_gzip(options.memory_viz);
+        const std::string pickle = to_memory_viz_pickle(t);
+        write_file(options.memory_viz, gzipped ? gzip_compress(pickle) : pickle, "memory_viz pickle");
+        said += "wrote " + options.memory_viz +
+                (gzipped ? " (gunzip it, then open it at https://pytorch.org/memory_viz)\n"
+                         : " (open it at https://pytorch.org/memory_viz)\n");
     }
     if (!options.perfetto.empty()) {
         write_file(options.perfetto, to_perfetto_json(t, analyze_input(t, {})), "Perfetto trace");
@@ -222,16 +227,24 @@ std::string compare_table(const std::string& results, const CommandOptions& opti
     return said;
 }
 
-std::string diff(const std::string& a, const std::string& b, const CommandOptions& options) {
-    refuse_overwriting({a, b}, {{"--json", options.json}, {"--html", options.html}});
+Analysis findings_of(const std::string& input, const CommandOptions& options) {
+    return is_findings_json(input) ? read_findings_files({input}, options.limits) : analyze_inputs({input}, options);
+}
+
+RunDiff diff_inputs(const std::string& a, const std::string& b, const CommandOptions& options) {
     std::vector<Findings> runs;
     for (const std::string& input : {a, b}) {
-        Analysis one = is_findings_json(input) ? read_findings_files({input}, options.limits) : analyze_inputs({input}, options);
+        Analysis one = findings_of(input, options);
         if (one.runs.size() != 1)
             throw std::runtime_error(input + ": holds " + std::to_string(one.runs.size()) + " runs; diff takes one run a side");
         runs.push_back(std::move(one.runs.front()));
     }
-    const RunDiff d = diff_runs(runs[0], runs[1]);
+    return diff_runs(runs[0], runs[1]);
+}
+
+std::string diff(const std::string& a, const std::string& b, const CommandOptions& options) {
+    refuse_overwriting({a, b}, {{"--json", options.json}, {"--html", options.html}});
+    const RunDiff d = diff_inputs(a, b, options);
     if (!options.json.empty()) write_output(options.json, render_diff_json(d), "diff JSON");
     if (!options.html.empty()) write_output(options.html, render_diff_html(d), "diff page");
     if (options.json == "-") return "";
@@ -295,7 +308,7 @@ int run_cli(const std::vector<std::string>& args) {
             std::cout << usage(kProgram);
             return args.empty() ? 2 : 0;
         }
-        if (args[0] == "--version" || args[0] == "version") {
+        if (args[0] == "--version" || args[0] == "-V" || args[0] == "version") {
             std::cout << "vramscope " VRAMSCOPE_VERSION "\n";
             return 0;
         }

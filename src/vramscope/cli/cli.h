@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cli/options.h"
+#include "compare/diff.h"
 #include "findings/findings.h"
 
 namespace vramscope {
@@ -23,6 +24,9 @@ struct Analysis {
 Analysis analyze_inputs(const std::vector<std::string>& files, const CommandOptions& options);
 // Findings JSON files read back (report FINDINGS.json), through the one findings reader.
 Analysis read_findings_files(const std::vector<std::string>& files, const ReadLimits& limits);
+// One input's findings, whatever it is: a findings JSON (*.json) read back, else a trace or
+// snapshot analysed with its owners joined (diff's sides, the MCP server's tools).
+Analysis findings_of(const std::string& input, const CommandOptions& options);
 // The terminal's text: each run's summary, the ranks, who holds each leak.
 std::string render_terminal(const Analysis& analysis, bool color);
 // The report page, whole.
@@ -40,6 +44,7 @@ std::string convert(const std::string& in, const std::string& out, const Command
 std::string export_trace(const std::string& in, const CommandOptions& options);
 std::string compare_table(const std::string& results, const CommandOptions& options);
 // Two runs side by side: each a trace, a snapshot or a findings file of one run.
+RunDiff diff_inputs(const std::string& a, const std::string& b, const CommandOptions& options);
 std::string diff(const std::string& a, const std::string& b, const CommandOptions& options);
 
 // A command of cli/options.h with its inputs and options: what it prints goes to stdout, its

@@ -70,16 +70,17 @@ uint64_t size_with_unit(const std::string& text, const std::string& option, uint
     char* end = nullptr;
     const double number = std::strtod(text.c_str(), &end);
     if (end == text.c_str() || !(number >= 0)) throw UsageError(takes);
-    std::string unit(end);
-    std::erase_if(unit, [](char c) { return std::isspace(uint8_t(c)); });
+    std::string unit(end);  // as written, without the spaces around it: "MB a step" stays itself
+    const size_t unit_from = unit.find_first_not_of(" \t"), unit_to = unit.find_last_not_of(" \t");
+    unit = unit_from == std::string::npos ? "" : unit.substr(unit_from, unit_to - unit_from + 1);
     uint64_t bytes = 0;
     if (unit.empty()) {
         // A bare number: the two largest units that make it a size in range, and no larger than a
-        // device (no "4096GiB" for a chunk, no "80TiB" for a GPU, no "0GiB" at all).
+        // device (no "4096GiB" for a chunk, no "80TiB" for a GPU, no "0GiB" at all: 0 is "0B").
         std::string hint;
         for (const char* u : {"TiB", "GiB", "MiB", "KiB", "B"})
             if (parse_bytes(text + u, bytes) && bytes >= min && bytes <= std::min<uint64_t>(max, 1ull << 40) &&
-                std::count(hint.begin(), hint.end(), ',') < 1)
+                (number > 0 || std::string_view(u) == "B") && std::count(hint.begin(), hint.end(), ',') < 1)
                 hint += (hint.empty() ? "" : ", or ") + text + u;
         if (hint.empty()) throw UsageError(takes);
         throw UsageError(option + " " + text + ": give the unit, e.g. " + hint + " (B for bytes)");
@@ -115,7 +116,7 @@ const std::vector<Option>& options() {
          [](CommandOptions& o, const std::string&) { o.fail_on_leak = true; }},
         {"--skip-empty", "", "", "leave out processes that never allocated (compile and data workers)",
          [](CommandOptions& o, const std::string&) { o.skip_empty = true; }},
-        {"--memory-viz", "", "OUT.pickle", "a torch snapshot pickle for https://pytorch.org/memory_viz",
+        {"--memory-viz", "", "OUT.pickle", "a torch snapshot pickle for https://pytorch.org/memory_viz (OUT.pickle.gz: gzip'd)",
          [](CommandOptions& o, const std::string& v) { o.memory_viz = v; }},
         {"--perfetto", "", "OUT.json", "trace events for https://ui.perfetto.dev (memory counters, steps, leak starts)",
          [](CommandOptions& o, const std::string& v) { o.perfetto = v; }},
@@ -140,19 +141,21 @@ const std::vector<Command>& commands() {
          "snapshot (torch.cuda.memory._dump_snapshot; .pickle or .pickle.gz).",
          with_limits({"--json", "--html", "--window", "--warmup", "--steps", "--device-memory", "--fail-on-leak", "--skip-empty"})},
         {"report", "FILE...", 1, SIZE_MAX,
-         "One self-contained HTML page (opens offline): verdict, memory per step with the leaked part\n"
-         "by site, the leak table with stacks and owners, what is not a leak, streams, ranks. FILE may\n"
-         "also be findings JSON (analyze --json), all of them then.",
-         with_limits({"-o", "--window", "--warmup", "--steps", "--device-memory"})},
+         "Write the report: one self-contained HTML page that opens offline. It shows the verdict,\n"
+         "memory per step with the leaked part by site, the leak table with stacks and owners, what is\n"
+         "not a leak, streams and ranks. FILE may also be findings JSON (analyze --json), all of them then.",
+         with_limits({"-o", "--window", "--warmup", "--steps", "--device-memory"}), {"-o"}},
         {"export", "FILE", 1, 1,
-         "For your other tools: a torch snapshot pickle for memory_viz, and a trace-event JSON for Perfetto.",
+         "For your other tools: a torch snapshot pickle for memory_viz, and trace events for Perfetto.\n"
+         "The pickle keeps what torch's viewers read: the trace, the segments and their blocks at the end,\n"
+         "the annotations and the allocator's settings.",
          with_limits({"--memory-viz", "--perfetto"})},
         {"convert", "IN OUT.vscope", 2, 2,
          "Convert a torch snapshot to the compact .vscope trace format.",
          with_limits({"--chunk-size"})},
         {"diff", "A B", 2, 2,
-         "Two runs side by side: their peaks by category and by site, and their leaks gone, new or\n"
-         "changed. A, B: each a .vscope trace, a torch snapshot or a findings JSON of one run.",
+         "Two runs side by side: peaks by category and by site, leaks gone, new or changed.\n"
+         "A, B: each a .vscope trace, a torch snapshot or a findings JSON of one run.",
          with_limits({"--json", "--html", "--window", "--warmup", "--steps", "--device-memory"})},
         {"compare-table", "OUT/compare.json", 1, 1,
          "The table of a `vramscope compare` run again (statuses from its cells' findings).",
@@ -185,7 +188,9 @@ void apply_option(const Command& c, CommandOptions& into, std::string_view name,
 }
 
 std::string command_usage(const Command& c, std::string_view program) {
-    std::string out = "usage: " + std::string(program) + " " + c.name + " " + c.inputs + " [options]\n\n";
+    std::string required;
+    for (const std::string& name : c.required) required += " " + name + " " + option_of(c, name).value;
+    std::string out = "usage: " + std::string(program) + " " + c.name + " " + c.inputs + required + " [options]\n\n";
     out += indented(c.summary, "  ") + "\n";
     for (const std::string& name : c.options) {
         const Option& o = option_of(c, name);
@@ -202,7 +207,7 @@ std::string usage(std::string_view program) {
     for (const Command& c : commands()) {
         out += "  " + c.name + " " + c.inputs + "\n" + indented(c.summary, "        ");
     }
-    return out + "  --version               print the version\n";
+    return out + "  --version, -V           print the version\n";
 }
 
 }  // namespace vramscope

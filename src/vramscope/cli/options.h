@@ -43,6 +43,7 @@ struct Command {
     size_t min_inputs = 0, max_inputs = 0;
     std::string summary;  // what it does, a sentence or two
     std::vector<std::string> options;  // the names of the options it takes (Option::name)
+    std::vector<std::string> required = {};  // of those, the ones it cannot run without
 };
 
 // The commands of the core, the one list both command lines show: analyze, report, export,

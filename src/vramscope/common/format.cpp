@@ -26,6 +26,14 @@ std::string base_name(const std::string& path) {
     return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
+std::string page_title(std::string_view what, const std::vector<std::string>& sources) {
+    constexpr size_t kNamed = 3;  // a tab shows little more
+    std::string title(what);
+    for (size_t i = 0; i < sources.size() && i < kNamed; ++i) title += (i ? ", " : ": ") + base_name(sources[i]);
+    if (sources.size() > kNamed) title += " +" + std::to_string(sources.size() - kNamed) + " more";
+    return title;
+}
+
 std::string format_count(uint64_t n) {
     std::string s = std::to_string(n), out;
     for (size_t i = 0; i < s.size(); ++i) {
@@ -33,6 +41,10 @@ std::string format_count(uint64_t n) {
         out.push_back(s[i]);
     }
     return out;
+}
+
+std::string count_of(uint64_t n, std::string_view noun) {
+    return format_count(n) + " " + std::string(noun) + (n == 1 ? "" : "s");
 }
 
 std::string format_percent(double share) { return std::to_string(std::llround(share * 100)) + "%"; }

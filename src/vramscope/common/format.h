@@ -3,13 +3,18 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace vramscope {
 
 std::string format_bytes(double bytes);         // "1.5 GiB", "-3.0 MiB", "512 B"
 std::string format_count(uint64_t n);           // "1,912"
+std::string count_of(uint64_t n, std::string_view noun);  // (1, "site") -> "1 site", (3, "site") -> "3 sites"
 std::string format_percent(double share);       // 0.05 -> "5%", 1.2 -> "120%"
 std::string base_name(const std::string& path); // "/a/b/train.py" -> "train.py": a site as people say it
+// "vramscope: train.vscope", "vramscope diff: a.vscope, b.vscope", "... +2 more": what a page is of,
+// by its inputs' file names, as a browser's tab and history list it. Text, not yet HTML.
+std::string page_title(std::string_view what, const std::vector<std::string>& sources);
 // The length of the well-formed UTF-8 sequence at text[i] (1 to 4), or 0 when the bytes there
 // are not one (a stray continuation byte, an overlong form, a surrogate, past U+10FFFF, cut).
 size_t utf8_length(std::string_view text, size_t i);

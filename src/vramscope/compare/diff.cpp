@@ -192,8 +192,8 @@ std::string render_diff_json(const RunDiff& d) {
         j.field("memory", name(l.memory));
         j.field("within_step", l.within_step);
         j.field("unit", l.unit);
-        j.field("a", l.a);
-        j.field("b", l.b);
+        j.bytes_field("a", l.a);
+        j.bytes_field("b", l.b);
         j.close('}');
     }
     j.close(']');
@@ -203,7 +203,8 @@ std::string render_diff_json(const RunDiff& d) {
 
 std::string render_diff_html(const RunDiff& d) {
     const auto td = [](const std::string& s) { return "<td>" + html_escape(s) + "</td>"; };
-    std::string o = "<!doctype html><html><head><meta charset=\"utf-8\"><title>vramscope diff</title><style>"
+    std::string o = "<!doctype html><html><head><meta charset=\"utf-8\"><title>" +
+                    html_escape(page_title("vramscope diff", {d.a_source, d.b_source})) + "</title><style>"
                     "body{font:14px system-ui,sans-serif;max-width:1100px;margin:20px auto;padding:0 20px}"
                     "table{border-collapse:collapse;width:100%;margin:8px 0 20px}th,td{text-align:left;padding:5px 9px;"
                     "border-bottom:1px solid #d8dee6}.less{color:#2e7d32}.more{color:#c62828}</style></head><body>";

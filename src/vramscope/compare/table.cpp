@@ -136,8 +136,8 @@ std::string cut(const std::string& s, size_t width) {
 
 std::string render_compare_terminal(const CompareRun& run) {
     std::string out = "vramscope compare  " + terminal_safe(joined(run.command, " ")) + "\n";
-    out += std::to_string(run.cells.size()) + " cells (" + std::to_string(run.rows.size()) + " rows x " +
-           std::to_string(run.modes.size()) + " modes) in " + duration(run.wall_seconds) +
+    out += count_of(run.cells.size(), "cell") + " (" + count_of(run.rows.size(), "row") + " x " +
+           count_of(run.modes.size(), "mode") + ") in " + duration(run.wall_seconds) +
            (run.step_limit ? ", at most " + std::to_string(run.step_limit) + " steps each" : "") +
            (run.complete ? "" : "; INTERRUPTED: the cells not run are marked") + "\n";
     for (const ModeTable& t : judge(run)) {
@@ -202,7 +202,7 @@ std::string md(std::string_view text) {
 
 std::string render_compare_markdown(const CompareRun& run) {
     std::string out = "### vramscope compare: " + md(joined(run.command, " ")) + "\n\n";
-    out += std::to_string(run.cells.size()) + " cells, " + duration(run.wall_seconds) +
+    out += count_of(run.cells.size(), "cell") + ", " + duration(run.wall_seconds) +
            (run.step_limit ? ", at most " + std::to_string(run.step_limit) + " steps each" : "") +
            (run.complete ? "" : " (**interrupted**)") + ".\n";
     for (const ModeTable& t : judge(run)) {
@@ -262,7 +262,7 @@ std::string render_compare_json(const CompareRun& run) {
             j.field("outcome", name(c.outcome));
             j.key("verdict");
             if (c.analysed) j.value(name(c.verdict)); else j.null();
-            j.field("leak_bytes_per_step", c.leak_bytes_per_step);
+            j.bytes_field("leak_bytes_per_step", c.leak_bytes_per_step);
             j.field("peak_allocated", c.peak_allocated);
             j.field("peak_reserved", c.peak_reserved);
             for (auto [key, value] : {std::pair{"oom_step", c.oom_step}, {"projected_oom_step", c.projected_oom_step},
@@ -273,7 +273,7 @@ std::string render_compare_json(const CompareRun& run) {
             j.field("top_site", top_site(c));
             j.field("status", name(r.judgement.status));
             j.field("why", r.judgement.why);
-            j.field("saved_bytes", r.judgement.saved_bytes);
+            j.bytes_field("saved_bytes", r.judgement.saved_bytes);
             j.field("wall_seconds", c.wall_seconds);
             j.field("report", c.report);
             j.field("log", c.log);
@@ -286,7 +286,7 @@ std::string render_compare_json(const CompareRun& run) {
             j.open('{');
             j.field("site", link.leak->site);
             j.field("stream_kind", link.leak->side_stream ? "side" : "default");
-            j.field("bytes_per_step", link.leak->bytes_per_step);
+            j.bytes_field("bytes_per_step", link.leak->bytes_per_step);
             j.field("first_step", uint64_t(link.leak->first_step));
             j.field("owner", link.leak->owner);
             j.field("found_in", link.found_in);
@@ -320,13 +320,14 @@ std::string link(const std::string& path, const char* text) {
 
 std::string render_compare_html(const CompareRun& run) {
     std::string out =
-        "<!doctype html><html><head><meta charset=\"utf-8\"><title>vramscope compare</title><style>"
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>vramscope compare: " + html(joined(run.command, " ")) +
+        "</title><style>"
         "body{font:14px system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse;margin:1em 0}"
         "td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}th{background:#f4f4f4}"
         ".fix{background:#d9f2d9}.partial{background:#fff3cd}.worse,.broken{background:#f8d7da}"
         "code{font-size:13px}</style></head><body>";
     out += "<h1>vramscope compare</h1><p><code>" + html(joined(run.command, " ")) + "</code><br>" +
-           std::to_string(run.cells.size()) + " cells, " + html(duration(run.wall_seconds)) +
+           count_of(run.cells.size(), "cell") + ", " + html(duration(run.wall_seconds)) +
            (run.complete ? "" : " (interrupted)") + "</p>";
     for (const ModeTable& t : judge(run)) {
         out += "<h2>Mode " + html(t.mode) + "</h2><p>" + html(baseline_line(*t.baseline)) + "</p><table><tr>";

@@ -217,7 +217,7 @@ void within_step_array(Json& j, const std::vector<WithinStepLeak>& leaks, bool r
         j.field("device", uint64_t(l.device));
         j.field("memory", name(l.memory));
         j.field("unit", l.unit);
-        j.field("bytes_per_unit", l.bytes_per_unit);
+        j.bytes_field("bytes_per_unit", l.bytes_per_unit);
         j.field("fit_r2", l.fit_r2);
         j.field("units_per_step", l.units_per_step);
         j.field("step", l.step);
@@ -284,7 +284,7 @@ void leaks_array(Json& j, const std::vector<SiteFinding>& leaks, const std::map<
     j.open('[');
     for (const SiteFinding& l : leaks) {
         j.open('{');
-        j.field("bytes_per_step", l.bytes_per_step);
+        j.bytes_field("bytes_per_step", l.bytes_per_step);
         j.key("site");
         source_line(j, l.site);
         j.field("memory", name(l.memory));
@@ -296,7 +296,7 @@ void leaks_array(Json& j, const std::vector<SiteFinding>& leaks, const std::map<
         else j.null();
         j.field("shape", name(l.shape));
         j.field("evidence", name(l.evidence));
-        j.field("recent_bytes_per_step", l.recent_bytes_per_step);
+        j.bytes_field("recent_bytes_per_step", l.recent_bytes_per_step);
         j.field("device", uint64_t(l.device));
         j.field("stream", l.stream);
         j.field("stream_kind", stream_kind(l.stream));
@@ -335,8 +335,8 @@ void findings_object(Json& j, const Findings& f, bool report = false) {
     j.field("source", f.source);
     j.field("format", f.format);
     j.field("verdict", name(f.verdict));
-    j.field("leak_bytes_per_step", f.leak_bytes_per_step);
-    j.field("pinned_leak_bytes_per_step", f.pinned_leak_bytes_per_step);
+    j.bytes_field("leak_bytes_per_step", f.leak_bytes_per_step);
+    j.bytes_field("pinned_leak_bytes_per_step", f.pinned_leak_bytes_per_step);
     j.field("events", f.event_count);
     j.key("steps");
     j.open('{');
@@ -429,7 +429,7 @@ void ranks_object(Json& j, const RankComparison& ranks) {
         j.open('{');
         j.field("rank", uint64_t(r.rank));
         j.field("run", uint64_t(r.run));
-        j.field("leak_bytes_per_step", r.leak_bytes_per_step);
+        j.bytes_field("leak_bytes_per_step", r.leak_bytes_per_step);
         j.field("allocated", r.allocated);
         j.field("peak_allocated", r.peak_allocated);
         j.close('}');

@@ -64,6 +64,13 @@ public:
         key(k);
         value(v);
     }
+    // Bytes, or bytes a step, fitted as a double: written whole, as every byte count is (a double
+    // would print 2.62144e+06, six digits and an exponent, where 2621440 was meant).
+    void bytes_field(const char* k, double bytes) {
+        key(k);
+        if (std::isfinite(bytes)) value(int64_t(std::llround(bytes)));
+        else null();
+    }
 
 private:
     void comma() {

@@ -114,6 +114,9 @@ public:
         if (has_segments) read_segments(segments);
         if (doc_->get(root, "external_annotations", &annotations) && (*doc_)[annotations].type == Type::list)
             read_annotations(annotations);
+        Ref settings;
+        if (doc_->get(root, "allocator_settings", &settings) && (*doc_)[settings].type == Type::dict)
+            t_.allocator_settings = kept_value(settings, 0);
         // Entries taken while parsing carry the ordinal of their list; the list's place in
         // device_traces is its device. Entries of a list found elsewhere are not a trace: dropped.
         constexpr int kNotATrace = -1;
@@ -294,6 +297,8 @@ private:
             reserved_[*device] += total;
             t_.final_reserved += total;
             t_.device(*device);
+            t_.final_segments.push_back(LiveSegment{*device, base, total, stream, integer(seg, "is_expandable") != 0});
+            check_held();
             Ref blocks;
             if (!doc_->get(seg, "blocks", &blocks) || (*doc_)[blocks].type != Type::list) return;
             uint64_t offset = base;  // older snapshots give no block address: blocks tile the segment
@@ -309,11 +314,13 @@ private:
                 lb.device = *device;
                 lb.addr = addr;
                 lb.size = size;
+                lb.requested_size = uint64_t(integer(b, "requested_size", int64_t(size)));
                 lb.stream = stream;
+                lb.pending_free = state != "active_allocated";
                 Ref frames;
                 if (doc_->get(b, "frames", &frames)) lb.stack = stack_of(frames);
                 // Trace entries carry the size asked for; so must the final state they are subtracted from.
-                allocated_[*device] += uint64_t(integer(b, "requested_size", int64_t(size)));
+                allocated_[*device] += lb.requested_size;
                 t_.final_blocks.push_back(lb);
                 check_held();
             });
@@ -466,10 +473,51 @@ private:
         return std::nullopt;
     }
 
-    // What reading keeps: events, annotations and the final live blocks. Pickle's memo lets one
-    // list of blocks or annotations be referenced many times; each reference costs its expansion.
+    // A small value kept whole (allocator_settings: a dozen flags and numbers), held to the limit.
+    // An item of another type, nested deeper than a settings dict, or let go with the trace entries
+    // that shared it through the memo (PYTORCH_CUDA_ALLOC_CONF's "" as their compile_context) is
+    // left out: what was written is not known then.
+    static bool keepable(Type t) {
+        return t == Type::none || t == Type::boolean || t == Type::integer || t == Type::floating || t == Type::string ||
+               t == Type::list || t == Type::tuple || t == Type::dict;
+    }
+    SnapshotValue kept_value(Ref r, int depth) {
+        constexpr int kMaxDepth = 4;
+        SnapshotValue v;
+        const pickle::Value x = (*doc_)[r];
+        const bool deeper = depth + 1 < kMaxDepth;
+        switch (x.type) {
+        case Type::boolean: v.kind = SnapshotValue::Kind::boolean, v.integer = x.i; break;
+        case Type::integer: v.kind = SnapshotValue::Kind::integer, v.integer = x.i; break;
+        case Type::floating: v.kind = SnapshotValue::Kind::floating, v.floating = x.f; break;
+        case Type::string: v.kind = SnapshotValue::Kind::string, v.string = std::string(text(r)); break;
+        case Type::list:
+        case Type::tuple:
+            v.kind = SnapshotValue::Kind::list;
+            doc_->for_each_item(r, [&](Ref item) {
+                if (deeper && keepable((*doc_)[item].type)) v.items.emplace_back("", kept_value(item, depth + 1));
+            });
+            break;
+        case Type::dict:
+            v.kind = SnapshotValue::Kind::dict;
+            doc_->for_each_pair(r, [&](Ref key, Ref item) {
+                if (deeper && (*doc_)[key].type == Type::string && keepable((*doc_)[item].type))
+                    v.items.emplace_back(std::string(text(key)), kept_value(item, depth + 1));
+            });
+            break;
+        default: break;
+        }
+        kept_settings_bytes_ += sizeof(SnapshotValue) + v.string.size();
+        check_held();
+        return v;
+    }
+
+    // What reading keeps: events, annotations, the final live blocks and segments, the allocator's
+    // settings. Pickle's memo lets one list of blocks or annotations be referenced many times; each
+    // reference costs its expansion.
     void check_held() {
-        const uint64_t held = (t_.events.size() + notes_.size()) * sizeof(Event) + t_.final_blocks.size() * sizeof(LiveBlock);
+        const uint64_t held = (t_.events.size() + notes_.size()) * sizeof(Event) + t_.final_blocks.size() * sizeof(LiveBlock) +
+                              t_.final_segments.size() * sizeof(LiveSegment) + kept_settings_bytes_;
         if (held > limits_.max_held_bytes)
             throw std::runtime_error(name_ + ": offset " + std::to_string(offset_) + ": more than " +
                                      std::to_string(limits_.max_held_bytes >> 20) +
@@ -568,6 +616,7 @@ private:
     DecodedEntry decoded_;
     std::vector<Action> actions_;
     std::vector<Event> notes_;      // annotations, merged into the events in time order
+    uint64_t kept_settings_bytes_ = 0;
     Deltas deltas_;                 // what t_.events add to each device (tally())
     bool events_in_order_ = true;   // t_.events in time order (tally())
     uint64_t last_stream_handle_ = 0;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <map>
 #include <optional>
 #include <stdexcept>
@@ -34,6 +35,14 @@ public:
         out.push_back('X');
         u32(uint32_t(s.size()));
         out.append(s);
+    }
+    void none() { out.push_back('N'); }
+    void boolean(bool v) { out.push_back(v ? '\x88' : '\x89'); }  // NEWTRUE, NEWFALSE
+    void floating(double v) {  // BINFLOAT: big-endian
+        out.push_back('G');
+        uint64_t bits;
+        std::memcpy(&bits, &v, sizeof bits);
+        for (int i = 7; i >= 0; --i) out.push_back(char(bits >> (8 * i)));
     }
     void integer(int64_t v) {
         if (v >= INT32_MIN && v <= INT32_MAX) {
@@ -91,6 +100,171 @@ std::optional<Outside> outside_track(EventKind k) {
     case EventKind::device_usage: return Outside::nvml_used;
     default: return std::nullopt;
     }
+}
+
+// torch's allocator as the trace leaves it: each segment with its live blocks, by address.
+struct EndSegment {
+    LiveSegment segment;
+    std::vector<LiveBlock> blocks;
+};
+
+// Each block into the segment that holds it (both sorted by device and address); a block that no
+// segment holds whole is left out: memory_viz would fail to draw it.
+void place_blocks(std::vector<EndSegment>& segments, std::vector<LiveBlock> blocks) {
+    std::sort(blocks.begin(), blocks.end(),
+              [](const LiveBlock& a, const LiveBlock& b) { return std::pair(a.device, a.addr) < std::pair(b.device, b.addr); });
+    size_t s = 0;
+    for (const LiveBlock& b : blocks) {
+        while (s < segments.size() && std::pair(segments[s].segment.device, segments[s].segment.addr + segments[s].segment.size) <=
+                                          std::pair(b.device, b.addr))
+            ++s;
+        if (s == segments.size()) break;
+        const LiveSegment& seg = segments[s].segment;
+        if (seg.device == b.device && seg.addr <= b.addr && b.addr + b.size <= seg.addr + seg.size &&
+            (segments[s].blocks.empty() || segments[s].blocks.back().addr + segments[s].blocks.back().size <= b.addr))
+            segments[s].blocks.push_back(b);
+    }
+}
+
+
+// Address ranges of one device's segments, start -> (end, stream, expandable): a segment made by
+// cudaMalloc, or the mapped part of an expandable one.
+struct Ranges {
+    struct Range {
+        uint64_t end, stream;
+        bool expandable;
+    };
+    std::map<uint64_t, Range> by_start;
+
+    void add(uint64_t start, uint64_t end, uint64_t stream, bool expandable) {
+        auto [it, inserted] = by_start.try_emplace(start, Range{end, stream, expandable});
+        if (!inserted) return;  // a second alloc of a live segment: a fault, not ours to redraw
+        // An expandable segment grown in place is one segment, as torch's snapshot lists it.
+        if (auto next = std::next(it); expandable && next != by_start.end() && next->first == end && next->second.expandable &&
+            next->second.stream == stream)
+            it->second.end = next->second.end, by_start.erase(next);
+        if (it != by_start.begin()) {
+            auto prev = std::prev(it);
+            if (expandable && prev->second.expandable && prev->second.end == start && prev->second.stream == stream)
+                prev->second.end = it->second.end, by_start.erase(it);
+        }
+    }
+    // Takes [start, end) away; returns the parts no range held (segments made before the trace).
+    std::vector<std::pair<uint64_t, uint64_t>> remove(uint64_t start, uint64_t end) {
+        std::vector<std::pair<uint64_t, uint64_t>> unheld;
+        uint64_t at = start;
+        auto it = by_start.upper_bound(start);
+        if (it != by_start.begin() && std::prev(it)->second.end > start) --it;
+        while (at < end) {
+            if (it == by_start.end() || it->first >= end) {
+                unheld.emplace_back(at, end);
+                break;
+            }
+            if (it->first > at) unheld.emplace_back(at, it->first);
+            const uint64_t from = std::max(at, it->first), to = std::min(end, it->second.end);
+            const Range r = it->second;
+            const uint64_t r_start = it->first;
+            it = by_start.erase(it);
+            if (r_start < from) by_start.emplace(r_start, Range{from, r.stream, r.expandable});
+            if (to < r.end) it = by_start.emplace(to, Range{r.end, r.stream, r.expandable}).first;
+            at = to;
+        }
+        return unheld;
+    }
+    bool holds(uint64_t addr) const {
+        auto it = by_start.upper_bound(addr);
+        return it != by_start.begin() && std::prev(it)->second.end > addr;
+    }
+};
+
+uint64_t stream_handle(const Trace& t, uint16_t stream) { return stream < t.streams.size() ? t.streams[stream] : 0; }
+
+// A .vscope holds events alone: its segments and blocks at the end are replayed from them. A
+// segment made before the capture began shows as it is freed (added from the start), or holds
+// blocks outside every segment the trace saw made (one segment spanning them, as memory_viz
+// draws no block outside a segment).
+std::vector<EndSegment> replayed_segments(const Trace& t) {
+    std::map<uint16_t, Ranges> before, live;
+    // A segment's event applied; what a free finds no segment for was made before the trace.
+    auto apply = [&](const Event& e, std::map<uint16_t, Ranges>* made_before) {
+        const uint64_t stream = stream_handle(t, e.stream);
+        if (e.kind == EventKind::segment_alloc || e.kind == EventKind::segment_map) {
+            live[e.device].add(e.addr, e.addr + e.size, stream, e.kind == EventKind::segment_map);
+            return;
+        }
+        for (const auto& [from, to] : live[e.device].remove(e.addr, e.addr + e.size))
+            if (made_before) (*made_before)[e.device].add(from, to, stream, e.kind == EventKind::segment_unmap);
+    };
+    for (const Event& e : t.events)
+        if (is_segment_event(e.kind)) apply(e, &before);
+    // The blocks live at the end, and the blocks allocated where no segment was seen.
+    std::map<std::pair<uint16_t, uint64_t>, LiveBlock> blocks;
+    std::map<uint16_t, Ranges> unseen;
+    live = before;
+    for (const Event& e : t.events) {
+        if (is_segment_event(e.kind)) {
+            apply(e, nullptr);
+        } else if (e.kind == EventKind::alloc) {
+            blocks[{e.device, e.addr}] = LiveBlock{e.device, e.addr, e.size, e.size, stream_handle(t, e.stream), e.stack, false};
+            constexpr size_t kHeldPerBlock = 2 * sizeof(LiveBlock) + 48;  // a map node and its copy at the end
+            if ((blocks.size() & 0xFFF) == 0) check_export_size(t, blocks.size() * kHeldPerBlock, "memory_viz pickle");
+            if (!live[e.device].holds(e.addr)) {
+                Ranges& u = unseen[e.device];
+                u.remove(e.addr, e.addr + e.size);
+                u.add(e.addr, e.addr + e.size, stream_handle(t, e.stream), true);  // touching blocks make one
+            }
+        } else if (e.kind == EventKind::free_requested) {
+            if (auto it = blocks.find({e.device, e.addr}); it != blocks.end()) it->second.pending_free = true;
+        } else if (is_release(e.kind)) {
+            blocks.erase({e.device, e.addr});
+        }
+    }
+    std::vector<EndSegment> out;
+    for (const auto& [device, ranges] : live)
+        for (const auto& [start, r] : ranges.by_start) out.push_back({LiveSegment{device, start, r.end - start, r.stream, r.expandable}, {}});
+    for (const auto& [device, ranges] : unseen)
+        for (const auto& [start, r] : ranges.by_start)
+            if (!live[device].holds(start) && !live[device].holds(r.end - 1))
+                out.push_back({LiveSegment{device, start, r.end - start, r.stream, false}, {}});
+    std::sort(out.begin(), out.end(), [](const EndSegment& a, const EndSegment& b) {
+        return std::pair(a.segment.device, a.segment.addr) < std::pair(b.segment.device, b.segment.addr);
+    });
+    std::vector<LiveBlock> at_end;
+    for (const auto& [key, b] : blocks) at_end.push_back(b);
+    place_blocks(out, at_end);
+    return out;
+}
+
+void value(PickleWriter& p, const SnapshotValue& v) {
+    switch (v.kind) {
+    case SnapshotValue::Kind::none: p.none(); break;
+    case SnapshotValue::Kind::boolean: p.boolean(v.integer != 0); break;
+    case SnapshotValue::Kind::integer: p.integer(v.integer); break;
+    case SnapshotValue::Kind::floating: p.floating(v.floating); break;
+    case SnapshotValue::Kind::string: p.str(v.string); break;
+    case SnapshotValue::Kind::list:
+    case SnapshotValue::Kind::dict:
+        v.kind == SnapshotValue::Kind::dict ? p.dict() : p.list();
+        p.mark();
+        for (const auto& [key, item] : v.items) {
+            if (v.kind == SnapshotValue::Kind::dict) p.str(key);
+            value(p, item);
+        }
+        v.kind == SnapshotValue::Kind::dict ? p.setitems() : p.appends();
+        break;
+    }
+}
+
+// The allocator's state at the trace's end: a snapshot's own segments, else replayed.
+std::vector<EndSegment> segments_at_end(const Trace& t) {
+    if (t.final_segments.empty() && t.final_blocks.empty()) return replayed_segments(t);
+    std::vector<EndSegment> out;
+    for (const LiveSegment& s : t.final_segments) out.push_back({s, {}});
+    std::sort(out.begin(), out.end(), [](const EndSegment& a, const EndSegment& b) {
+        return std::pair(a.segment.device, a.segment.addr) < std::pair(b.segment.device, b.segment.addr);
+    });
+    place_blocks(out, t.final_blocks);
+    return out;
 }
 
 }  // namespace
@@ -154,6 +328,48 @@ std::string to_memory_viz_pickle(const Trace& t) {
     p.mark();
     p.str("segments");
     p.list();
+    p.mark();
+    for (const EndSegment& es : segments_at_end(t)) {
+        check_export_size(t, p.out.size(), "memory_viz pickle");
+        const LiveSegment& seg = es.segment;
+        uint64_t active = 0, requested = 0;
+        for (const LiveBlock& b : es.blocks) active += b.size, requested += b.requested_size;
+        p.dict();
+        p.mark();
+        p.str("device"), p.integer(seg.device);
+        p.str("address"), p.integer(int64_t(seg.addr));
+        p.str("total_size"), p.integer(int64_t(seg.size));
+        p.str("allocated_size"), p.integer(int64_t(active));
+        p.str("active_size"), p.integer(int64_t(active));
+        p.str("requested_size"), p.integer(int64_t(requested));
+        p.str("stream"), p.integer(int64_t(seg.stream));
+        p.str("is_expandable"), p.boolean(seg.expandable);
+        p.str("frames"), frames(0);
+        // Blocks tile the segment, free gaps as inactive blocks: both viewers walk them by size.
+        p.str("blocks");
+        p.list();
+        p.mark();
+        uint64_t at = seg.addr;
+        auto block = [&](uint64_t addr, uint64_t size, uint64_t asked, std::string_view state, uint32_t stack) {
+            p.dict();
+            p.mark();
+            p.str("address"), p.integer(int64_t(addr));
+            p.str("size"), p.integer(int64_t(size));
+            p.str("requested_size"), p.integer(int64_t(asked));
+            p.str("state"), p.str(state);
+            p.str("frames"), frames(stack);
+            p.setitems();
+        };
+        for (const LiveBlock& b : es.blocks) {
+            if (b.addr > at) block(at, b.addr - at, 0, "inactive", 0);
+            block(b.addr, b.size, b.requested_size, b.pending_free ? "active_pending_free" : "active_allocated", b.stack);
+            at = b.addr + b.size;
+        }
+        if (at < seg.addr + seg.size) block(at, seg.addr + seg.size - at, 0, "inactive", 0);
+        p.appends();
+        p.setitems();
+    }
+    p.appends();
     p.str("device_traces");
     p.list();
     p.mark();
@@ -180,6 +396,26 @@ std::string to_memory_viz_pickle(const Trace& t) {
         p.appends();
     }
     p.appends();
+    // Named regions (optimizer.step, record_function), as torch's recorder lists them.
+    p.str("external_annotations");
+    p.list();
+    p.mark();
+    for (const Event& e : t.events) {
+        if (e.kind != EventKind::annotation_start && e.kind != EventKind::annotation_end) continue;
+        check_export_size(t, p.out.size(), "memory_viz pickle");
+        p.dict();
+        p.mark();
+        p.str("device"), p.integer(e.device);
+        p.str("stage"), p.str(e.kind == EventKind::annotation_start ? "START" : "END");
+        p.str("name"), string(e.name);
+        p.str("time_us"), p.integer(e.time_us);
+        p.setitems();
+    }
+    p.appends();
+    if (t.allocator_settings.kind != SnapshotValue::Kind::none) {
+        p.str("allocator_settings");
+        value(p, t.allocator_settings);
+    }
     p.setitems();
     p.stop();
     return p.out;
@@ -394,7 +630,7 @@ std::string to_perfetto_json(const Trace& t, const Findings& f) {
                   j.field("s", "g");
                   j.key("args");
                   j.open('{');
-                  j.field("bytes_per_step", leak.bytes_per_step);
+                  j.bytes_field("bytes_per_step", leak.bytes_per_step);
                   j.field("memory", name(leak.memory));
                   if (!leak.library.empty()) j.field("library", leak.library);
                   j.close('}');

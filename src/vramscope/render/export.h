@@ -8,8 +8,10 @@
 
 namespace vramscope {
 
-// A torch snapshot pickle (protocol 2, stacks memoized): {"segments": [], "device_traces": [...]}
-// as _dump_snapshot writes it, for https://pytorch.org/memory_viz and torch.cuda._memory_viz.
+// A torch snapshot pickle (protocol 2, stacks memoized) as _dump_snapshot writes it, for
+// https://pytorch.org/memory_viz and torch.cuda._memory_viz: "segments" (the allocator at the
+// trace's end, each segment's blocks tiling it, free gaps inactive: a snapshot's own, or replayed
+// from a .vscope's events), "device_traces", "external_annotations" and "allocator_settings".
 // Torch's caching allocator's events only: memory outside it is not the snapshot's to show.
 std::string to_memory_viz_pickle(const Trace& trace);
 

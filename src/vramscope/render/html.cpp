@@ -2,6 +2,7 @@
 
 #include <string_view>
 
+#include "common/format.h"
 #include "findings/json.h"
 #include "render/report_template.h"
 
@@ -30,16 +31,20 @@ std::string script_safe(std::string_view json) {
 }  // namespace
 
 std::string render_html(const std::vector<Findings>& runs, const RankComparison& ranks) {
-    return report_page(to_report_json(runs, ranks));
+    std::vector<std::string> sources;
+    for (const Findings& f : runs) sources.push_back(f.source);
+    return report_page(to_report_json(runs, ranks), page_title("vramscope", sources));
 }
 
-std::string report_page(std::string_view data) {
+std::string report_page(std::string_view data, std::string_view title) {
     const std::string_view page = kReportTemplate;
-    constexpr std::string_view kSlot = "/*VRAMSCOPE_DATA*/";
-    const size_t at = page.find(kSlot);
+    constexpr std::string_view kTitleSlot = "/*VRAMSCOPE_TITLE*/", kSlot = "/*VRAMSCOPE_DATA*/";
+    const size_t title_at = page.find(kTitleSlot), at = page.find(kSlot);
     std::string out;
     out.reserve(page.size() + data.size());
-    out.append(page.substr(0, at));
+    out.append(page.substr(0, title_at));
+    out += html_escape(title);
+    out.append(page.substr(title_at + kTitleSlot.size(), at - title_at - kTitleSlot.size()));
     out += script_safe(data);
     out.append(page.substr(at + kSlot.size()));
     return out;

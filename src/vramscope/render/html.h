@@ -9,10 +9,11 @@
 
 namespace vramscope {
 
-// Who held each leak is in the findings (SiteFinding::owners), joined before they get here.
+// Who held each leak is in the findings (SiteFinding::owners), joined before they get here. The
+// page is titled by its inputs (page_title).
 std::string render_html(const std::vector<Findings>& runs, const RankComparison& ranks);
 
 // The page around report data already made: {"generator", "runs": [findings...], "ranks"}.
-std::string report_page(std::string_view data_json);
+std::string report_page(std::string_view data_json, std::string_view title);
 
 }  // namespace vramscope

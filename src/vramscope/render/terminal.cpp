@@ -96,6 +96,29 @@ std::string unit_of(const Findings& f) { return f.step_unit.empty() ? "step" : t
 
 std::string signed_bytes(int64_t bytes) { return (bytes > 0 ? "+" : "") + format_bytes(double(bytes)); }
 
+// A ledger is of torch's allocated memory: the leaks outside it (a library's own device memory,
+// pinned host memory) are named under it, a line each, or its "0 B" would read as no leak beside them.
+std::vector<std::string> outside_the_ledger(const Findings& f, uint16_t device) {
+    double rates[2] = {0, 0};  // device memory outside torch's allocator, pinned host memory
+    std::vector<std::string> libraries[2];
+    for (const SiteFinding& l : f.leaks) {
+        if (l.device != device || l.memory == Memory::torch) continue;
+        const int k = l.memory == Memory::pinned;
+        rates[k] += l.bytes_per_step;
+        if (!l.library.empty() && std::find(libraries[k].begin(), libraries[k].end(), l.library) == libraries[k].end())
+            libraries[k].push_back(l.library);
+    }
+    std::vector<std::string> lines;
+    for (int k = 0; k < 2; ++k) {
+        if (rates[k] <= 0) continue;
+        std::string by;
+        for (const std::string& library : libraries[k]) by += (by.empty() ? " (" : ", ") + terminal_safe(library);
+        lines.push_back("not in it: " + per_step(rates[k]) + " leaking in " +
+                        (k ? "pinned host memory" : "device memory outside torch's allocator") + (by.empty() ? "" : by + ")"));
+    }
+    return lines;
+}
+
 // Where each device's growth at step ends went: the parts sum to it, unexplained always shown.
 std::string render_ledger(const Findings& f, const Style& st) {
     if (f.ledger.empty()) return "";
@@ -115,6 +138,7 @@ std::string render_ledger(const Findings& f, const Style& st) {
             }
             o += line + "\n";
         }
+        for (const std::string& line : outside_the_ledger(f, l.device)) o += "    " + st.dim(wrap(line, 4, 100)) + "\n";
     }
     return o;
 }
