@@ -80,8 +80,8 @@ def _reported(name: str, doc: str) -> property:
 
 
 class Capture:
-    """Records every CUDA caching-allocator event of this process to a .vscope trace; without CUDA
-    (source None picks), the tensors this thread creates."""
+    """Records every CUDA caching-allocator event of this process to a .vscope trace, or without CUDA
+    the tensors this thread creates (source=None: Source.here() picks)."""
 
     def __init__(self, path="vramscope.vscope", *, fail_on_leak=False, summary=True, live_warnings=True,
                  device_memory: int = 0, shared_name=True, explain=True, explain_budget: float | None = None,
