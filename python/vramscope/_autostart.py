@@ -2,7 +2,8 @@
 
 It waits for torch to be imported, then starts a capture that attaches when (if) the process
 initialises CUDA: the launcher's own torchrun process, DataLoader workers and compile workers
-never do, and write nothing.
+never do, and write nothing. Without CUDA the capture records live tensors, in the first process
+of each rank only.
 """
 
 from __future__ import annotations
@@ -16,15 +17,34 @@ import os
 import sys
 
 
+# Set by the process that records live tensors, to its rank: the processes it starts inherit it.
+_LIVE_TENSORS_RECORDED = "VRAMSCOPE_LIVE_TENSORS_RECORDED"
+
+
+def _first_to_record_live_tensors() -> bool:
+    """Without CUDA every process of the run that imports torch could record the tensors it makes; the
+    first one of each rank does (the command's own process, each torchrun or Lightning rank), not the
+    processes it starts (DataLoader and compile workers), whose traces would hold no steps, or under
+    torchrun take their rank's file name."""
+    rank = f"{os.environ.get('RANK', '')}/{os.environ.get('LOCAL_RANK', '')}"
+    if os.environ.get(_LIVE_TENSORS_RECORDED) == rank:
+        return False
+    os.environ[_LIVE_TENSORS_RECORDED] = rank
+    return True
+
+
 def _start(config: dict) -> None:
     """The capture started; one that cannot start leaves the run to go on without it."""
     try:
-        from .capture.session import Capture
+        from .capture.session import Capture, Source
 
+        source = Source.here()
+        if source is Source.live_tensors and not _first_to_record_live_tensors():
+            return
         launched_directly = os.getppid() == config.get("launcher")
         capture = Capture(config["output"], summary=False, device_memory=config.get("device_memory", 0),
                           shared_name=launched_directly, analyse_at_end=False, max_steps=config.get("max_steps", 0),
-                          warmup=config.get("warmup", -1))
+                          warmup=config.get("warmup", -1), source=source)
         capture.start()
         atexit.register(capture.stop)
     except Exception as e:

@@ -19,24 +19,18 @@ from . import _core
 from .capture import naming
 
 
-def cuda_here() -> str:
-    """"" when this machine has a CUDA device torch can use, else why not, plainly."""
+def why_no_trace(rc: int | None, output_of_command: str) -> str:
+    """Why a command left no trace: its own failure first, then no torch, then no use of it."""
+    if rc not in (0, None):
+        return f"the command failed (exit code {rc}) before it wrote a trace: {output_of_command} says why"
     try:
         import torch
     except ImportError:
-        return f"torch is not installed in {sys.executable}"
-    return "" if torch.cuda.is_available() else "no CUDA device here (torch.cuda.is_available() is False)"
-
-
-def why_no_trace(rc: int | None, output_of_command: str) -> str:
-    """Why a command left no trace: its own failure first, then no CUDA, then no CUDA use."""
-    if rc not in (0, None):
-        return f"the command failed (exit code {rc}) before it wrote a trace: {output_of_command} says why"
-    no_cuda = cuda_here()
-    if no_cuda:
-        return f"{no_cuda}: vramscope records CUDA memory, so no trace was written"
-    return ("no trace was written: the command did not use CUDA through torch, or its Python is not the one "
-            f"vramscope is installed in ({sys.executable})")
+        return f"no trace was written: torch is not installed in {sys.executable}"
+    used = ("CUDA through torch" if torch.cuda.is_available() else
+            "torch (without CUDA vramscope records the tensors torch creates, and there were none)")
+    return (f"no trace was written: the command did not use {used}, or its Python is not the one vramscope is "
+            f"installed in ({sys.executable})")
 
 
 def run_environment(output: Path, *, device_memory: int = 0, max_steps: int = 0, warmup: int = -1, preload=(),

@@ -15,6 +15,7 @@
 #include "compare/table.h"
 #include "findings/json.h"
 #include "importers/torch_snapshot.h"
+#include "trace_builder.h"
 
 using namespace vramscope;
 using vramscope::testing::error_of;
@@ -305,4 +306,19 @@ TEST(Diff, LeaksAreGoneNewOrChanged) {
     Findings faster = leaking;
     faster.leaks.front().bytes_per_step *= 2;
     EXPECT_EQ(diff_runs(leaking, faster).leaks.front().change, LeakChange::changed);
+}
+
+TEST(Diff, APeakOfLiveTensorsIsTheCpus) {
+    vramscope::testing::TraceBuilder b;
+    b.t.meta["device.0"] = "cpu";  // as a live-tensor capture names the host's memory
+    for (int step = 0; step < 12; ++step) {
+        b.alloc(0x7f0000000000ull + uint64_t(step) * 32768, 32768, 0);
+        b.step();
+    }
+    const Findings f = analyze(b.t);
+    const RunDiff d = diff_runs(f, f);
+    ASSERT_EQ(d.peaks.size(), 1u);
+    EXPECT_EQ(d.peaks[0].device_name, "cpu");
+    EXPECT_NE(render_diff_terminal(d, false).find("Peak cpu\n"), std::string::npos);
+    EXPECT_NE(render_diff_html(d).find("<h2>Peak, cpu</h2>"), std::string::npos);
 }

@@ -357,3 +357,40 @@ TEST(Summary, TheHeadlineGivesDeviceAndPinnedHostMemoryApart) {
     const FindingsFile back = read_findings(to_json(f), "f.json");
     EXPECT_NEAR(back.runs.front().pinned_leak_bytes_per_step, 18.0 * (1 << 20), 100);  // rates keep 6 digits
 }
+
+namespace {
+
+// Twelve steps that each keep 32 KiB, recorded as a live-tensor capture records the host's
+// tensors (meta device.0 "cpu") or as the allocator hook records a GPU's.
+TraceBuilder kept_each_step(bool live_tensors) {
+    TraceBuilder b;
+    if (live_tensors) b.t.meta["device.0"] = "cpu";
+    const uint32_t kept = b.stack({{"train.py", 12, "forward"}});
+    for (int step = 0; step < 12; ++step) {
+        b.alloc(0x7f0000000000ull + uint64_t(step) * 32768, 32768, kept);
+        b.step();
+    }
+    return b;
+}
+
+}  // namespace
+
+TEST(Terminal, ALiveTensorTraceNamesItsDeviceCpuAndAGpuTraceItsCudaOrdinal) {
+    const std::string cpu = render_summary(analyze(kept_each_step(true).t), false);
+    EXPECT_NE(cpu.find("\n  cpu  step 0 -> 11: "), std::string::npos) << cpu;  // the ledger
+    EXPECT_NE(cpu.find("\n  cpu  384.0 KiB allocated at step 11"), std::string::npos) << cpu;  // the peak
+    EXPECT_EQ(cpu.find("cuda"), std::string::npos) << cpu;
+    const std::string gpu = render_summary(analyze(kept_each_step(false).t), false);
+    EXPECT_NE(gpu.find("\n  cuda:0  step 0 -> 11: "), std::string::npos) << gpu;
+    EXPECT_NE(gpu.find("\n  cuda:0  384.0 KiB allocated at step 11"), std::string::npos) << gpu;
+}
+
+TEST(Export, PerfettoOfALiveTensorTraceHasACpuCounterWithoutReserved) {
+    const TraceBuilder b = kept_each_step(true);
+    const std::string json = to_perfetto_json(b.t, analyze(b.t));
+    EXPECT_NE(json.find("\"name\":\"cpu memory\""), std::string::npos);
+    EXPECT_EQ(json.find("cuda:"), std::string::npos);
+    EXPECT_EQ(json.find("\"reserved\""), std::string::npos);
+    const TraceBuilder gpu = kept_each_step(false);
+    EXPECT_NE(to_perfetto_json(gpu.t, analyze(gpu.t)).find("\"name\":\"cuda:0 memory\""), std::string::npos);
+}

@@ -318,23 +318,24 @@ def test_a_forked_child_never_writes_to_the_parents_trace(tmp_path):
     assert not findings.get("warnings")
 
 
-def test_track_without_cuda_warns_once_and_the_block_runs(capfd):
+def test_track_without_cuda_records_live_tensors_and_says_so_first(capfd, tmp_path):
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
     import vramscope
+    from vramscope.capture.session import LIVE_TENSORS_LINE
 
-    ran = []
-    for _ in range(2):
-        with vramscope.track("never-written.vscope") as capture:
-            ran.append(True)
+    kept = []
+    with vramscope.track(tmp_path / "cpu.vscope") as capture:
+        for _ in range(12):
+            kept.append(torch.ones(64, 64))
             vramscope.step()
-            vramscope.mark("eval")
-        assert not capture.active and capture.path is None
-    assert ran == [True, True]
     err = capfd.readouterr().err
-    assert err.count("no CUDA device") == 1
-    assert not os.path.exists("never-written.vscope")
+    assert err.splitlines()[0] == f"vramscope: {LIVE_TENSORS_LINE}", err
+    assert capture.path == str(tmp_path / "cpu.vscope") and capture.leaked, err
+    assert capture.findings["meta"]["device.0"] == "cpu"
+    assert "\n  cpu  step 0 -> 11: " in err and "cuda:" not in err, "the summary names the device cpu"
+    assert "held by test_track_without_cuda_records_live_tensors_and_says_so_first() local 'kept'[" in err, err
 
 
 def test_trace_files_carry_the_rank_in_their_name(tmp_path):
@@ -384,10 +385,43 @@ def test_run_starts_capture_in_the_launched_process(tmp_path):
     code = "import torch; print('trained', torch.cuda.is_available())"
     proc = vramscope("run", "-o", str(tmp_path / "x.vscope"), "--", sys.executable, "-c", code, check_rc=0)
     assert "trained" in proc.stdout
-    if "trained False" in proc.stdout:  # no GPU: the launched process said so, once
-        assert proc.stderr.count("vramscope: no CUDA device") == 1
+    if "trained False" in proc.stdout:  # no GPU: the launched process records live tensors, and says so once
+        assert proc.stderr.count("vramscope: no CUDA here: capturing live tensors") == 1, proc.stderr
 
 
 def test_run_without_a_command_is_a_usage_error():
     proc = vramscope("run", check_rc=2)
     assert "no command given" in proc.stderr
+
+
+CHILDREN_MAKE_TENSORS = """
+import multiprocessing, subprocess, sys
+import torch
+
+def worker():
+    kept = [torch.ones(256, 256) for _ in range(4)]
+
+if __name__ == "__main__":
+    kept = []
+    for _ in range(12):
+        kept.append(torch.ones(64, 64))
+        torch.optim.SGD([torch.zeros(1, requires_grad=True)]).step()
+    subprocess.run([sys.executable, "-c", "import torch; kept = [torch.ones(256, 256) for _ in range(4)]"], check=True)
+    child = multiprocessing.get_context("spawn").Process(target=worker)
+    child.start()
+    child.join()
+    print("children", child.exitcode)
+"""
+
+
+def test_run_without_cuda_records_the_commands_process_not_the_ones_it_starts(tmp_path):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the processes that initialise it are recorded")
+    (tmp_path / "train.py").write_text(CHILDREN_MAKE_TENSORS)
+    proc = vramscope("run", "-o", str(tmp_path / "t.vscope"), "--", sys.executable, str(tmp_path / "train.py"),
+                     check_rc=0)
+    assert "children 0" in proc.stdout, proc.stdout + proc.stderr
+    assert proc.stderr.count("vramscope: no CUDA here: capturing live tensors") == 1, proc.stderr
+    assert sorted(p.name for p in tmp_path.glob("t*.vscope")) == ["t.vscope"], "a subprocess and a spawned child write nothing"
+    assert "LEAK  +16.0 KiB per optimizer step" in proc.stdout, proc.stdout

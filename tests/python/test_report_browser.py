@@ -132,6 +132,36 @@ def test_a_run_too_short_to_judge_says_so_in_the_page(tmp_path, browser):
     assert banner.startswith("CANNOT JUDGE") and "full steps" in banner, banner
 
 
+def test_a_live_tensor_capture_is_drawn_as_the_cpu_without_a_reserved_line(tmp_path, browser):
+    torch = pytest.importorskip("torch")
+    from vramscope.capture import Capture, Source
+
+    kept = []
+    with Capture(tmp_path / "cpu.vscope", source=Source.live_tensors, summary=False, live_warnings=False,
+                 explain=False) as capture:
+        for _ in range(12):
+            kept.append(torch.ones(64, 64))
+            capture.explicit_step()
+    page_file = tmp_path / "cpu.html"
+    vramscope("report", capture.path, "-o", str(page_file))
+    gpu_file = tmp_path / "gpu.html"
+    vramscope("report", str(FIXTURES[0]), "-o", str(gpu_file))
+    page = browser.new_page()
+    page.goto(page_file.as_uri())
+    page.wait_for_selector(".chart")
+    assert page.locator("h2", has_text="Memory per step · cpu").count() == 1
+    assert page.locator(".chart polyline.reserved").count() == 0
+    assert "reserved" not in page.locator(".chart .legend span").all_inner_texts()
+    assert "cpu\tgrowth, step 0" in page.inner_text("table.ledger")
+    assert "cuda:" not in page.inner_text("body")
+    page.goto(gpu_file.as_uri())
+    page.wait_for_selector(".chart")
+    assert page.locator("h2", has_text="Memory per step · cuda:0").count() == 1
+    assert page.locator(".chart polyline.reserved").count() == 1
+    assert "reserved" in page.locator(".chart .legend span").all_inner_texts()
+    page.close()
+
+
 HOSTILE = Path(__file__).resolve().parents[1] / "data" / "hostile"
 
 

@@ -70,16 +70,22 @@ class StepLimitReached(SystemExit):
     --max-steps`, each cell of `vramscope compare`): exit code 0, the trace complete."""
 
 
+# The start line of a capture without CUDA, as the allocator's is sources_line().
+LIVE_TENSORS_LINE = ("no CUDA here: capturing live tensors (each tensor storage torch's ops create on this thread, "
+                     "with the line that created it, freed when its last reference goes)")
+
+
 def _reported(name: str, doc: str) -> property:
     return property(lambda self: getattr(self._reporter, name), doc=doc)
 
 
 class Capture:
-    """Records every CUDA caching-allocator event of this process to a .vscope trace."""
+    """Records every CUDA caching-allocator event of this process to a .vscope trace, or without CUDA
+    the tensors this thread creates (source=None: Source.here() picks)."""
 
     def __init__(self, path="vramscope.vscope", *, fail_on_leak=False, summary=True, live_warnings=True,
                  device_memory: int = 0, shared_name=True, explain=True, explain_budget: float | None = None,
-                 analyse_at_end=True, source: Source = Source.allocator, warmup: int = -1, optimizer_steps=True,
+                 analyse_at_end=True, source: Source | None = None, warmup: int = -1, optimizer_steps=True,
                  max_steps: int = 0, driver: bool | None = None):
         self.requested_path = os.fspath(path)
         self.path: str | None = None  # the file actually written (rank in its name)
@@ -88,7 +94,8 @@ class Capture:
         self.device_memory = device_memory
         self.shared_name = shared_name
         self.analyse_at_end = analyse_at_end  # off under `vramscope run`: its launcher analyses each trace once
-        self.source = source
+        self.source = source or Source.here()
+        self.live_warnings = live_warnings
         # The judge's settings, the live monitor's and the analysis' at the end alike: they agree.
         self.settings = _core.JudgeSettings()
         self.settings.warmup = warmup  # steps not judged at the start; -1: the judge's default
@@ -99,7 +106,7 @@ class Capture:
         # Who holds each leak: searched on the training thread at the step a leak is confirmed, while
         # the loop's frames and locals live, and again at the end if its tensors are still there.
         budget = explain_budget if explain_budget is not None else _budget_from_env()
-        self._reporter = LiveReporter(device_type=source.device_type, live_warnings=live_warnings, explain=explain,
+        self._reporter = LiveReporter(device_type=self.source.device_type, live_warnings=live_warnings, explain=explain,
                                       explain_budget=budget)
         self._steps = StepSource(self.end_step, self._step_aside, optimizer_steps)
         self._recorder = None
@@ -218,6 +225,8 @@ class Capture:
             self._tensors = LiveTensors(recorder)
             self._tensors.start()
             self._undo.append(self._tensors.stop)
+            if self.live_warnings:  # the checks say it in their verdicts instead
+                say(LIVE_TENSORS_LINE)
 
     def _open_recorder(self):
         """The recorder, described and ready; None when the trace cannot be written (stepped aside)."""
@@ -263,7 +272,8 @@ class Capture:
             warn(f"{fault}; the trace {self.path} holds what came before")
         self._report(self.summary, leaking)
         if raise_on_leak and self.fail_on_leak and self.leaked:
-            raise LeakError(f"vramscope: the run leaked GPU memory (trace: {self.path})")
+            leaked = "memory (live tensors)" if self.source is Source.live_tensors else "GPU memory"
+            raise LeakError(f"vramscope: the run leaked {leaked} (trace: {self.path})")
 
     def _teardown(self) -> None:
         global _active
@@ -448,8 +458,9 @@ def track(path="vramscope.vscope", *, fail_on_leak=False, summary=True, live_war
     finds who holds it right then (one search per new leak, at most explain_budget seconds, default
     VRAMSCOPE_EXPLAIN_BUDGET or 5); prints the analysis at the end. Memory outside torch's allocator
     (libraries' device memory, pinned host memory) is captured through CUPTI unless driver=False or
-    VRAMSCOPE_DRIVER=0, and NVML's figure for the process is read at step ends. Never breaks the run:
-    without CUDA, or on any fault, it warns once and steps aside."""
+    VRAMSCOPE_DRIVER=0, and NVML's figure for the process is read at step ends. Without CUDA it
+    records the tensors this thread creates instead (live tensors), and says so. Never breaks the run:
+    on any fault it warns once and steps aside."""
     return Capture(path, fail_on_leak=fail_on_leak, summary=summary, live_warnings=live_warnings,
                    device_memory=device_memory, explain=explain, explain_budget=explain_budget, driver=driver)
 

@@ -39,7 +39,7 @@ class Guard:
     def start(self) -> None:
         try:
             self.capture = Capture(os.path.join(self.output_dir, "vramscope.vscope"), device_memory=self.device_memory,
-                                   source=self.source or Source.here()).start()
+                                   source=self.source).start()
             self._undo_oom = torch_hooks.on_out_of_memory(lambda *_: self._write_reports())
         except Exception as e:
             warn(f"the training guard could not start ({type(e).__name__}: {e}); training goes on without it", "guard")

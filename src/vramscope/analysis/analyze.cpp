@@ -399,8 +399,8 @@ void explain_devices(Replay& r, Findings& f, const Span& span, const std::vector
             for (const StepPoint& p : d.timeline) peak = std::max(peak, p.peak_allocated);
             if (peak > opt.device_memory)  // said, never a quiet projection at the step in hand
                 f.warnings.push_back("the device memory given (" + mib(double(opt.device_memory)) + ") is below the " +
-                                     mib(double(peak)) + " the trace already allocated on cuda:" +
-                                     std::to_string(d.device) + ": its OOM is projected at once");
+                                     mib(double(peak)) + " the trace already allocated on " +
+                                     f.device_name(d.device) + ": its OOM is projected at once");
         }
         std::map<uint64_t, uint64_t> live_by_stream;
         for (const LiveAlloc& a : live)
@@ -506,7 +506,7 @@ void give_verdict(Findings& f, const Span& span, const std::string& unit, const 
         if (l.balanced()) continue;
         balanced = false;
         std::string why = mib(double(l.part(LedgerPart::unexplained))) + " of the " + mib(double(l.growth)) +
-                          " growth of allocated memory on cuda:" + std::to_string(l.device) + " from step " +
+                          " growth of allocated memory on " + f.device_name(l.device) + " from step " +
                           std::to_string(l.from_step) + " to " + std::to_string(l.to_step) +
                           " is explained by no leak, cache, warm-up or variation (more than the " +
                           mib(double(l.unexplained_allowed)) + " a verdict may leave open). Held by:";

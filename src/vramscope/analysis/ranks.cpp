@@ -9,10 +9,8 @@ namespace vramscope {
 namespace {
 
 int rank_of(const Findings& f) {
-    for (const auto& [key, value] : f.meta)
-        if (key == "rank" && !value.empty() && value.find_first_not_of("0123456789") == std::string::npos)
-            return std::atoi(value.c_str());
-    return -1;
+    const std::string value(f.meta_value("rank"));
+    return !value.empty() && value.find_first_not_of("0123456789") == std::string::npos ? std::atoi(value.c_str()) : -1;
 }
 
 }  // namespace

@@ -125,6 +125,10 @@ void read_findings_of(const std::string& path, const JsonValue* trees, CellResul
         add_run(run, trees, path, cell);
     }
     cell.verdict = verdict;
+    cell.host_memory_only = !file.runs.empty() && std::all_of(file.runs.begin(), file.runs.end(), [](const Findings& run) {
+        return !run.devices.empty() && std::all_of(run.devices.begin(), run.devices.end(),
+                                                   [&](const DeviceSummary& d) { return run.host_memory(d.device); });
+    });
     if (cell.verdict == Verdict::leak && !(cell.leak_bytes_per_step > 0)) throw bad(path, "LEAK without a rate above 0");
     std::stable_sort(cell.leaks.begin(), cell.leaks.end(),
                      [](const CellLeak& a, const CellLeak& b) { return a.bytes_per_step > b.bytes_per_step; });

@@ -38,6 +38,7 @@ struct CellResult {
     Verdict verdict = Verdict::cannot_judge;
     double leak_bytes_per_step = 0;      // the largest over its processes (ranks)
     uint64_t peak_allocated = 0, peak_reserved = 0;
+    bool host_memory_only = false;       // live tensors on the host: no allocator reserves anything
     std::array<uint64_t, kPeakCategories> peak_categories{};  // of its highest device peak (findings' peak[]), by PeakCategory
     int64_t steps = 0;                   // steps judged in the trace
     std::optional<int64_t> oom_step, projected_oom_step, growth_start_step;

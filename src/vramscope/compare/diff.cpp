@@ -4,6 +4,7 @@
 #include <cmath>
 #include <map>
 #include <tuple>
+#include <utility>
 
 #include "common/format.h"
 #include "compare/status.h"
@@ -24,9 +25,10 @@ const DevicePeak* peak_on(const Findings& f, uint16_t device) {
     return nullptr;
 }
 
-PeakDiff peak_diff(uint16_t device, const DevicePeak* a, const DevicePeak* b) {
+PeakDiff peak_diff(uint16_t device, std::string device_name, const DevicePeak* a, const DevicePeak* b) {
     PeakDiff d;
     d.device = device;
+    d.device_name = std::move(device_name);
     std::map<SiteKey, PeakDiff::Site> sites;
     for (const auto& [peak, side] : {std::pair{a, 0}, std::pair{b, 1}}) {
         if (!peak) continue;
@@ -99,7 +101,10 @@ RunDiff diff_runs(const Findings& a, const Findings& b) {
         for (const DevicePeak& p : f->peaks)
             if (std::find(devices.begin(), devices.end(), p.device) == devices.end()) devices.push_back(p.device);
     std::sort(devices.begin(), devices.end());
-    for (uint16_t device : devices) d.peaks.push_back(peak_diff(device, peak_on(a, device), peak_on(b, device)));
+    for (uint16_t device : devices) {
+        const DevicePeak* in_a = peak_on(a, device);
+        d.peaks.push_back(peak_diff(device, (in_a ? a : b).device_name(device), in_a, peak_on(b, device)));
+    }
     add_leaks(a, b, d.leaks);
     return d;
 }
@@ -110,7 +115,7 @@ std::string render_diff_terminal(const RunDiff& d, bool color) {
                     ")  ->  B " + terminal_safe(base_name(d.b_source)) + " (" + std::string(name(d.b_verdict)) + ")\n";
     const auto cell = [](std::string s, size_t w) { return s.size() >= w ? s.substr(0, w - 2) + "~ " : s + std::string(w - s.size(), ' '); };
     for (const PeakDiff& p : d.peaks) {
-        o += "\n" + bold("Peak") + " cuda:" + std::to_string(p.device) + "\n";
+        o += "\n" + bold("Peak") + " " + p.device_name + "\n";
         o += "  " + cell("", 18) + cell("A", 13) + cell("B", 13) + "B - A\n";
         o += "  " + cell("allocated", 18) + cell(format_bytes(double(p.a)), 13) + cell(format_bytes(double(p.b)), 13) +
              change_words(p.a, p.b) + "\n";
@@ -214,7 +219,7 @@ std::string render_diff_html(const RunDiff& d) {
         return std::string("<td class=\"") + (b < a ? "less" : b > a ? "more" : "") + "\">" + html_escape(change_words(a, b)) + "</td>";
     };
     for (const PeakDiff& p : d.peaks) {
-        o += "<h2>Peak, cuda:" + std::to_string(p.device) + "</h2><table class=\"peak\"><tr><th></th><th>A</th><th>B</th><th>B - A</th></tr>";
+        o += "<h2>Peak, " + html_escape(p.device_name) + "</h2><table class=\"peak\"><tr><th></th><th>A</th><th>B</th><th>B - A</th></tr>";
         o += "<tr><th>allocated</th>" + td(format_bytes(double(p.a))) + td(format_bytes(double(p.b))) + moved(p.a, p.b) + "</tr>";
         for (size_t c = 0; c < kPeakCategories; ++c)
             if (p.a_categories[c] || p.b_categories[c])

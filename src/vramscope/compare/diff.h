@@ -15,6 +15,7 @@ namespace vramscope {
 // One device's peak in both runs (0 where a run has none on it).
 struct PeakDiff {
     uint16_t device = 0;
+    std::string device_name;  // as A names it where A has a peak there, else as B does ("cuda:0", "cpu")
     uint64_t a = 0, b = 0;
     std::array<uint64_t, kPeakCategories> a_categories{}, b_categories{};
     struct Site {

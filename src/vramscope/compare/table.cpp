@@ -78,6 +78,8 @@ std::string verdict_word(const CellResult& c) {
 }
 std::string rate(const CellResult& c) { return c.analysed && c.leak_bytes_per_step > 0 ? "+" + format_bytes(c.leak_bytes_per_step) : "-"; }
 std::string bytes_or_dash(const CellResult& c, uint64_t b) { return c.analysed ? format_bytes(double(b)) : "-"; }
+// Live tensors on the host: nothing is reserved beyond what is allocated, so there is no figure to show.
+std::string reserved(const CellResult& c) { return c.host_memory_only ? "-" : bytes_or_dash(c, c.peak_reserved); }
 std::string step_or_dash(const std::optional<int64_t>& s) { return s ? std::to_string(*s) : "-"; }
 std::string oom(const CellResult& c) {
     if (c.oom_step) return "step " + std::to_string(*c.oom_step);
@@ -147,7 +149,7 @@ std::string render_compare_terminal(const CompareRun& run) {
         for (const JudgedRow& r : t.rows) {
             const CellResult& c = *r.cell;
             out += "  " + cut(r.row->name, 16) + cut(verdict_word(c), 8) + cut(rate(c), 11) +
-                   cut(bytes_or_dash(c, c.peak_allocated), 10) + cut(bytes_or_dash(c, c.peak_reserved), 10) +
+                   cut(bytes_or_dash(c, c.peak_allocated), 10) + cut(reserved(c), 10) +
                    cut(oom(c), 9) + cut(step_or_dash(c.growth_start_step), 6) +
                    cut(std::string(name(r.judgement.status)), 15) + terminal_safe(saved(r)) + "\n";
             std::string detail = r.judgement.why, site = top_site(c);
@@ -215,7 +217,7 @@ std::string render_compare_markdown(const CompareRun& run) {
             if (!r.judgement.why.empty()) status += " (" + r.judgement.why + ")";
             out += "| " + md(r.row->label.empty() ? r.row->name : r.row->name + ": " + r.row->label) + " | " +
                    md(joined(r.row->changes, "; ")) + " | " + verdict_word(c) + " | " + rate(c) + " | " +
-                   bytes_or_dash(c, c.peak_allocated) + " | " + bytes_or_dash(c, c.peak_reserved) + " | " + oom(c) +
+                   bytes_or_dash(c, c.peak_allocated) + " | " + reserved(c) + " | " + oom(c) +
                    " | " + step_or_dash(c.growth_start_step) + " | " + md(top_site(c)) + " | **" + md(status) +
                    "** | " + saved(r) + " |\n";
         }
@@ -345,7 +347,7 @@ std::string render_compare_html(const CompareRun& run) {
                                                                                 : "";
             out += std::string("<tr class=\"") + cls + "\">" + td(r.row->label.empty() ? r.row->name : r.row->name + ": " + r.row->label) +
                    td(joined(r.row->changes, "; ")) + td(verdict_word(c)) + td(rate(c)) +
-                   td(bytes_or_dash(c, c.peak_allocated)) + td(bytes_or_dash(c, c.peak_reserved)) + td(oom(c)) +
+                   td(bytes_or_dash(c, c.peak_allocated)) + td(reserved(c)) + td(oom(c)) +
                    td(step_or_dash(c.growth_start_step)) + td(top_site(c)) +
                    td(std::string(name(s)) + (r.judgement.why.empty() ? "" : " (" + r.judgement.why + ")")) +
                    td(saved(r)) + "<td>" + link(c.report, "report") + link(c.log, "log") + "</td></tr>";

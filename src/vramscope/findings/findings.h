@@ -226,6 +226,16 @@ struct NotLeak {
     uint16_t device = 0;
 };
 
+// A trace's meta names device N under "device.N": the GPU's name, or "cpu" where a live-tensor
+// capture recorded the host's tensors (python/vramscope/capture/describe.py), which no allocator
+// reserves or caches.
+inline constexpr std::string_view kHostDeviceName = "cpu";
+inline std::string device_meta_key(uint16_t device) { return "device." + std::to_string(device); }
+// How every output names a device: "cpu" for such host memory, else "cuda:N".
+inline std::string device_name(uint16_t device, std::string_view meta_name) {
+    return meta_name == kHostDeviceName ? std::string(kHostDeviceName) : "cuda:" + std::to_string(device);
+}
+
 struct Findings {
     std::string source;
     std::string format;
@@ -256,6 +266,16 @@ struct Findings {
     double import_seconds = 0;      // reading the input into events first (0 when it streamed through the analysis)
     bool allocated_any = false;     // any block event (not in the JSON: `--skip-empty` reads it)
     uint64_t first_step_shown = 0;  // --steps A:B: the report's chart starts at A (not in the JSON)
+
+    std::string_view meta_value(const std::string& key) const {
+        for (const auto& [k, v] : meta)
+            if (k == key) return v;
+        return {};
+    }
+    std::string device_name(uint16_t device) const {
+        return vramscope::device_name(device, meta_value(device_meta_key(device)));
+    }
+    bool host_memory(uint16_t device) const { return meta_value(device_meta_key(device)) == kHostDeviceName; }
 };
 
 // What the live monitor said at a step end about one site: a leak confirmed (shape rising or

@@ -531,7 +531,7 @@ std::string to_perfetto_json(const Trace& t, const Findings& f) {
     auto sample_outside = [&](std::pair<uint8_t, Outside> at, Track& track, int64_t ts) {
         track.last_sample = ts;
         track.changed = false;
-        event("C", "cuda:" + std::to_string(at.first) + " " + kOutsideTrack[size_t(at.second)], ts, [&] {
+        event("C", f.device_name(at.first) + " " + kOutsideTrack[size_t(at.second)], ts, [&] {
             j.key("args");
             j.open('{');
             j.field("bytes", uint64_t(std::max<int64_t>(0, track.bytes)));
@@ -546,16 +546,16 @@ std::string to_perfetto_json(const Trace& t, const Findings& f) {
         Level& l = level[device];
         l.last_sample = ts;
         l.changed = false;
-        event("C", "cuda:" + std::to_string(device) + " memory", ts, [&] {
+        event("C", f.device_name(device) + " memory", ts, [&] {
             j.key("args");
             j.open('{');
             j.field("allocated", uint64_t(std::max<int64_t>(0, l.allocated)));
-            j.field("reserved", uint64_t(std::max<int64_t>(0, l.reserved)));
+            if (!f.host_memory(device)) j.field("reserved", uint64_t(std::max<int64_t>(0, l.reserved)));
             j.close('}');
         });
         const auto categories = by_category.find(device);
         if (categories == by_category.end()) return;
-        event("C", "cuda:" + std::to_string(device) + " by category", ts, [&] {
+        event("C", f.device_name(device) + " by category", ts, [&] {
             j.key("args");
             j.open('{');
             for (size_t c = 0; c < kPeakCategories; ++c)

@@ -15,8 +15,8 @@ namespace vramscope {
 // Torch's caching allocator's events only: memory outside it is not the snapshot's to show.
 std::string to_memory_viz_pickle(const Trace& trace);
 
-// Chrome trace-event JSON: allocated/reserved counters per device (at most one sample a
-// millisecond, and at each step end), one slice per step, an instant where each leak starts.
+// Chrome trace-event JSON: allocated/reserved counters per device ("cpu memory", allocated only,
+// for a live-tensor capture; at most one sample a millisecond, and at each step end), one slice per step, an instant where each leak starts.
 // Where the trace has them, a counter each per device for memory outside torch's allocator
 // ("cuda:0 external", "cuda:0 pinned": sampled as torch's) and NVML's figure ("cuda:0 NVML
 // used": every reading, at the step ends it precedes).

@@ -62,10 +62,8 @@ std::string stream_label(uint64_t stream) { return stream == 0 ? "default" : "si
 
 // " (created at train.py:40 main)" when capture named the stream, else nothing.
 std::string stream_origin(const Findings& f, uint64_t stream) {
-    const std::string key = "stream." + std::to_string(stream);
-    for (const auto& [k, v] : f.meta)
-        if (k == key) return " (" + terminal_safe(v) + ")";
-    return "";
+    const std::string_view label = f.meta_value("stream." + std::to_string(stream));
+    return label.empty() ? "" : " (" + terminal_safe(std::string(label)) + ")";
 }
 
 // Words of `text` in lines of at most `width` columns, continuation lines indented to `indent`
@@ -125,7 +123,7 @@ std::string render_ledger(const Findings& f, const Style& st) {
     std::string o = "\n" + st.bold("Ledger") +
                     st.dim(" (growth of allocated memory at step ends, every byte in one part)") + "\n";
     for (const DeviceLedger& l : f.ledger) {
-        o += "  cuda:" + std::to_string(l.device) + "  step " + std::to_string(l.from_step) + " -> " +
+        o += "  " + f.device_name(l.device) + "  step " + std::to_string(l.from_step) + " -> " +
              std::to_string(l.to_step) + ": " + format_bytes(double(l.allocated_from)) + " -> " +
              format_bytes(double(l.allocated_to)) + "  (" + signed_bytes(l.growth) + ")\n";
         for (size_t p = 0; p < kLedgerParts; ++p) {
@@ -192,10 +190,10 @@ std::string render_usage(const Findings& f, const Style& st) {
         } else if (u.nvml_used) {
             // NVML is not read at every step end: a device's ledger may be of an earlier one.
             const std::string when = u.step == last ? "" : st.dim("  (step " + format_count(u.step) + "'s end)");
-            lines += "  " + fit("cuda:" + std::to_string(*u.device), 8) +
+            lines += "  " + fit(f.device_name(*u.device), 8) +
                      sum_lines("NVML " + format_bytes(double(*u.nvml_used)) + " = ", terms, 10, 100) + when + "\n";
         } else if (!u.libraries.empty()) {
-            lines += "  " + fit("cuda:" + std::to_string(*u.device), 8) + sum_lines("", terms, 10, 100) +
+            lines += "  " + fit(f.device_name(*u.device), 8) + sum_lines("", terms, 10, 100) +
                      st.dim("  (no NVML reading at a judged step end)") + "\n";
         }
     }
@@ -224,7 +222,7 @@ std::string render_within_step(const Findings& f, const Style& st) {
     for (const WithinStepLeak& l : f.within_step) {
         const std::string unit = terminal_safe(l.unit);
         o += st.red(wrap("LEAK INSIDE A STEP  " + signed_bytes(int64_t(l.bytes_per_unit)) + " per " + unit + " at " +
-                             where(l.site) + " (cuda:" + std::to_string(l.device) + ")",
+                             where(l.site) + " (" + f.device_name(l.device) + ")",
                          2, 100)) + "\n";
         std::string why = "held until the " + unit_of(f) + " ends: " + format_count(l.units_per_step) + " " + unit +
                           "es in step " + format_count(l.step) + " added " + format_bytes(double(l.bytes_added)) +
@@ -245,7 +243,7 @@ std::string render_peak(const Findings& f, const Style& st) {
         std::string when = "step " + format_count(p.step) + ", " + std::string(name(p.phase));
         if (p.microbatch) when += " after " + format_count(p.microbatch) + " microbatch" + (p.microbatch > 1 ? "es" : "");
         if (!p.module.empty()) when += ", in " + terminal_safe(p.module);
-        o += "  cuda:" + std::to_string(p.device) + "  " + format_bytes(double(p.bytes)) + " allocated at " + when + "\n";
+        o += "  " + f.device_name(p.device) + "  " + format_bytes(double(p.bytes)) + " allocated at " + when + "\n";
         for (size_t c = 0; c < kPeakCategories; ++c) {
             if (!p.categories[c]) continue;
             char share[16];
@@ -345,15 +343,15 @@ std::string render_summary(const Findings& f, bool color, size_t max_leaks) {
         for (const DeviceSummary& d : f.devices)
             for (const StreamUsage& s : d.streams)
                 if (s.stream != 0 && s.leaked_bytes > 0)
-                    o += "\n  " + wrap("side stream " + hex(s.stream) + stream_origin(f, s.stream) + " on cuda:" +
-                                           std::to_string(d.device) + " holds " + format_bytes(double(s.leaked_bytes)) +
+                    o += "\n  " + wrap("side stream " + hex(s.stream) + stream_origin(f, s.stream) + " on " +
+                                           f.device_name(d.device) + " holds " + format_bytes(double(s.leaked_bytes)) +
                                            " of leaked blocks: work on it may never have been synchronized "
                                            "or its tensors released",
                                        2, 100) + "\n";
         for (const DeviceSummary& d : f.devices)
             if (f.step_count > 0 && d.timeline.size() >= f.step_count && d.timeline[f.step_count - 1].pending_free > 0)
-                o += "\n  " + wrap(format_bytes(double(d.timeline[f.step_count - 1].pending_free)) + " on cuda:" +
-                                       std::to_string(d.device) + " was freed by the program but still waits on "
+                o += "\n  " + wrap(format_bytes(double(d.timeline[f.step_count - 1].pending_free)) + " on " +
+                                       f.device_name(d.device) + " was freed by the program but still waits on "
                                        "another stream at the last step end (record_stream, or a side stream "
                                        "never synchronized with the one that frees it)",
                                    2, 100) + "\n";
