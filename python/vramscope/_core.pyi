@@ -333,6 +333,11 @@ class Recorder:
         The live monitor's last word: the sites it holds as leaking now (same dicts as end_step).
         """
 
+    def rising_in_step(self) -> list:
+        """
+        The sites whose bytes rose across the units of the step in hand as a leak does (same dicts as end_step; bytes_per_step is per unit): asked as the step's optimizer step begins.
+        """
+
     def set_python_stacks(self, arg: bool, /) -> None: ...
 
     def event(self, kind: EventKind, device: int, addr: int, size: int) -> None:

@@ -194,7 +194,7 @@ def run(name: str, out_dir: str, cpu: bool) -> None:
     elif name in ("within_step_ctx", "accum_clean"):
         width, microbatches, steps, kept = 512 // scale, 24, 2, 8 * MiB // scale
         keep_losses = name == "within_step_ctx"
-        with Capture(path, summary=False, explain=False, source=source):
+        with Capture(path, summary=False, explain=True, source=source):
             model = build(torch, width, 2, False).to(device)
             opt = torch.optim.SGD(model.parameters(), lr=1e-3)
             scale_fn = KeepCtx.make(torch, kept)

@@ -255,11 +255,13 @@ def test_oom_writes_the_event_and_summary_before_the_exception(tmp_path):
     proc = python(f"""
         import sys, torch, vramscope
         torch.cuda.init()
+        # Out of memory at a tenth of the device: the suite's other tests share the GPU meanwhile.
+        torch.cuda.set_per_process_memory_fraction(0.1)
         keep = []
         with vramscope.track({str(out)!r}, summary=False):
             try:
                 for i in range(10**6):
-                    keep.append(torch.empty(2 << 30, dtype=torch.uint8, device="cuda"))
+                    keep.append(torch.empty(1 << 30, dtype=torch.uint8, device="cuda"))
                     vramscope.step()
             except torch.cuda.OutOfMemoryError:
                 print("caught", file=sys.stderr, flush=True)

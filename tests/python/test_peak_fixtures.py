@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from vramscope import analyze
+from vramscope import _core, analyze
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 RECORDER = DATA / "record_peak_fixtures.py"
@@ -41,7 +41,10 @@ class Recorded:
         if not trace.exists():
             pytest.skip(f"{trace} is not recorded (tests/data/record_peak_fixtures.py --all on a GPU)")
         self.truth = json.loads((folder / f"{name}.truth.json").read_text())
+        owners = trace.with_name(trace.name + ".owners.json")  # found while the run lived
         self.findings = analyze(trace)
+        if owners.exists():
+            self.findings = json.loads(_core.attach_owners(json.dumps(self.findings), owners.read_text()))
         (self.peak,) = self.findings["peak"]
 
 
@@ -77,6 +80,9 @@ def check_within_step(folder: Path) -> None:
     assert leak["steps_seen"] == t["steps"]
     assert within(category(kept.peak, "leaks"), t["microbatches"] * t["kept_per_microbatch"], 0.10)
     assert not f["leaks"]  # no step end shows it
+    # Held, at its highest point, by the losses kept with their grad_fn and the custom Function's ctx.
+    paths = [o["path"] for o in leak.get("owners", [])]
+    assert paths and "local 'losses'[" in paths[0] and paths[0].endswith(".kept"), paths
     assert not clean.findings["within_step"]
     assert category(clean.peak, "leaks") == 0
 
