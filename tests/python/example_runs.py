@@ -41,7 +41,8 @@ class User:
 def leak_site() -> str:
     """Where the leaked activation is allocated: toy_model.py's forward, the line that calls KeepSiLU."""
     lines = (EXAMPLES / "toy_model.py").read_text().splitlines()
-    return f"toy_model.py:{next(i for i, l in enumerate(lines, 1) if 'KeepSiLU.apply' in l)} forward"
+    # A live capture names a method with its class.
+    return f"toy_model.py:{next(i for i, l in enumerate(lines, 1) if 'KeepSiLU.apply' in l)} ToyModel.forward"
 
 
 def said_first(stderr: str) -> str:

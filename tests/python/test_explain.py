@@ -731,3 +731,18 @@ def test_a_leak_inside_a_step_is_held_by_what_each_unit_kept_found_at_its_highes
     paths = [o["path"] for o in leak.get("owners", [])]
     assert paths and paths[0].startswith("main() local 'losses'[") and paths[0].endswith(".kept"), paths
     assert leak["owners_found_at_step"] == 0
+
+
+def test_a_tensor_keying_a_dict_is_named_by_its_type_and_shape_not_its_repr():
+    """An optimizer rebuilt every round with its schedulers kept: the state is keyed by parameters,
+    and a path through it names the key `<Parameter [64, 64]>`, not the parameter's printout."""
+    model = torch.nn.Linear(64, 64)
+    schedulers = []
+    for _ in range(2):
+        opt = torch.optim.Adam(model.parameters())
+        schedulers.append(torch.optim.lr_scheduler.StepLR(opt, step_size=10))
+        model(torch.randn(4, 64)).sum().backward()
+        opt.step()
+    paths = _holds_from_a_callee(schedulers[0].optimizer.state[model.weight]["exp_avg"])
+    assert any(p.endswith(".optimizer.state[<Parameter [64, 64]>]['exp_avg']") for p in paths), paths
+    assert all("\n" not in p and len(p) < 300 for p in paths), paths

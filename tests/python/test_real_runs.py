@@ -82,6 +82,7 @@ def test_the_owner_is_found_with_every_hop_named(run):
     assert lines, f"no owner for {leak['site']}"
     assert any(all(part in line for part in run.expected["owner_contains"]) for line in lines), lines
     assert not any("<referent>" in line for line in lines), lines
+    assert all("\n" not in line and len(line) < 300 for line in lines), lines  # a key named, not printed
 
 
 def test_nvml_reads_this_process_beside_another():

@@ -27,6 +27,18 @@ ATOMIC = (str, bytes, bytearray, int, float, complex, bool, type(None), range, t
 EXTRA_TYPES = (torch.Tensor, torch.autograd.graph.Node) if torch is not None else ()
 
 
+def key_label(key) -> str:
+    """A dict key as a path names it: an atom (or a tuple of them) as written, a long one cut; any
+    other object by its type, a tensor with its shape (a parameter keying an optimizer's state),
+    never its whole repr."""
+    if isinstance(key, ATOMIC) or (isinstance(key, tuple) and all(isinstance(k, ATOMIC) for k in key)):
+        text = repr(key)
+        return text if len(text) <= 80 else text[:77] + "..."
+    if torch is not None and isinstance(key, torch.Tensor):
+        return f"<{type(key).__name__} {list(key.shape)}>"
+    return f"<{type(key).__name__}>"
+
+
 def edges(obj):
     """Yields (label, child) for everything obj keeps alive."""
     if isinstance(obj, ATOMIC):
@@ -43,7 +55,7 @@ def edges(obj):
             return
     if isinstance(obj, dict):
         for key, value in list(obj.items()):
-            yield f"[{key!r}]", value
+            yield f"[{key_label(key)}]", value
             if not isinstance(key, ATOMIC):
                 yield "<dict key>", key
         return
@@ -120,12 +132,12 @@ def _lru_cache_edges(wrapper):
     cache = caches[0]
     if not any(type(v).__name__ == "_lru_list_elem" for v in cache.values()):
         for key, result in list(cache.items()):
-            yield f"<lru_cache of {name}>[{key!r}]", result
+            yield f"<lru_cache of {name}>[{key_label(key)}]", result
         return
     start = 1 if referents and isinstance(referents[0], type) else 0
     links = referents[start:start + 2 * len(cache)]
     for i in range(0, len(links) - 1, 2):
-        yield f"<lru_cache of {name}>[{links[i]!r}]", links[i + 1]
+        yield f"<lru_cache of {name}>[{key_label(links[i])}]", links[i + 1]
 
 
 def _exception_edges(e):

@@ -1,7 +1,6 @@
 #include "analysis/live_monitor.h"
 
 #include <algorithm>
-#include <functional>
 #include <tuple>
 
 #include "importers/validate.h"
@@ -126,7 +125,9 @@ std::vector<LiveLeak> LiveMonitor::rising_in_step() const {
         if (!rose) continue;
         LiveLeak leak{uint8_t(k >> 56), uint32_t(k), Memory::torch, Shape::rising, LeakEvidence::survivors,
                       rose->bytes_per_unit, step_, std::nullopt, {}};
-        std::vector<std::pair<uint64_t, size_t>> mine;  // (serial, slot): this step's, newest first
+        // This step's blocks, oldest first: the first units' parts are what only the container that
+        // keeps them holds (the unit in hand is still in the loop's locals).
+        std::vector<std::pair<uint64_t, size_t>> mine;  // (serial, slot)
         std::vector<bool> free(blocks_.size());
         for (uint32_t slot : free_slots_) free[slot] = true;
         for (size_t slot = 0; slot < blocks_.size(); ++slot) {
@@ -135,7 +136,7 @@ std::vector<LiveLeak> LiveMonitor::rising_in_step() const {
                 mine.emplace_back(b.serial, slot);
         }
         const size_t n = std::min(mine.size(), kBlocksKept);
-        std::partial_sort(mine.begin(), mine.begin() + ptrdiff_t(n), mine.end(), std::greater<>());
+        std::partial_sort(mine.begin(), mine.begin() + ptrdiff_t(n), mine.end());
         for (size_t i = 0; i < n; ++i) leak.newest_blocks.emplace_back(blocks_[mine[i].second].addr, blocks_[mine[i].second].size);
         out.push_back(std::move(leak));
     }

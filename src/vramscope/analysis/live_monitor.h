@@ -60,7 +60,7 @@ public:
     // A unit inside the step ended (a microbatch: the backward's end).
     void end_unit() { ++unit_; }
     // The sites whose bytes rose across the units of the step in hand as a leak does, by the rule
-    // the offline analysis judges a step's units with (within_step.h), each with its newest blocks
+    // the offline analysis judges a step's units with (within_step.h), each with its oldest blocks
     // of this step: asked where the step's last unit has ended and its optimizer step begins, the
     // highest point of a leak inside the step, while what keeps it is live. bytes_per_step is per unit.
     std::vector<LiveLeak> rising_in_step() const;

@@ -105,7 +105,9 @@ size_t machinery_frames(const std::vector<SourceLine>& stack) {
 bool passes_through(std::string_view file) {
     if (is_cpp_file(file) || is_shared_object(file)) return true;
     file = name_tail(file);
-    if (file.find("-packages/torch/") != std::string_view::npos) return true;
+    // vramscope's own: the live-tensor source records from inside its dispatch mode.
+    if (file.find("-packages/torch/") != std::string_view::npos || file.find("-packages/vramscope/") != std::string_view::npos)
+        return true;
     const bool installed = file.find("-packages/") != std::string_view::npos;
     return !installed && (file.find("/lib/python3") != std::string_view::npos || file.starts_with("<frozen "));
 }

@@ -47,8 +47,8 @@ SourceLine source_line(const StackTable& table, uint32_t frame);
 std::vector<SourceLine> stack_lines(const StackTable& table, uint32_t stack);
 // Leading frames a stack is shown without: the unwinder's, the allocator's, a dispatch mode's.
 size_t machinery_frames(const std::vector<SourceLine>& stack);
-// Frames that say nothing of which library allocates: C++, shared objects, torch's own Python and
-// the standard library's wrappers.
+// Frames that say nothing of which library allocates: C++, shared objects, torch's own Python,
+// vramscope's own and the standard library's wrappers.
 bool passes_through(std::string_view file);
 // The library function that allocated a stack's blocks for the user's `site`: its innermost frame
 // from `shown_from` on that does not pass through, when it is an installed package's (not the site).
