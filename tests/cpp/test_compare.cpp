@@ -287,6 +287,11 @@ TEST(Diff, CheckpointingShowsThePeakItSavesInActivations) {
     EXPECT_TRUE(d.leaks.empty());
     EXPECT_NE(render_diff_terminal(d, false).find("activations     1.2 GiB      0 B          -1.2 GiB (-100%)"), std::string::npos)
         << render_diff_terminal(d, false);
+    // By module: the Blocks' forwards held the activations; checkpointed, they hold a layer's at a time.
+    ASSERT_FALSE(p.modules.empty());
+    EXPECT_EQ(p.modules.front().module, "Block");
+    EXPECT_GT(p.modules.front().a, p.modules.front().b + (900ull << 20));
+    EXPECT_NE(render_diff_terminal(d, false).find("module Block"), std::string::npos);
     const std::string json = render_diff_json(d);
     EXPECT_NE(json.find(R"("schema":"vramscope.diff")"), std::string::npos);
     EXPECT_NE(render_diff_html(d).find(R"(<tr data-category="activations">)"), std::string::npos);

@@ -30,6 +30,7 @@ PeakDiff peak_diff(uint16_t device, std::string device_name, const DevicePeak* a
     d.device = device;
     d.device_name = std::move(device_name);
     std::map<SiteKey, PeakDiff::Site> sites;
+    std::map<std::string, PeakDiff::Module> modules;
     for (const auto& [peak, side] : {std::pair{a, 0}, std::pair{b, 1}}) {
         if (!peak) continue;
         (side ? d.b : d.a) = peak->bytes;
@@ -39,9 +40,17 @@ PeakDiff peak_diff(uint16_t device, std::string device_name, const DevicePeak* a
             at.site = s.site;
             (side ? at.b : at.a) = s.bytes;
         }
+        for (const PeakModule& m : peak->modules) {
+            PeakDiff::Module& at = modules[m.module];
+            at.module = m.module;
+            (side ? at.b : at.a) = m.bytes;
+        }
     }
+    const auto larger_first = [](const auto& x, const auto& y) { return std::max(x.a, x.b) > std::max(y.a, y.b); };
     for (auto& [k, s] : sites) d.sites.push_back(std::move(s));
-    std::sort(d.sites.begin(), d.sites.end(), [](const auto& x, const auto& y) { return std::max(x.a, x.b) > std::max(y.a, y.b); });
+    std::stable_sort(d.sites.begin(), d.sites.end(), larger_first);
+    for (auto& [k, m] : modules) d.modules.push_back(std::move(m));
+    std::stable_sort(d.modules.begin(), d.modules.end(), larger_first);
     return d;
 }
 
@@ -128,6 +137,11 @@ std::string render_diff_terminal(const RunDiff& d, bool color) {
             const PeakDiff::Site& s = p.sites[k];
             o += "    " + cell(format_bytes(double(s.a)), 13) + cell(format_bytes(double(s.b)), 13) + terminal_safe(site_words(s.site)) + "\n";
         }
+        for (size_t k = 0; k < p.modules.size() && k < 5; ++k) {
+            const PeakDiff::Module& m = p.modules[k];
+            o += "    " + cell(format_bytes(double(m.a)), 13) + cell(format_bytes(double(m.b)), 13) +
+                 (m.module.empty() ? std::string("outside any module") : "module " + terminal_safe(m.module)) + "\n";
+        }
     }
     o += "\n" + bold("Leaks") + "\n";
     if (d.leaks.empty()) o += "  none in either run\n";
@@ -183,6 +197,16 @@ std::string render_diff_json(const RunDiff& d) {
             j.close('}');
         }
         j.close(']');
+        j.key("modules");
+        j.open('[');
+        for (const PeakDiff::Module& m : p.modules) {
+            j.open('{');
+            j.field("module", m.module);
+            j.field("a", m.a);
+            j.field("b", m.b);
+            j.close('}');
+        }
+        j.close(']');
         j.close('}');
     }
     j.close(']');
@@ -229,6 +253,10 @@ std::string render_diff_html(const RunDiff& d) {
         o += "</table><table class=\"sites\"><tr><th>site</th><th>A</th><th>B</th></tr>";
         for (const PeakDiff::Site& s : p.sites)
             o += "<tr>" + td(site_words(s.site)) + td(format_bytes(double(s.a))) + td(format_bytes(double(s.b))) + "</tr>";
+        o += "</table><table class=\"modules\"><tr><th>module</th><th>A</th><th>B</th></tr>";
+        for (const PeakDiff::Module& m : p.modules)
+            o += "<tr>" + td(m.module.empty() ? "outside any module" : m.module) + td(format_bytes(double(m.a))) +
+                 td(format_bytes(double(m.b))) + "</tr>";
         o += "</table>";
     }
     o += "<h2>Leaks</h2><table class=\"leaks\"><tr><th>change</th><th>A</th><th>B</th><th>site</th></tr>";

@@ -23,6 +23,11 @@ struct PeakDiff {
         uint64_t a = 0, b = 0;  // at each run's peak, among its largest sites
     };
     std::vector<Site> sites;  // by the larger of the two, largest first
+    struct Module {
+        std::string module;     // "" outside any module's forward
+        uint64_t a = 0, b = 0;  // at each run's peak, among its largest modules
+    };
+    std::vector<Module> modules;  // the same order
 };
 
 enum class LeakChange : uint8_t { gone, added, changed, same };
