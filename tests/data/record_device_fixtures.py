@@ -57,10 +57,10 @@ CHECKOUT = os.path.dirname(os.path.dirname(HERE))
 SCRIPT = os.path.relpath(os.path.abspath(__file__), CHECKOUT)  # tests/data/record_device_fixtures.py
 
 
-def marker_line(marker: str) -> int:
-    """Line number of the (single) source line carrying `# MARK: <marker>`."""
+def marker_line(marker: str, script: str = __file__) -> int:
+    """Line number of the (single) source line of `script` carrying `# MARK: <marker>`."""
     tag = "# MARK: " + marker
-    with open(os.path.abspath(__file__), encoding="utf-8") as f:
+    with open(os.path.abspath(script), encoding="utf-8") as f:
         hits = [i for i, line in enumerate(f, 1) if line.rstrip().endswith(tag)]
     if len(hits) != 1:
         raise RuntimeError(f"marker {marker!r} found {len(hits)} times")

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib.util
 import json
 import os
 import subprocess
@@ -50,30 +51,20 @@ SCRIPT = os.path.relpath(os.path.abspath(__file__), CHECKOUT)  # tests/data/reco
 BOOT = "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
 
 
+def _sibling(name: str):
+    """Another recorder beside this one, for its helpers (importing it imports no torch)."""
+    spec = importlib.util.spec_from_file_location(name, os.path.join(HERE, f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+slope = _sibling("record_device_fixtures").slope
+nbytes = _sibling("record_peak_fixtures").storage_bytes
+
+
 def marker_line(marker: str) -> int:
-    """Line number of the one source line ending in `# MARK: <marker>`."""
-    tag = "# MARK: " + marker
-    with open(os.path.abspath(__file__), encoding="utf-8") as f:
-        hits = [i for i, line in enumerate(f, 1) if line.rstrip().endswith(tag)]
-    if len(hits) != 1:
-        raise RuntimeError(f"marker {marker!r} found {len(hits)} times")
-    return hits[0]
-
-
-def slope(ys: list[float]) -> float:
-    n = len(ys)
-    xm, ym = (n - 1) / 2, sum(ys) / n
-    return sum((x - xm) * (y - ym) for x, y in enumerate(ys)) / sum((x - xm) ** 2 for x in range(n))
-
-
-def nbytes(tensors) -> int:
-    seen, total = set(), 0
-    for t in tensors:
-        s = t.untyped_storage()
-        if s.data_ptr() not in seen:
-            seen.add(s.data_ptr())
-            total += s.nbytes()
-    return total
+    return _sibling("record_device_fixtures").marker_line(marker, __file__)
 
 
 class Truth:

@@ -84,7 +84,7 @@ def check_the_pytest_markers_catch_the_leak(user: User) -> None:
 def check_the_trainer_callback_stops_the_leaking_run(user: User) -> None:
     out = user.run("python", "train_hf.py").stderr
     assert said_first(out).startswith(LIVE_TENSORS), out
-    assert re.search(r"vramscope: leak: \+32\.0 KiB/step at train_hf\.py:\d+ compute_loss \(cpu live tensors", out), out
+    assert re.search(r"vramscope: leak: \+32\.0 KiB/step at train_hf\.py:\d+ MyTrainer\.compute_loss \(cpu live tensors", out), out
     assert "vramscope:   held by __main__.MyTrainer.logits_for_metrics[" in out, out
     stopped = re.search(r"vramscope: stopping the run at step (\d+): OOM projected at step", out)
     assert stopped, out

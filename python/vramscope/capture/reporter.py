@@ -43,19 +43,13 @@ class LiveReporter:
         run's own memory (`own_work`); the answer is kept for the end (when main()'s locals may be gone)."""
         if not self.explain:
             return
-        from ..ownership.leaks import explained, owners_of_blocks, same_site
+        from ..ownership.leaks import explained, same_site
 
         for live in confirmed:
-            try:
-                with own_work():
-                    owners, note = owners_of_blocks(live, live["blocks"], budget=self.explain_budget,
-                                                    device_type=self.device_type)
-            except Exception as e:  # never the run's problem
-                owners, note = [], f"the owner search failed ({type(e).__name__}: {e})"
-            answer = explained(live, owners, note, step)
+            answer = explained(live, *self._search_live(live, own_work), step)
             self.live_owners = [e for e in self.live_owners if not same_site(e, answer)] + [answer]
             if self.live_warnings:
-                say(f"  held by {answer['owner_lines'][0]}" if owners else f"  {note}")
+                say(f"  held by {answer['owner_lines'][0]}" if answer["owner_lines"] else f"  {answer['note']}")
 
     def explain_within_step(self, rising: list[dict], step: int, own_work: Callable[[], ContextManager]) -> None:
         """As a step's optimizer step begins, its units done: who holds what each unit of a site rising
@@ -63,18 +57,21 @@ class LiveReporter:
         per site; the analysis at the end names the leak, and these answers join it."""
         if not self.explain:
             return
-        from ..ownership.leaks import explained, owners_of_blocks, same_site
+        from ..ownership.leaks import explained, same_site
 
         for live in rising:
-            if any(same_site(e, live) for e in self.within_owners):
-                continue
-            try:
-                with own_work():
-                    owners, note = owners_of_blocks(live, live["blocks"], budget=self.explain_budget,
-                                                    device_type=self.device_type)
-            except Exception as e:  # never the run's problem
-                owners, note = [], f"the owner search failed ({type(e).__name__}: {e})"
-            self.within_owners.append({**explained(live, owners, note, step), "unit": "microbatch"})
+            if not any(same_site(e, live) for e in self.within_owners):
+                self.within_owners.append({**explained(live, *self._search_live(live, own_work), step), "unit": "microbatch"})
+
+    def _search_live(self, live: dict, own_work: Callable[[], ContextManager]) -> tuple[list, str]:
+        """Who holds a live finding's blocks now, within the budget, outside the run's own memory."""
+        from ..ownership.leaks import owners_of_blocks
+
+        try:
+            with own_work():
+                return owners_of_blocks(live, live["blocks"], budget=self.explain_budget, device_type=self.device_type)
+        except Exception as e:  # never the run's problem
+            return [], f"the owner search failed ({type(e).__name__}: {e})"
 
     def report(self, path: str, analyse: Callable[[], tuple[str, str]] | None, leaking: list[dict],
                print_it: bool, end_searches: float) -> None:
