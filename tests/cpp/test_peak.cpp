@@ -13,6 +13,7 @@
 #include "findings/json.h"
 #include "findings/json_reader.h"
 #include "render/export.h"
+#include "render/terminal.h"
 #include "recorded_fixtures.h"
 #include "trace_builder.h"
 
@@ -364,4 +365,31 @@ TEST(Peak, WhatTheFirstForwardKeepsIsNotAParameter) {
     const DevicePeak& p = peak_of(f);
     EXPECT_EQ(p.category(PeakCategory::parameters), 64 * MiB);
     EXPECT_EQ(p.category(PeakCategory::other), 32 * MiB);
+}
+
+// An out-of-memory request against what was free: torch's cache held enough in all, in blocks too
+// small for it (fragmentation), or the device was full.
+TEST(Peak, AnOutOfMemoryRequestSaysWhetherTheCacheWasFragmented) {
+    for (const bool scattered : {true, false}) {
+        TraceBuilder b;
+        const uint32_t stack = b.stack({{"/home/u/train.py", 5, "train"}});
+        b.segment(0x1000000000, 1ull << 30);
+        if (scattered)  // 16 blocks of 32 MiB, 32 MiB apart: 512 MiB free, none larger than 32 MiB
+            for (uint64_t k = 0; k < 16; ++k) b.alloc(0x1000000000 + k * (64 * MiB), 32 * MiB, stack);
+        else
+            b.alloc(0x1000000000, 1ull << 30, stack);
+        b.oom(16 * MiB, 128 * MiB);
+        b.step();
+        const Findings f = analyze(b.t);
+        ASSERT_TRUE(f.devices[0].oom);
+        const OomRequest& r = *f.devices[0].oom;
+        SCOPED_TRACE(scattered);
+        EXPECT_EQ(r.asked, 128 * MiB);
+        EXPECT_EQ(r.device_free, 16 * MiB);
+        EXPECT_EQ(r.cached_free, scattered ? 512 * MiB : 0);
+        EXPECT_EQ(r.largest_free_block, scattered ? 32 * MiB : 0);
+        EXPECT_EQ(r.fragmentation(), scattered);
+        EXPECT_EQ(render_summary(f, false, 10).find("fragmentation, enough free in all") != std::string::npos, scattered)
+            << render_summary(f, false, 10);
+    }
 }

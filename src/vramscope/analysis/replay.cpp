@@ -200,6 +200,7 @@ void Replay::forget_steps_before_memory() {
     for (DeviceSummary& d : devices) {
         d.timeline.erase(d.timeline.begin(), d.timeline.begin() + ptrdiff_t(cuts_before_memory_));
         if (d.oom_step) d.oom_step = 0;
+        if (d.oom) d.oom->step = 0;
     }
     for (std::vector<NvmlReading>& readings : nvml) {
         std::erase_if(readings, [&](const NvmlReading& r) { return r.step < cuts_before_memory_; });
@@ -266,21 +267,20 @@ void Replay::process(const Event& e) {
     case EventKind::free_completed:
     case EventKind::free: release(e); break;
     case EventKind::segment_alloc:
-    case EventKind::segment_map: state_[device_slot(e.device)].reserved += int64_t(e.size); break;
-    case EventKind::segment_free:
-    case EventKind::segment_unmap: state_[device_slot(e.device)].reserved -= int64_t(e.size); break;
-    case EventKind::oom: {
-        const size_t i = device_slot(e.device);
-        DeviceSummary& d = devices[i];
-        if (!d.oom_step) d.oom_step = step_;
-        // Free memory the driver reported then, plus what torch held: the device's capacity,
-        // less other processes' share.
-        if (!d.total_memory) {
-            d.total_memory = e.addr + uint64_t(std::max<int64_t>(0, state_[i].reserved));
-            d.capacity_source = "oom-event";
-        }
+    case EventKind::segment_map: {
+        DeviceState& d = state_[device_slot(e.device)];
+        d.reserved += int64_t(e.size);
+        d.segments[e.addr] = e.size;
         break;
     }
+    case EventKind::segment_free:
+    case EventKind::segment_unmap: {
+        DeviceState& d = state_[device_slot(e.device)];
+        d.reserved -= int64_t(e.size);
+        d.segments.erase(e.addr);
+        break;
+    }
+    case EventKind::oom: out_of_memory(e); break;
     case EventKind::external_alloc:
     case EventKind::pinned_alloc: external_alloc(e); break;
     case EventKind::external_free:
@@ -351,6 +351,41 @@ void Replay::finish() {
         step_ = full;
     }
     settle_units();
+}
+
+void Replay::out_of_memory(const Event& e) {
+    const size_t i = device_slot(e.device);
+    DeviceSummary& d = devices[i];
+    const DeviceState& s = state_[i];
+    if (!d.oom_step) d.oom_step = step_;
+    // Free memory the driver reported then, plus what torch held: the device's capacity, less
+    // other processes' share.
+    if (!d.total_memory) {
+        d.total_memory = e.addr + uint64_t(std::max<int64_t>(0, s.reserved));
+        d.capacity_source = "oom-event";
+    }
+    if (d.oom) return;
+    // The gaps between the device's live blocks inside each segment (a block freed but awaiting
+    // another stream still holds its place). Rare: the live blocks are gathered here, not kept sorted.
+    std::vector<std::pair<uint64_t, uint64_t>> blocks;
+    std::vector<bool> freed(pool_.size(), false);
+    for (uint32_t f : free_slots_) freed[f] = true;
+    for (size_t k = 0; k < pool_.size(); ++k)
+        if (!freed[k] && pool_[k].device == e.device && sites[pool_[k].site].memory == Memory::torch)
+            blocks.emplace_back(pool_[k].addr, pool_[k].size);
+    std::sort(blocks.begin(), blocks.end());
+    uint64_t largest = 0;
+    auto b = blocks.begin();
+    for (const auto& [start, size] : s.segments) {
+        uint64_t at = start;
+        for (b = std::lower_bound(blocks.begin(), blocks.end(), std::pair<uint64_t, uint64_t>{start, 0});
+             b != blocks.end() && b->first < start + size; ++b) {
+            if (b->first > at) largest = std::max(largest, b->first - at);
+            at = std::max(at, b->first + b->second);
+        }
+        if (start + size > at) largest = std::max(largest, start + size - at);
+    }
+    d.oom = OomRequest{step_, e.size, e.addr, uint64_t(std::max<int64_t>(0, s.reserved - s.allocated)), largest};
 }
 
 std::vector<LiveAlloc> Replay::live_allocs() const {

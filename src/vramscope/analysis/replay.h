@@ -167,11 +167,14 @@ private:
         int64_t external = 0, pinned = 0;  // outside torch's allocator
         int64_t page_rounding = 0;         // the live `external` allocations' pages may show, at most
         PeakMoment top;                    // the highest `allocated` so far
+        std::map<uint64_t, uint64_t> segments;  // address -> bytes: where its free blocks can be
     };
     size_t device_slot(uint8_t device) {
         return slot_of_device_[device] >= 0 ? size_t(slot_of_device_[device]) : add_device(device);
     }
     [[gnu::noinline]] size_t add_device(uint8_t device);
+    // An out-of-memory event: the request, and the largest free block then among the segments.
+    [[gnu::noinline, gnu::cold]] void out_of_memory(const Event& e);
     // Torch's allocations on the first device are the hot path: their sites by stack id.
     uint32_t site_of(uint8_t device, uint32_t stack) {
         if (device == stack_device_ && stack < site_of_stack_.size() && site_of_stack_[stack] != UINT32_MAX) [[likely]]

@@ -58,6 +58,15 @@ struct StreamUsage {
     uint64_t leaked_bytes = 0;      // of those, held by leak sites
 };
 
+// The request an out-of-memory event failed, against what was free then: the device's free memory,
+// what torch's cache held free in all, and its largest free block. Free bytes enough in all but no
+// block as large is fragmentation.
+struct OomRequest {
+    uint64_t step = 0;
+    uint64_t asked = 0, device_free = 0, cached_free = 0, largest_free_block = 0;
+    bool fragmentation() const { return cached_free + device_free >= asked && largest_free_block < asked && device_free < asked; }
+};
+
 struct DeviceSummary {
     uint16_t device = 0;
     uint64_t total_memory = 0;              // 0: unknown
@@ -66,6 +75,7 @@ struct DeviceSummary {
     std::vector<StreamUsage> streams;
     std::optional<uint64_t> projected_oom_step;
     std::optional<uint64_t> oom_step;       // the trace holds an OOM event in this step
+    std::optional<OomRequest> oom;          // its first
 };
 
 // One way a leak's memory was kept alive, as the live process found it (python/vramscope/ownership):

@@ -363,6 +363,19 @@ void findings_object(Json& j, const Findings& f, bool report = false) {
         else j.null();
         optional_number(j, "projected_oom_step", d.projected_oom_step);
         optional_number(j, "oom_step", d.oom_step);
+        j.key("oom");
+        if (d.oom) {
+            j.open('{');
+            j.field("step", d.oom->step);
+            j.field("asked", d.oom->asked);
+            j.field("device_free", d.oom->device_free);
+            j.field("cached_free", d.oom->cached_free);
+            j.field("largest_free_block", d.oom->largest_free_block);
+            j.field("fragmentation", d.oom->fragmentation());
+            j.close('}');
+        } else {
+            j.null();
+        }
         if (report) columns(j, d, sampled[d.device], first_shown(f, d));
         j.key("streams");
         j.open('[');

@@ -358,6 +358,14 @@ void FindingsReader::devices(const JsonValue& o, Findings& f) const {
         text(d, "capacity_source", device.capacity_source);
         optional_whole(d, "projected_oom_step", device.projected_oom_step);
         optional_whole(d, "oom_step", device.oom_step);
+        if (const JsonValue* oom = member(d, "oom", T::object, "devices.oom")) {
+            OomRequest& r = device.oom.emplace();
+            whole(*oom, "step", r.step);
+            whole(*oom, "asked", r.asked);
+            whole(*oom, "device_free", r.device_free);
+            whole(*oom, "cached_free", r.cached_free);
+            whole(*oom, "largest_free_block", r.largest_free_block);
+        }
         objects(d, "streams", [&](const JsonValue& s) {
             StreamUsage& stream = device.streams.emplace_back();
             whole(s, "stream", stream.stream);

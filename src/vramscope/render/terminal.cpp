@@ -254,6 +254,18 @@ std::string render_peak(const Findings& f, const Style& st) {
         if (p.reserved > p.bytes) o += st.dim("    reserved " + format_bytes(double(p.reserved)) + ": " +
                                                format_bytes(double(p.reserved - p.bytes)) + " free in torch's cache then") + "\n";
         if (p.external) o += st.dim("    outside torch's allocator then: " + format_bytes(double(p.external))) + "\n";
+        for (const DeviceSummary& d : f.devices)
+            if (d.device == p.device && d.oom) {
+                const OomRequest& r = *d.oom;
+                o += "    " + wrap("out of memory at step " + format_count(r.step) + ": asked " + format_bytes(double(r.asked)) +
+                                   "; free then: " + format_bytes(double(r.device_free)) + " on the device, " +
+                                   format_bytes(double(r.cached_free)) + " in torch's cache, its largest block " +
+                                   format_bytes(double(r.largest_free_block)) +
+                                   (r.fragmentation() ? ": fragmentation, enough free in all but no block that large "
+                                                        "(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True lets segments grow)"
+                                                      : ""),
+                                   4, 100) + "\n";
+            }
         if (!p.backward_marked && p.backward_inferred)
             o += st.dim("    " + wrap("backwards inferred from the autograd engine's allocations (the trace marks none)", 4, 100)) + "\n";
         else if (!p.backward_marked)
