@@ -171,9 +171,10 @@ TEST(Peak, BytesAreToldByTheModuleWhoseForwardAllocatedThem) {
     EXPECT_EQ(p.module, "Linear");       // the allocation that made the peak
     // A torch snapshot names functions without their class: the file stands in; torch's own
     // non-module forwards (autograd Functions, compiled wrappers) are no module.
-    EXPECT_EQ(module_of({{"/x/site-packages/transformers/models/llama/modeling_llama.py", 9, "forward"}}),
+    EXPECT_EQ(module_of(b.t.stacks, b.stack({{"/x/site-packages/transformers/models/llama/modeling_llama.py", 9, "forward"}})),
               "forward in modeling_llama.py");
-    EXPECT_EQ(module_of({{"/x/site-packages/torch/_functorch/_aot_autograd/runtime_wrappers.py", 9, "forward"}}), "");
+    EXPECT_EQ(module_of(b.t.stacks, b.stack({{"/x/site-packages/torch/_functorch/_aot_autograd/runtime_wrappers.py", 9, "forward"}})),
+              "");
 }
 
 TEST(Peak, WithoutBackwardMarkersActivationsAreTemporariesAndSaidSo) {

@@ -35,8 +35,9 @@ void LiveSink::stack(uint32_t stack, std::span<const SinkFrame> frames) {
     const SinkFrame* via = nullptr;
     if (chosen && pick.rank == FrameRank::user)
         for (const SinkFrame& f : frames) {
-            if (passes_through(f.file)) continue;
-            if (f.id != chosen->id && f.file.find("-packages/") != std::string_view::npos) via = &f;
+            const LibraryFrameKind kind = library_frame_kind(f.file);
+            if (kind == LibraryFrameKind::passes_through) continue;
+            if (f.id != chosen->id && kind == LibraryFrameKind::installed) via = &f;
             break;
         }
     uint32_t via_number = 0;

@@ -1,7 +1,6 @@
 #include "analysis/sites.h"
 
 #include "analysis/libraries.h"
-#include "common/format.h"
 
 #include <algorithm>
 
@@ -112,16 +111,18 @@ bool passes_through(std::string_view file) {
     return !installed && (file.find("/lib/python3") != std::string_view::npos || file.starts_with("<frozen "));
 }
 
-namespace {
-bool installed_package(std::string_view file) { return name_tail(file).find("-packages/") != std::string_view::npos; }
-}  // namespace
+LibraryFrameKind library_frame_kind(std::string_view file) {
+    if (passes_through(file)) return LibraryFrameKind::passes_through;
+    return name_tail(file).find("-packages/") != std::string_view::npos ? LibraryFrameKind::installed : LibraryFrameKind::other;
+}
 
 std::optional<SourceLine> library_frame(const std::vector<SourceLine>& stack, size_t shown_from, const SourceLine& site) {
     for (size_t i = shown_from; i < stack.size(); ++i) {
         const SourceLine& f = stack[i];
-        if (passes_through(f.file)) continue;
+        const LibraryFrameKind kind = library_frame_kind(f.file);
+        if (kind == LibraryFrameKind::passes_through) continue;
         if (f.file == site.file && f.line == site.line && f.function == site.function) return std::nullopt;
-        return installed_package(f.file) ? std::optional<SourceLine>(f) : std::nullopt;
+        return kind == LibraryFrameKind::installed ? std::optional<SourceLine>(f) : std::nullopt;
     }
     return std::nullopt;
 }
@@ -133,17 +134,14 @@ SiteKey SiteResolver::key(uint32_t stack) {
     uint32_t& via = via_of_[stack];
     if (via == kUnresolved) {
         via = 0;
-        if (kind_of_frame_.size() <= table_.frame_count()) kind_of_frame_.resize(table_.frame_count() + 1, kUnknownKind);
         for (uint32_t id = stack; id != 0; id = table_.node(id).parent) {
             const uint32_t frame = table_.node(id).frame;
             const Frame& f = table_.frame(frame);
-            int8_t& kind = kind_of_frame_[frame];  // a file's text is read once per frame: it may be long
-            if (kind == kUnknownKind) {
-                const std::string_view file = table_.string(f.file);
-                kind = passes_through(file) ? kPassesThrough : installed_package(file) ? kInstalled : kOther;
-            }
-            if (kind == kPassesThrough) continue;
-            if (frame != k.site && kind == kInstalled)
+            if (kind_of_file_.size() <= f.file) kind_of_file_.resize(table_.string_count() + 1, -1);
+            int8_t& kind = kind_of_file_[f.file];  // each file's path looked at once, as rank_of_file_
+            if (kind < 0) kind = int8_t(library_frame_kind(table_.string(f.file)));
+            if (LibraryFrameKind(kind) == LibraryFrameKind::passes_through) continue;
+            if (frame != k.site && LibraryFrameKind(kind) == LibraryFrameKind::installed)
                 via = function_frame_.try_emplace(uint64_t(f.file) << 32 | f.function, frame).first->second;
             break;
         }
@@ -172,13 +170,6 @@ bool module_frame(std::string_view file, std::string_view function, std::string&
     return false;
 }
 }  // namespace
-
-std::string module_of(const std::vector<SourceLine>& stack) {
-    std::string module, torch_module;
-    for (const SourceLine& f : stack)
-        if (module_frame(f.file, f.function, module, torch_module)) return module;
-    return torch_module;
-}
 
 std::string module_of(const StackTable& table, uint32_t stack) {
     std::string module, torch_module;

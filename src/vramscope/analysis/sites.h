@@ -50,6 +50,11 @@ size_t machinery_frames(const std::vector<SourceLine>& stack);
 // Frames that say nothing of which library allocates: C++, shared objects, torch's own Python,
 // vramscope's own and the standard library's wrappers.
 bool passes_through(std::string_view file);
+// What a frame's file says of who allocates, the one rule the site split's walks read (the
+// analysis' SiteResolver::key, the live sink's): it passes through, it is an installed package's
+// (a library function), or neither (the user's, a script).
+enum class LibraryFrameKind : int8_t { passes_through, installed, other };
+LibraryFrameKind library_frame_kind(std::string_view file);
 // The library function that allocated a stack's blocks for the user's `site`: its innermost frame
 // from `shown_from` on that does not pass through, when it is an installed package's (not the site).
 std::optional<SourceLine> library_frame(const std::vector<SourceLine>& stack, size_t shown_from, const SourceLine& site);
@@ -58,7 +63,6 @@ std::optional<SourceLine> library_frame(const std::vector<SourceLine>& stack, si
 // forward names its class too), else torch.nn's (`Linear`). Frames
 // named without their class (torch snapshots) give "forward in modeling_llama.py". Empty: none (the
 // autograd engine's, an optimizer's, code outside any forward).
-std::string module_of(const std::vector<SourceLine>& stack);
 std::string module_of(const StackTable& table, uint32_t stack);
 
 // A site splits by the library function that allocates under it. One line of the user's code that
@@ -90,8 +94,7 @@ private:
     std::vector<uint32_t> via_of_;       // by stack id, once key() asked
     std::vector<int8_t> rank_of_frame_;  // by frame id: -1 unknown, else a FrameRank
     std::vector<int8_t> rank_of_file_;   // by string id: -1 unknown, else rank_file's
-    static constexpr int8_t kUnknownKind = -1, kPassesThrough = 0, kInstalled = 1, kOther = 2;
-    std::vector<int8_t> kind_of_frame_;  // by frame id, for key()
+    std::vector<int8_t> kind_of_file_;   // by string id: -1 unknown, else a LibraryFrameKind, for key()
     std::unordered_map<uint64_t, uint32_t> function_frame_;  // file << 32 | function string ids -> first frame
 };
 
