@@ -6,6 +6,8 @@ FIRST_FORWARD_ANNOTATION: str = 'vramscope.forward'
 
 BACKWARD_ANNOTATION: str = 'vramscope.backward'
 
+BACKWARD_UNIT_MARKER: str = 'backward'
+
 class EventKind(enum.Enum):
     alloc = 0
 
@@ -335,7 +337,7 @@ class Recorder:
 
     def rising_in_step(self) -> list:
         """
-        The sites whose bytes rose across the units of the step in hand as a leak does (same dicts as end_step; bytes_per_step is per unit): asked as the step's optimizer step begins.
+        The sites whose bytes rose across the units of the run in hand as a leak does (same dicts as end_step; bytes_per_step is per unit): asked at the highest point, its last unit's end.
         """
 
     def set_python_stacks(self, arg: bool, /) -> None: ...

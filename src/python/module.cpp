@@ -14,6 +14,7 @@
 #include "analysis/judge.h"
 #include "analysis/live_sink.h"
 #include "analysis/steps.h"
+#include "analysis/within_step.h"
 #include "capture/driver_calls.h"
 #include "capture/python_frames.h"
 #include "explain/reference_walk.h"
@@ -367,8 +368,8 @@ void bind_capture(nb::module_& m) {
                  c.recorder.drain();
                  return live_findings(c.monitor.rising_in_step());
              },
-             "The sites whose bytes rose across the units of the step in hand as a leak does (same dicts as "
-             "end_step; bytes_per_step is per unit): asked as the step's optimizer step begins.")
+             "The sites whose bytes rose across the units of the run in hand as a leak does (same dicts as "
+             "end_step; bytes_per_step is per unit): asked at the highest point, its last unit's end.")
         .def("set_python_stacks", [](LiveCapture& c, bool on) { c.recorder.set_python_stacks(on); })
         .def("event",
              [](LiveCapture& c, EventKind kind, int device, uint64_t addr, uint64_t size) {
@@ -471,6 +472,8 @@ NB_MODULE(_core, m) {
     // The annotations a capture opens as the first forward and each backward begin (analysis/phases.h).
     m.attr("FIRST_FORWARD_ANNOTATION") = std::string(kFirstForwardAnnotation);
     m.attr("BACKWARD_ANNOTATION") = std::string(kBackwardAnnotation);
+    // The name of the unit marker a backward's end writes (analysis/within_step.h).
+    m.attr("BACKWARD_UNIT_MARKER") = std::string(kBackwardUnitMarker);
     // Retired recorders are kept to the end on purpose (a late allocator callback may reach one):
     // nanobind would list them as leaks at exit, in the user's output.
     nb::set_leak_warnings(false);

@@ -53,8 +53,27 @@ struct Loop {
     uint32_t kept = b.stack({{"/home/u/train.py", 28, "train"}});
     uint32_t workspace = b.stack({{"/usr/lib/python3/site-packages/torch/nn/modules/linear.py", 134, "forward"},
                                   {"/home/u/train.py", 25, "train"}});
+    uint32_t gathered = b.stack({{"/usr/lib/python3/site-packages/transformers/trainer_pt_utils.py", 77, "torch_pad_and_concatenate"},
+                                 {"/home/u/train.py", 40, "train"}});
     uint64_t next = 0x2000000000;
     bool mark_first_forward = false;  // as a capture does; the first forward then keeps a workspace
+    // An evaluation before each step but the first, as a Trainer runs one every few steps: per
+    // batch, what it has gathered is replaced by one batch's `eval_keep` bigger (all_preds
+    // concatenated onto), all freed as the evaluation ends.
+    int eval_batches = 0;
+    uint64_t eval_keep = 0;
+
+    void evaluate() {
+        uint64_t preds = 0, size = 0;
+        for (int e = 0; e < eval_batches; ++e) {
+            b.free(alloc(2 * MiB, fwd_tmp), 2 * MiB);
+            const uint64_t bigger = alloc(size + eval_keep, gathered);
+            if (preds) b.free(preds, size);
+            preds = bigger, size += eval_keep;
+            b.annotation(EventKind::microbatch, "eval batch");
+        }
+        if (preds) b.free(preds, size);
+    }
 
     uint64_t alloc(uint64_t size, uint32_t stack) {
         b.alloc(next, size, stack);
@@ -70,6 +89,7 @@ struct Loop {
         }
         bool first = true;
         for (int s = 0; s < steps; ++s) {
+            if (s > 0) evaluate();
             std::vector<uint64_t> losses;
             uint64_t grads = 0;
             for (int m = 0; m < microbatches; ++m) {
@@ -252,7 +272,7 @@ TEST(WithinStep, TheLiveMonitorFindsTheSameLeakInsideTheStepAtItsHighestPoint) {
         for (const Event& e : loop.b.t.events) {
             if (e.kind == EventKind::alloc) live.alloc(e.device, e.addr, e.size, sites.site(e.stack));
             else if (is_release(e.kind)) live.release(e.device, e.addr);
-            else if (e.kind == EventKind::microbatch) live.end_unit();
+            else if (e.kind == EventKind::microbatch) live.end_unit(e.name);
             else if (e.kind == EventKind::annotation_start && loop.b.t.stacks.string(e.name).starts_with("Optimizer.step#"))
                 asked.push_back(live.rising_in_step());
             else if (e.kind == EventKind::step) live.end_step();
@@ -268,6 +288,63 @@ TEST(WithinStep, TheLiveMonitorFindsTheSameLeakInsideTheStepAtItsHighestPoint) {
             EXPECT_EQ(rising[0].newest_blocks[0].second, keep);
         }
     }
+}
+
+// HF Trainer's evaluation without eval_accumulation_steps, run between optimizer steps: what it
+// gathers grows per eval batch and is freed as it ends. Its batches are the units, judged apart
+// from the step's microbatches before or after them, which keep their own leak.
+TEST(WithinStep, AnEvaluationInsideTrainingThatGathersPerBatchIsALeakPerEvalBatch) {
+    for (uint64_t keep : {uint64_t(0), 8 * MiB}) {
+        Loop loop;
+        loop.eval_batches = 16, loop.eval_keep = MiB;
+        loop.run(4, 24, keep);
+        const Findings f = analyze(loop.b.t);
+        SCOPED_TRACE(keep);
+        EXPECT_EQ(f.verdict, Verdict::leak);
+        ASSERT_EQ(f.within_step.size(), keep ? 2u : 1u);
+        for (const WithinStepLeak& l : f.within_step) {
+            const bool eval = l.unit == "eval batch";
+            EXPECT_EQ(l.site.line, eval ? 40u : 28u);
+            EXPECT_NEAR(l.bytes_per_unit, eval ? double(MiB) : 8.0 * MiB, 0.01 * MiB);
+            EXPECT_EQ(l.units_per_step, eval ? 16u : 24u);
+            EXPECT_EQ(l.steps_seen, eval ? 3u : 4u);
+            if (eval) EXPECT_EQ(l.stack.front().function, "torch_pad_and_concatenate");
+            else EXPECT_EQ(l.unit, kMicrobatchUnit);
+        }
+        expect_peak_holds(f);
+        // In the last microbatch, as each keeps more: the backwards ended before it, not the eval batches.
+        if (keep) EXPECT_EQ(peak_of(f).microbatch, 23u);
+    }
+}
+
+// Live, the capture asks at the evaluation's unit ends (its end is unmarked): at its last one, the
+// site and rate are the offline analysis', with what the evaluation gathered for the owner search.
+TEST(WithinStep, TheLiveMonitorFindsALeakPerEvalBatchAtItsLastBatch) {
+    Loop loop;
+    loop.eval_batches = 16, loop.eval_keep = MiB;
+    loop.run(3, 4);
+    const Findings offline = analyze(loop.b.t);
+    ASSERT_EQ(offline.within_step.size(), 1u);
+    LiveMonitor live;
+    SiteResolver sites(loop.b.t.stacks);
+    std::vector<LiveLeak> rising;
+    uint32_t units = 0;
+    for (const Event& e : loop.b.t.events) {
+        if (e.kind == EventKind::alloc) live.alloc(e.device, e.addr, e.size, sites.site(e.stack));
+        else if (is_release(e.kind)) live.release(e.device, e.addr);
+        else if (e.kind == EventKind::microbatch) {
+            live.end_unit(e.name);
+            if (loop.b.t.stacks.string(e.name) == "eval batch" && ++units % 16 == 0) {
+                rising = live.rising_in_step();
+                ASSERT_EQ(rising.size(), 1u);
+                EXPECT_EQ(source_line(loop.b.t.stacks, rising[0].site).line, 40u);
+                EXPECT_DOUBLE_EQ(rising[0].bytes_per_step, offline.within_step[0].bytes_per_unit);
+                ASSERT_FALSE(rising[0].newest_blocks.empty());
+                EXPECT_EQ(rising[0].newest_blocks[0].second, 16 * MiB);  // all it gathered, in one block
+            }
+        } else if (e.kind == EventKind::step) live.end_step();
+    }
+    EXPECT_EQ(units, 32u);
 }
 
 TEST(WithinStep, ACleanGradientAccumulationIsNoLeakInsideTheStep) {

@@ -3,6 +3,7 @@
 
 #include "analysis/analyze.h"
 #include "analysis/ranks.h"
+#include "common/format.h"
 #include "findings/json.h"
 #include "findings/json_reader.h"
 #include "importers/torch_snapshot.h"
@@ -27,6 +28,13 @@ Findings run_of_rank(int rank, double leak_per_step, uint64_t peak) {
 }
 
 }  // namespace
+
+TEST(Terminal, CountsNameTheirUnitAsPeopleDo) {
+    EXPECT_EQ(count_of(1, "eval batch"), "1 eval batch");
+    EXPECT_EQ(count_of(24, "microbatch"), "24 microbatches");
+    EXPECT_EQ(count_of(3, "generate() call"), "3 generate() calls");
+    EXPECT_EQ(count_of(2, "site"), "2 sites");
+}
 
 TEST(Ranks, OnlySomeRanksLeakingIsSkew) {
     const RankComparison c = compare_ranks({run_of_rank(1, 1 << 20, 1ull << 30), run_of_rank(0, 0, 1ull << 30)});

@@ -164,3 +164,14 @@ def test_driver_capture_lets_go_of_cupti_only_for_a_profiler_of_cuda_activity(mo
         undo()
     getattr(profiler, wrapped[0])(None, {profiler.ProfilerActivity.CUDA})
     assert calls[-2:] == [wrapped[0], wrapped[0]] and calls.count("released") == 1  # undone: not released again
+
+
+def test_a_weaker_sources_ends_are_units_inside_the_step_ranked_among_themselves():
+    units = []
+    source = StepSource(lambda unit: None, lambda why: None, end_unit=units.append)
+    for unit in [StepUnit.optimizer, StepUnit.generate_call, StepUnit.eval_batch, StepUnit.generate_call,
+                 StepUnit.eval_batch, StepUnit.optimizer, StepUnit.explicit, StepUnit.generate_call]:
+        source.ended(unit)
+    # Once an eval batch was a unit, the generate() calls inside eval batches are not; a new step
+    # owner starts the units' ranking again, and the optimizer's steps inside its steps are none.
+    assert units == [StepUnit.generate_call, StepUnit.eval_batch, StepUnit.eval_batch, StepUnit.generate_call]

@@ -140,11 +140,19 @@ def test_lightning_fit_counts_optimizer_steps_not_its_validation_or_sanity_check
 
 def test_the_strongest_source_seen_owns_the_steps(tmp_path):
     """The ranking alone, through the capture's own entry point, in the order sources might come."""
-    said = []
+    said, units = [], []
 
-    class Recorder:  # what the capture hands the unit of each step it ends
+    class Recorder:  # what the capture hands the unit of each step it ends, and of each unit inside one
+        steps = 0
+
         def end_step(self, unit):
             said.append(unit)
+            return []
+
+        def marker(self, kind, name):
+            units.append(name)
+
+        def rising_in_step(self):
             return []
 
         def fault(self):
@@ -158,6 +166,9 @@ def test_the_strongest_source_seen_owns_the_steps(tmp_path):
         capture._step_ended(unit)
     assert said == ["generate() call", "eval batch", "predict batch", "optimizer step", "optimizer step",
                     "vramscope.step()", "vramscope.step()"]
+    # The weaker sources' ends once a stronger one owns the steps: the eval batch between two
+    # optimizer steps; the generate() call before it ended a step of its own.
+    assert units == ["generate() call", "eval batch"]
 
 
 LAZY = """
@@ -276,3 +287,63 @@ def test_two_optimizers_over_other_parameters_step_within_one_step(tmp_path):
             g_opt.zero_grad()
 
     assert captured(tmp_path, run)["count"] == 6
+
+
+def captured_findings(tmp_path, run, **kw) -> dict:
+    """The findings of a capture of run() (live tensors, owners searched live, analysed at its end)."""
+    capture = Capture(tmp_path / "units.vscope", summary=False, live_warnings=False,
+                      source=Source.live_tensors, **kw).start()
+    try:
+        run()
+    finally:
+        capture.stop()
+    assert capture.findings is not None, capture.off_reason
+    return capture.findings
+
+
+def test_an_evaluation_inside_training_that_gathers_its_logits_leaks_per_eval_batch(tmp_path):
+    """HF's Trainer without eval_accumulation_steps, evaluating every 2 steps: all_preds grows by
+    each eval batch's logits (torch_pad_and_concatenate) until the evaluation ends. The optimizer
+    owns the steps, so the eval batches are units inside them, and the owner is the loop's local."""
+    vocab, tokens, batch, batches = 256, 8, 2, 16
+    trainer = llama_trainer(tmp_path, keep=None, callbacks=[], vocab=vocab, hidden=32, tokens=tokens, batch=batch,
+                            max_steps=6, eval_batches=batches, use_cpu=True, per_device_eval_batch_size=batch,
+                            eval_strategy="steps", eval_steps=2)
+    trainer.compute_metrics = lambda predictions: {"seen": float(len(predictions.predictions))}  # so logits are gathered
+    found = captured_findings(tmp_path, trainer.train)
+    assert found["steps"]["unit"] == "optimizer step"
+    gathered = [w for w in found["within_step"] if w["unit"] == "eval batch"]
+    assert gathered, found["within_step"]
+    logits = batch * tokens * vocab * 4  # float32 logits of one eval batch
+    top = max(gathered, key=lambda w: w["bytes_per_unit"])
+    assert abs(top["bytes_per_unit"] - logits) <= 0.1 * logits, top
+    assert top["units_per_step"] == batches
+    assert any(frame["function"] == "torch_pad_and_concatenate" for frame in top["stack"]), top["stack"]
+    assert any("all_preds" in path["path"] for path in top["owners"]), top["owners"]
+    assert found["verdict"] == "leak"
+
+
+def test_generate_calls_that_each_keep_their_logits_until_the_step_ends_leak_per_call(tmp_path):
+    """A chat loop counted by vramscope.step(): each turn's generate() keeps its scores in a list
+    cleared at the step's end. The calls are the units inside each step (the first conversation's,
+    before the first vramscope.step(), are steps: the strongest source seen then)."""
+    model = tiny_llama()
+    turns = []
+
+    def chat():
+        for _ in range(12):
+            for _ in range(10):
+                out = model.generate(torch.randint(3, 64, (1, 5)), max_new_tokens=4, min_new_tokens=4,
+                                     do_sample=False, output_scores=True, return_dict_in_generate=True)
+                turns.append(torch.stack(out.scores).clone())
+            turns.clear()
+            vramscope.step()
+
+    found = captured_findings(tmp_path, chat)
+    assert found["steps"]["unit"] == "vramscope.step()"
+    per_call = [w for w in found["within_step"] if w["unit"] == "generate() call"]
+    assert len(per_call) == 1, found["within_step"]
+    scores = 4 * 64 * 4  # four new tokens' scores over the 64-token vocabulary, float32
+    assert abs(per_call[0]["bytes_per_unit"] - scores) <= 0.1 * scores, per_call
+    assert per_call[0]["units_per_step"] == 10
+    assert any("turns" in path["path"] for path in per_call[0]["owners"]), per_call[0]["owners"]

@@ -7,8 +7,9 @@ torch = pytest.importorskip("torch")
 
 
 def llama_trainer(output_dir, *, keep, callbacks, vocab: int, hidden: int, tokens: int, batch: int, max_steps: int,
-                  **training_args):
-    """keep(logits) -> what the step keeps for good (None: a clean run)."""
+                  eval_batches: int = 0, **training_args):
+    """keep(logits) -> what the step keeps for good (None: a clean run); eval_batches: an evaluation
+    dataset of that many batches."""
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("accelerate")  # the Trainer's own requirement
     torch.manual_seed(0)
@@ -17,8 +18,11 @@ def llama_trainer(output_dir, *, keep, callbacks, vocab: int, hidden: int, token
                                       max_position_embeddings=tokens)
 
     class Tokens(torch.utils.data.Dataset):
+        def __init__(self, batches: int):
+            self.batches = batches
+
         def __len__(self):
-            return batch * max_steps
+            return batch * self.batches
 
         def __getitem__(self, i):
             ids = torch.randint(0, vocab, (tokens,))
@@ -36,8 +40,8 @@ def llama_trainer(output_dir, *, keep, callbacks, vocab: int, hidden: int, token
     args = transformers.TrainingArguments(output_dir=str(output_dir), max_steps=max_steps,
                                           per_device_train_batch_size=batch, report_to=[], save_strategy="no",
                                           logging_steps=1000, disable_tqdm=True, **training_args)
-    return KeepsSomething(model=transformers.LlamaForCausalLM(config), args=args, train_dataset=Tokens(),
-                          callbacks=callbacks)
+    return KeepsSomething(model=transformers.LlamaForCausalLM(config), args=args, train_dataset=Tokens(max_steps),
+                          eval_dataset=Tokens(eval_batches) if eval_batches else None, callbacks=callbacks)
 
 
 def lightning_module(*, width: int, hidden: int, keep, on_rank: int | None = None):

@@ -51,17 +51,18 @@ class LiveReporter:
             if self.live_warnings:
                 say(f"  held by {answer['owner_lines'][0]}" if answer["owner_lines"] else f"  {answer['note']}")
 
-    def explain_within_step(self, rising: list[dict], step: int, own_work: Callable[[], ContextManager]) -> None:
-        """As a step's optimizer step begins, its units done: who holds what each unit of a site rising
-        across them kept (a leak inside the step, analysis/within_step.h), at its highest point, once
-        per site; the analysis at the end names the leak, and these answers join it."""
+    def explain_within_step(self, rising: list[dict], step: int, own_work: Callable[[], ContextManager],
+                            unit: str = "microbatch") -> None:
+        """At a leak inside a step's highest point (analysis/within_step.h), its units done or enough
+        of them: who holds what each unit of a site rising across them kept, once per site; the
+        analysis at the end names the leak, and these answers join it."""
         if not self.explain:
             return
         from ..ownership.leaks import explained, same_site
 
         for live in rising:
             if not any(same_site(e, live) for e in self.within_owners):
-                self.within_owners.append({**explained(live, *self._search_live(live, own_work), step), "unit": "microbatch"})
+                self.within_owners.append({**explained(live, *self._search_live(live, own_work), step), "unit": unit})
 
     def _search_live(self, live: dict, own_work: Callable[[], ContextManager]) -> tuple[list, str]:
         """Who holds a live finding's blocks now, within the budget, outside the run's own memory."""

@@ -108,7 +108,9 @@ class Capture:
         budget = explain_budget if explain_budget is not None else _budget_from_env()
         self._reporter = LiveReporter(device_type=self.source.device_type, live_warnings=live_warnings, explain=explain,
                                       explain_budget=budget)
-        self._steps = StepSource(self.end_step, self._step_aside, optimizer_steps)
+        self._steps = StepSource(self.end_step, self._step_aside, optimizer_steps, end_unit=self._unit_ended)
+        self._units = (None, 0)  # the unit of the run of units in hand inside the step, and how many ended
+        self._backward_in_step = False
         self._recorder = None
         self._hook = None
         self._tensors = None  # the live-tensor source, when that is what is recorded
@@ -351,6 +353,7 @@ class Capture:
             said, fault = [], f"capture stopped ({type(e).__name__}: {e})"
         if fault:
             return self._step_aside(fault)
+        self._units, self._backward_in_step = (None, 0), False
         self._heard(said)
         if self.max_steps and recorder.steps >= self.max_steps:
             say(f"step limit reached ({self.max_steps:,} steps): the run stops here")
@@ -411,7 +414,29 @@ class Capture:
     def _on_backward(self) -> None:
         recorder = self._recorder
         if recorder is not None:
-            recorder.marker(_core.EventKind.microbatch, "backward")
+            recorder.marker(_core.EventKind.microbatch, _core.BACKWARD_UNIT_MARKER)
+            self._backward_in_step = True
+
+    def _unit_ended(self, unit: StepUnit) -> None:
+        """A weaker source's step end inside a step (an evaluation batch between optimizer steps): a
+        unit, until a backward ends in the step (calls interleaved with backwards would cut the
+        microbatches' run into runs of one). Its end is unmarked, so the owners of what rises across
+        its units are searched at unit ends, at each power of two of them (a search per site, while
+        the loop still holds them)."""
+        recorder = self._recorder
+        if recorder is None or self._backward_in_step:
+            return
+        recorder.marker(_core.EventKind.microbatch, unit.spelling)
+        kind, count = self._units
+        count = count + 1 if kind is unit else 1
+        self._units = (unit, count)
+        if self._reporter.explain and count & (count - 1) == 0:
+            try:
+                rising = recorder.rising_in_step()
+            except Exception as e:
+                return self._step_aside(f"capture stopped ({type(e).__name__}: {e})")
+            if rising:
+                self._reporter.explain_within_step(rising, recorder.steps, self._own_work, unit.spelling)
 
     def _on_optimizer_step_begins(self, optimizer) -> None:
         recorder = self._recorder

@@ -17,7 +17,10 @@ class StepUnit(enum.Enum):
     source seen owns the steps; once it has ended one, a weaker source never ends a step (sources
     of one rank all do: a predict() after an evaluate()). So an explicit vramscope.step() beats the
     optimizer, the optimizer beats the evaluation batches run inside training, and these the
-    generate() calls a Seq2Seq evaluation makes in each batch."""
+    generate() calls a Seq2Seq evaluation makes in each batch. A weaker source's ends are units
+    inside the step instead (analysis/within_step.h), ranked the same way among themselves: the
+    evaluation batches run between two optimizer steps, not the generate() calls inside them (and
+    never the optimizer's, inside explicit steps: its backwards' ends are the microbatches)."""
 
     explicit = (4, "vramscope.step()")
     optimizer = (3, "optimizer step")
@@ -38,11 +41,13 @@ class StepSource:
     fault goes to `step_aside`."""
 
     def __init__(self, end_step: Callable[[StepUnit], None], step_aside: Callable[[str], None],
-                 optimizer_steps: bool = True):
+                 optimizer_steps: bool = True, end_unit: Callable[[StepUnit], None] | None = None):
         self._end_step = end_step
+        self._end_unit = end_unit
         self._step_aside = step_aside
         # The strongest step source seen; without optimizer_steps, vramscope.step() only.
         self.owner: StepUnit | None = None if optimizer_steps else StepUnit.explicit
+        self.unit_owner: StepUnit | None = None  # the strongest of the weaker sources seen since
         # The optimizer whose steps count (a weak reference) and the ids of the parameters it steps:
         # the first one seen, until one over the same parameters replaces it (OptimizerRole).
         self._role = OptimizerRole()
@@ -68,14 +73,25 @@ class StepSource:
         ]
 
     def ended(self, unit: StepUnit) -> None:
-        """A source says a step of its unit ended: the ranking decides whether it is one."""
+        """A source says a step of its unit ended: the ranking decides whether it is one, or a unit
+        inside the step."""
         try:
             if self.owner is not None and unit.rank < self.owner.rank:
-                return
+                return self._unit_ended(unit)
+            if unit is not self.owner:
+                self.unit_owner = None
             self.owner = unit
             self._end_step(unit)
         except Exception as e:
             self._step_aside(f"capture stopped at a step end ({type(e).__name__}: {e})")
+
+    def _unit_ended(self, unit: StepUnit) -> None:
+        # An optimizer step inside an explicit step is no unit: its backwards' ends are the microbatches.
+        if self._end_unit is None or unit is StepUnit.optimizer or (
+                self.unit_owner is not None and unit.rank < self.unit_owner.rank):
+            return
+        self.unit_owner = unit
+        self._end_unit(unit)
 
     def _on_optimizer_step(self, optimizer) -> None:
         try:

@@ -527,7 +527,7 @@ void give_verdict(Findings& f, const Span& span, const std::string& unit, const 
                                                     : Verdict::cannot_judge;
 }
 
-// Sites whose holdings grew across a step's microbatches and were given back at its end
+// Sites whose holdings grew across a step's units and were given back at its end
 // (analysis/within_step.h): leaks no step end shows.
 void within_step_leaks(Replay& r, Findings& f, SiteTotals& totals) {
     const Trace& t = r.context;
@@ -541,7 +541,7 @@ void within_step_leaks(Replay& r, Findings& f, SiteTotals& totals) {
         l.stack_shown_from = machinery_frames(l.stack);
         l.device = s.device;
         l.memory = s.memory;
-        l.unit = "microbatch";
+        l.unit = std::string(unit_of_marker(t.stacks.string(w.unit_marker)));
         l.bytes_per_unit = w.bytes_per_unit;
         l.fit_r2 = w.r2;
         l.units_per_step = w.units;
@@ -551,10 +551,7 @@ void within_step_leaks(Replay& r, Findings& f, SiteTotals& totals) {
         for (const DeviceSummary& d : r.devices)
             if (d.device == s.device && w.step < d.timeline.size() && d.total_memory && s.memory != Memory::pinned) {
                 const StepPoint& p = d.timeline[w.step];
-                const double held = double(p.peak_allocated + p.external);
-                l.oom_units = held >= double(d.total_memory)
-                                  ? w.units
-                                  : w.units + uint64_t(std::ceil((double(d.total_memory) - held) / w.bytes_per_unit));
+                l.oom_units = projected_oom_step(w.units, d.total_memory, p.peak_allocated + p.external, w.bytes_per_unit);
             }
         if (i < totals.leaking.size()) totals.leaking[i] = true;
         f.within_step.push_back(std::move(l));

@@ -104,8 +104,8 @@ std::vector<std::pair<uint64_t, uint64_t>> LiveMonitor::newest_blocks(const Live
 
 void LiveMonitor::note_unit(uint64_t k, int64_t live) {
     UnitSeries& u = units_[k];
-    if (u.step != uint32_t(step_)) {
-        u.step = uint32_t(step_);
+    if (u.run != unit_run_) {
+        u.run = unit_run_;
         u.at_start = live;
         u.held.clear();
         if (unit_ > 0) u.held.emplace_back(0, live);
@@ -117,14 +117,28 @@ void LiveMonitor::note_unit(uint64_t k, int64_t live) {
     }
 }
 
+void LiveMonitor::end_unit(uint32_t marker) {
+    if (unit_ > 0 && marker != unit_marker_) {
+        touched_in_step_.clear();
+        unit_ = 0;
+        ++unit_run_;
+    }
+    unit_marker_ = marker;
+    ++unit_;
+}
+
 std::vector<LiveLeak> LiveMonitor::rising_in_step() const {
     std::vector<LiveLeak> out;
     for (uint64_t k : touched_in_step_) {
         const auto held = held_.find(k);
         const auto rose = judge_units(units_.at(k), held == held_.end() ? 0 : held->second, unit_, uint32_t(step_), 0);
         if (!rose) continue;
+        const Device& d = devices_[uint8_t(k >> 56)];
         LiveLeak leak{uint8_t(k >> 56), uint32_t(k), Memory::torch, Shape::rising, LeakEvidence::survivors,
-                      rose->bytes_per_unit, step_, std::nullopt, {}};
+                      rose->bytes_per_unit, step_,
+                      vramscope::projected_oom_step(unit_, d.capacity, uint64_t(std::max<int64_t>(0, d.peak + d.external)),
+                                                    rose->bytes_per_unit),
+                      {}};
         // This step's blocks, oldest first: the first units' parts are what only the container that
         // keeps them holds (the unit in hand is still in the loop's locals).
         std::vector<std::pair<uint64_t, size_t>> mine;  // (serial, slot)
@@ -157,6 +171,7 @@ std::vector<LiveLeak> LiveMonitor::end_step() {
     ++step_;
     touched_in_step_.clear();
     unit_ = 0;
+    ++unit_run_;
     std::vector<LiveLeak> found;
     if (step_ > warmup_) {
         for (const auto& [k, all] : held_) {

@@ -34,7 +34,7 @@ struct LiveLeak {
     LeakEvidence evidence = LeakEvidence::survivors;
     double bytes_per_step = 0;
     uint64_t first_step = 0;  // first step of the climb that was judged
-    std::optional<uint64_t> projected_oom_step;
+    std::optional<uint64_t> projected_oom_step;  // of a leak inside a step (rising_in_step): the unit
     // (address, size): survivors' newest first, a step old or more; a replaced buffer's largest first
     std::vector<std::pair<uint64_t, uint64_t>> newest_blocks;
 };
@@ -57,12 +57,14 @@ public:
     std::vector<LiveLeak> end_step();
     // The sites whose last word is "leak", with their newest blocks as they are now.
     std::vector<LiveLeak> leaking() const;
-    // A unit inside the step ended (a microbatch: the backward's end).
-    void end_unit() { ++unit_; }
+    // A unit inside the step ended, named by its marker (within_step.h): one more of the run in
+    // hand, or the first of a run of another unit, which sets the run before it aside.
+    void end_unit(uint32_t marker);
     // The sites whose bytes rose across the units of the step in hand as a leak does, by the rule
     // the offline analysis judges a step's units with (within_step.h), each with its oldest blocks
     // of this step: asked where the step's last unit has ended and its optimizer step begins, the
-    // highest point of a leak inside the step, while what keeps it is live. bytes_per_step is per unit.
+    // highest point of a leak inside the step, while what keeps it is live. bytes_per_step is per
+    // unit, and the projected out-of-memory is at a unit of the step, from the step's peak so far.
     std::vector<LiveLeak> rising_in_step() const;
     uint64_t steps() const { return step_; }
     // The earliest step at which a device runs out, at the recent rates of the leaks held now and
@@ -116,9 +118,11 @@ private:
     const size_t warmup_, min_steps_;
     std::unordered_map<uint64_t, Series> series_;  // by site_key(), once a step end saw bytes
     std::array<Device, 256> devices_{};
-    std::unordered_map<uint64_t, UnitSeries> units_;  // torch's sites, by site_key(): the step in hand's unit ends
-    std::vector<uint64_t> touched_in_step_;           // sites with a unit series of the step in hand
-    uint32_t unit_ = 0;                               // units ended in the step in hand
+    std::unordered_map<uint64_t, UnitSeries> units_;  // torch's sites, by site_key(): the run in hand's unit ends
+    std::vector<uint64_t> touched_in_step_;           // sites with a unit series of the run in hand
+    uint32_t unit_ = 0;                               // units ended in the run in hand
+    uint32_t unit_run_ = 0;                           // runs begun, as the replay counts them
+    uint32_t unit_marker_ = 0;                        // the name of the run's unit marker
     uint64_t step_ = 0;
     uint64_t serial_ = 0;
 };

@@ -75,7 +75,7 @@ void LiveSink::events(std::span<const Event> events) {
         } else if (is_release(e.kind) || is_external_event(e.kind)) {  // external: its allocs are taken above
             monitor_.release(e.device, e.addr, memory_of(e.kind));
         } else if (e.kind == EventKind::microbatch) {
-            monitor_.end_unit();
+            monitor_.end_unit(e.name);
         } else if (e.kind == EventKind::step && seen_memory_) {  // the steps the analysis numbers
             for (LiveFinding& f : described(monitor_.end_step())) said_.push_back(std::move(f));
         }

@@ -124,12 +124,13 @@ void Replay::cut() {
         s.peak = s.allocated;
     }
     ++step_;
+    backwards_ = 0;
     events_since_cut_ = false;
     if (phases_.step_ended()) phase_began();
 }
 
 void Replay::units_begin(SiteSeries& s, uint32_t site) {
-    s.units.step = step_;
+    s.units.run = unit_run_;
     s.units.at_start = s.live;
     s.units.held.clear();
     if (unit_ > 0) s.units.held.emplace_back(0, s.live);
@@ -142,10 +143,21 @@ void Replay::judge_units_of_step() {
     if (unit_ >= kMinSteps)
         for (uint32_t site : touched_in_step_) {
             const SiteSeries& s = sites[site];
-            if (auto rose = judge_units(s.units, s.live, unit_, step_, s.last_stack)) rose_in_step_.emplace_back(site, *rose);
+            if (auto rose = judge_units(s.units, s.live, unit_, step_, s.last_stack, unit_marker_))
+                rose_in_step_.emplace_back(site, *rose);
         }
     touched_in_step_.clear();
     unit_ = 0;
+    ++unit_run_;
+}
+
+// A unit ended: one more of the run in hand, or the first of a run of another unit (an evaluation
+// after a step's microbatches), which ends the run before it as a step's end does.
+void Replay::end_unit(const Event& e) {
+    if (unit_ > 0 && e.name != unit_marker_) judge_units_of_step();
+    unit_marker_ = e.name;
+    if (++unit_ == 1) settle_units();
+    if (unit_of_marker(context.stacks.string(e.name)) == kMicrobatchUnit) ++backwards_;
 }
 
 void Replay::settle_units() {
@@ -164,7 +176,7 @@ void Replay::new_peak(DeviceState& s, uint32_t stack) {
     p.phase_start_seq = phase_start_seq_;
     p.phase_count = phases_.count();
     p.step = step_;
-    p.microbatch = unit_;
+    p.microbatch = backwards_;
     p.phase = phases_.now();
     p.reserved = s.reserved;
     p.external = s.external;
@@ -286,7 +298,7 @@ void Replay::process(const Event& e) {
     case EventKind::external_free:
     case EventKind::pinned_free: external_free(e); break;
     case EventKind::microbatch:
-        if (++unit_ == 1) settle_units();
+        end_unit(e);
         if (phases_.see(e)) phase_began();
         break;
     case EventKind::annotation_start:

@@ -93,7 +93,7 @@ struct SiteSeries : HeldSeries {
     std::map<uint32_t, uint64_t> bytes_by_stack;
     uint64_t surviving_allocations = 0;
     uint64_t first_survivor = UINT64_MAX;  // seq of the earliest-allocated survivor
-    UnitSeries units;                      // at the unit ends of the step in hand (within_step.h)
+    UnitSeries units;                      // at the unit ends of the run in hand (within_step.h)
     std::optional<WithinStepRecord> within;  // its worst step, where it leaked inside one
 
     // A block allocated in a judged step and still live `window` steps later, until `until`.
@@ -212,6 +212,7 @@ private:
     [[gnu::noinline]] void peak_member_freed(DeviceState& s, const LiveAlloc& a);
     void phase_began();
     void judge_units_of_step();
+    void end_unit(const Event& e);
     void settle_units();
 
     const uint32_t window_;
@@ -238,10 +239,13 @@ private:
     bool events_since_cut_ = false, started_ = false;
     PhaseClock phases_;
     uint64_t phase_start_seq_ = 0;         // seq_ when the phase in hand began
-    uint32_t unit_ = 0;                    // microbatches ended in the step in hand
-    std::vector<uint32_t> touched_in_step_;  // sites changed in it, for judge_units_of_step()
-    // Sites that rose across the last step's units, until the next step's first unit end (or the
-    // trace's end) says whether they were given back: (site, that step's record).
+    uint32_t unit_ = 0;                    // units ended in the run in hand (within_step.h)
+    uint32_t unit_run_ = 0;                // runs of units begun: a step's end or another unit begins one
+    uint32_t unit_marker_ = 0;             // the name of the run's unit marker
+    uint32_t backwards_ = 0;               // backwards ended in the step in hand (the peak's microbatches)
+    std::vector<uint32_t> touched_in_step_;  // sites changed in the run, for judge_units_of_step()
+    // Sites that rose across the last run's units, until the next run's first unit end (or the
+    // trace's end) says whether they were given back: (site, that run's record).
     std::vector<std::pair<uint32_t, WithinStepRecord>> rose_in_step_;
 };
 
@@ -273,7 +277,7 @@ private:
 
 // A site's unit ends, written down as its step ends are (within_step.h).
 [[gnu::always_inline]] inline void Replay::note_unit(SiteSeries& s, uint32_t site) {
-    if (s.units.step != step_) [[unlikely]] return units_begin(s, site);
+    if (s.units.run != unit_run_) [[unlikely]] return units_begin(s, site);
     if (s.units.touched != unit_) [[unlikely]] {
         s.units.held.emplace_back(s.units.touched, s.live);
         s.units.touched = unit_;

@@ -3,7 +3,7 @@
 namespace vramscope {
 
 std::optional<WithinStepRecord> judge_units(const UnitSeries& series, int64_t live, uint32_t units, uint32_t step,
-                                            uint32_t stack) {
+                                            uint32_t stack, uint32_t unit_marker) {
     if (units < kMinSteps) return std::nullopt;
     std::vector<double> at_end(units, double(series.at_start));
     for (size_t i = 0; i < series.held.size(); ++i) {
@@ -14,8 +14,8 @@ std::optional<WithinStepRecord> judge_units(const UnitSeries& series, int64_t li
     if (at_end.back() <= at_end.front()) return std::nullopt;
     const Judgement j = judge(at_end, kMinSteps);
     if (!is_leak(j.shape) || j.varies() || j.bytes_per_step < kMinLeakRate) return std::nullopt;
-    return WithinStepRecord{j.bytes_per_step, j.r2, units, step, 1, stack, int64_t(at_end.back()) - series.at_start,
-                            int64_t(at_end.front())};
+    return WithinStepRecord{j.bytes_per_step, j.r2, units, step, unit_marker, 1, stack,
+                            int64_t(at_end.back()) - series.at_start, int64_t(at_end.front())};
 }
 
 void keep_worst(std::optional<WithinStepRecord>& record, const WithinStepRecord& step) {

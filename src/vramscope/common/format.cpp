@@ -44,7 +44,8 @@ std::string format_count(uint64_t n) {
 }
 
 std::string count_of(uint64_t n, std::string_view noun) {
-    return format_count(n) + " " + std::string(noun) + (n == 1 ? "" : "s");
+    const bool sibilant = noun.ends_with("ch") || noun.ends_with("sh") || noun.ends_with('s') || noun.ends_with('x');
+    return format_count(n) + " " + std::string(noun) + (n == 1 ? "" : sibilant ? "es" : "s");
 }
 
 std::string format_percent(double share) { return std::to_string(std::llround(share * 100)) + "%"; }

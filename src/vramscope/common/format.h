@@ -9,7 +9,7 @@ namespace vramscope {
 
 std::string format_bytes(double bytes);         // "1.5 GiB", "-3.0 MiB", "512 B"
 std::string format_count(uint64_t n);           // "1,912"
-std::string count_of(uint64_t n, std::string_view noun);  // (1, "site") -> "1 site", (3, "site") -> "3 sites"
+std::string count_of(uint64_t n, std::string_view noun);  // (1, "site") -> "1 site", (3, "batch") -> "3 batches"
 std::string format_percent(double share);       // 0.05 -> "5%", 1.2 -> "120%"
 std::string base_name(const std::string& path); // "/a/b/train.py" -> "train.py": a site as people say it
 // "vramscope: train.vscope", "vramscope diff: a.vscope, b.vscope", "... +2 more": what a page is of,

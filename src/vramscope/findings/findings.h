@@ -205,15 +205,19 @@ struct DevicePeak {
 };
 inline constexpr size_t kPeakSites = 8;
 
-// A site whose holdings grow across the units inside a step (microbatches) and are released at
-// its end: a leak no step end shows, which raises the peak (analysis/within_step.h).
+// The unit of a forward and its backward inside a step; the others are the capture's step units
+// run inside a step ("eval batch", "generate() call").
+inline constexpr std::string_view kMicrobatchUnit = "microbatch";
+
+// A site whose holdings grow across the units inside a step (microbatches, eval batches) and are
+// released at its end: a leak no step end shows, which raises the peak (analysis/within_step.h).
 struct WithinStepLeak {
     SourceLine site;
     std::vector<SourceLine> stack;   // innermost first
     size_t stack_shown_from = 0;
     uint16_t device = 0;
     Memory memory = Memory::torch;
-    std::string unit;                // "microbatch"
+    std::string unit;                // kMicrobatchUnit, "eval batch", ...
     double bytes_per_unit = 0;       // fitted slope over the units of its worst step
     double fit_r2 = 0;
     uint64_t units_per_step = 0;     // in that step
@@ -223,7 +227,8 @@ struct WithinStepLeak {
     // Units per step at which the device runs out, at this rate from that step's peak.
     std::optional<uint64_t> oom_units;
     std::vector<std::pair<uint64_t, uint64_t>> live_blocks;  // (address, size), where the trace ended inside its climb
-    // Found live, as its step's optimizer step began (its highest point: each unit's part still held).
+    // Found live at its highest point, each unit's part still held: as its step's optimizer step
+    // began, or at a unit's end where it had risen over enough units (the end of an evaluation is unmarked).
     std::vector<Owner> owners;
     std::optional<uint64_t> owners_found_at_step;
 };

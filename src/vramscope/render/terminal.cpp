@@ -216,7 +216,8 @@ std::string stack_block(const std::vector<SourceLine>& stack, size_t shown_from,
     return o;
 }
 
-// Leaks no step end shows: each microbatch keeps something until its step ends.
+// Leaks no step end shows: each unit inside a step (a microbatch, an eval batch) keeps something
+// until its step ends.
 std::string render_within_step(const Findings& f, const Style& st) {
     std::string o;
     for (const WithinStepLeak& l : f.within_step) {
@@ -224,11 +225,10 @@ std::string render_within_step(const Findings& f, const Style& st) {
         o += st.red(wrap("LEAK INSIDE A STEP  " + signed_bytes(int64_t(l.bytes_per_unit)) + " per " + unit + " at " +
                              where(l.site) + " (" + f.device_name(l.device) + ")",
                          2, 100)) + "\n";
-        std::string why = "held until the " + unit_of(f) + " ends: " + format_count(l.units_per_step) + " " + unit +
-                          "es in step " + format_count(l.step) + " added " + format_bytes(double(l.bytes_added)) +
-                          " to its peak";
+        std::string why = "held until the " + unit_of(f) + " ends: " + count_of(l.units_per_step, unit) + " in step " +
+                          format_count(l.step) + " added " + format_bytes(double(l.bytes_added)) + " to its peak";
         if (l.steps_seen > 1) why += " (seen in " + format_count(l.steps_seen) + " steps)";
-        why += l.oom_units ? "; at " + format_count(*l.oom_units) + " " + unit + "es per step: out of memory" : "";
+        why += l.oom_units ? "; at " + count_of(*l.oom_units, unit) + " per step: out of memory" : "";
         o += "    " + wrap(why, 4, 100) + "\n" + stack_block(l.stack, l.stack_shown_from, st);
     }
     return o.empty() ? "" : "\n" + o;
@@ -241,7 +241,7 @@ std::string render_peak(const Findings& f, const Style& st) {
     for (const DevicePeak& p : f.peaks) {
         if (p.bytes == 0) continue;
         std::string when = "step " + format_count(p.step) + ", " + std::string(name(p.phase));
-        if (p.microbatch) when += " after " + format_count(p.microbatch) + " microbatch" + (p.microbatch > 1 ? "es" : "");
+        if (p.microbatch) when += " after " + count_of(p.microbatch, kMicrobatchUnit);
         if (!p.module.empty()) when += ", in " + terminal_safe(p.module);
         o += "  " + f.device_name(p.device) + "  " + format_bytes(double(p.bytes)) + " allocated at " + when + "\n";
         for (size_t c = 0; c < kPeakCategories; ++c) {
