@@ -256,6 +256,9 @@ def terminal_safe(text: str, keep_newlines: bool = False) -> str:
 def format_bytes(bytes: float) -> str:
     """Bytes as vramscope spells them: '36.0 MiB'."""
 
+def unit_of_marker(marker: str) -> str:
+    """What a unit marker's units are called: 'microbatch' for a backward's."""
+
 class JudgeSettings:
     """
     Window, warm-up and minimum steps: one struct for the live monitor, the analysis of a trace and a capture's analysis at its end (analysis/settings.h).
@@ -335,9 +338,9 @@ class Recorder:
         The live monitor's last word: the sites it holds as leaking now (same dicts as end_step).
         """
 
-    def rising_in_step(self) -> list:
+    def rising_in_step(self, unit_marker: str) -> list:
         """
-        The sites whose bytes rose across the units of the run in hand as a leak does (same dicts as end_step; bytes_per_step is per unit): asked at the highest point, its last unit's end.
+        The sites whose bytes rose across the units of the run in hand as a leak does (same dicts as end_step; bytes_per_step is per unit, projected_oom_step the unit count at which the device runs out): asked at the highest point, its last unit's end. unit_marker names the units.
         """
 
     def set_python_stacks(self, arg: bool, /) -> None: ...

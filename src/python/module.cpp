@@ -262,6 +262,8 @@ void bind_commands(nb::module_& m) {
           nb::arg("text"), nb::arg("keep_newlines") = false,
           "Text from a file or the user, safe to print: control characters shown as escapes.");
     m.def("format_bytes", &format_bytes, nb::arg("bytes"), "Bytes as vramscope spells them: '36.0 MiB'.");
+    m.def("unit_of_marker", [](const std::string& marker) { return std::string(unit_of_marker(marker)); },
+          nb::arg("marker"), "What a unit marker's units are called: 'microbatch' for a backward's.");
 }
 
 // The judge's settings and the analysis of one trace (analysis/).
@@ -364,12 +366,18 @@ void bind_capture(nb::module_& m) {
              },
              "The live monitor's last word: the sites it holds as leaking now (same dicts as end_step).")
         .def("rising_in_step",
-             [](LiveCapture& c) {
+             [](LiveCapture& c, const std::string& unit_marker) {
                  c.recorder.drain();
-                 return live_findings(c.monitor.rising_in_step());
+                 const std::vector<LiveFinding> rising = c.monitor.rising_in_step();
+                 nb::list out = live_findings(rising);
+                 for (size_t i = 0; i < rising.size(); ++i)
+                     nb::cast<nb::dict>(out[i])["line"] = render_live_within_step(rising[i], unit_of_marker(unit_marker));
+                 return out;
              },
+             nb::arg("unit_marker"),
              "The sites whose bytes rose across the units of the run in hand as a leak does (same dicts as "
-             "end_step; bytes_per_step is per unit): asked at the highest point, its last unit's end.")
+             "end_step; bytes_per_step is per unit, projected_oom_step the unit count at which the device "
+             "runs out): asked at the highest point, its last unit's end. unit_marker names the units.")
         .def("set_python_stacks", [](LiveCapture& c, bool on) { c.recorder.set_python_stacks(on); })
         .def("event",
              [](LiveCapture& c, EventKind kind, int device, uint64_t addr, uint64_t size) {

@@ -702,7 +702,7 @@ WITHIN_STEP = textwrap.dedent("""
     def main(path):
         model = torch.nn.Linear(64, 64)
         opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-        with Capture(path, source=Source.live_tensors, summary=False, live_warnings=False) as capture:
+        with Capture(path, source=Source.live_tensors, summary=False) as capture:
             for step in range(2):
                 losses = []
                 for m in range(16):
@@ -731,6 +731,10 @@ def test_a_leak_inside_a_step_is_held_by_what_each_unit_kept_found_at_its_highes
     paths = [o["path"] for o in leak.get("owners", [])]
     assert paths and paths[0].startswith("main() local 'losses'[") and paths[0].endswith(".kept"), paths
     assert leak["owners_found_at_step"] == 0
+    # Said as it is found, once for its site over both steps.
+    said = [line for line in proc.stderr.splitlines() if "leak inside the step" in line]
+    assert len(said) == 1 and said[0].startswith("vramscope: leak inside the step: +256.0 KiB per microbatch at "), said
+    assert "(cpu live tensors, step 0), held until the step ends" in said[0], said
 
 
 def test_a_tensor_keying_a_dict_is_named_by_its_type_and_shape_not_its_repr():

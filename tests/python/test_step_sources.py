@@ -152,7 +152,7 @@ def test_the_strongest_source_seen_owns_the_steps(tmp_path):
         def marker(self, kind, name):
             units.append(name)
 
-        def rising_in_step(self):
+        def rising_in_step(self, unit_marker):
             return []
 
         def fault(self):

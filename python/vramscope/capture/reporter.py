@@ -21,6 +21,7 @@ class LiveReporter:
         self.explain_budget = explain_budget  # seconds one owner search may take
         self.live_owners: list[dict] = []  # ownership.leaks.explained(), one per site confirmed live
         self.within_owners: list[dict] = []  # the same, of leaks inside a step, found at their highest point
+        self.within_told: list[dict] = []  # the leaks inside a step said so far, one per site
         self.findings: dict | None = None
         self.owners: list[dict] = []
         self.leaked: bool | None = None
@@ -51,8 +52,19 @@ class LiveReporter:
             if self.live_warnings:
                 say(f"  held by {answer['owner_lines'][0]}" if answer["owner_lines"] else f"  {answer['note']}")
 
+    def tell_within_step(self, rising: list[dict]) -> None:
+        """A leak inside a step, said the first time its site rises across a step's units."""
+        from ..ownership.leaks import same_site
+
+        for live in rising:
+            live["line"] = self.spoken(live)
+            if not any(same_site(told, live) for told in self.within_told):
+                self.within_told.append(live)
+                if self.live_warnings:
+                    say(live["line"])
+
     def explain_within_step(self, rising: list[dict], step: int, own_work: Callable[[], ContextManager],
-                            unit: str = "microbatch") -> None:
+                            unit: str) -> None:
         """At a leak inside a step's highest point (analysis/within_step.h), its units done or enough
         of them: who holds what each unit of a site rising across them kept, once per site; the
         analysis at the end names the leak, and these answers join it."""

@@ -430,24 +430,29 @@ class Capture:
         kind, count = self._units
         count = count + 1 if kind is unit else 1
         self._units = (unit, count)
-        if self._reporter.explain and count & (count - 1) == 0:
-            try:
-                rising = recorder.rising_in_step()
-            except Exception as e:
-                return self._step_aside(f"capture stopped ({type(e).__name__}: {e})")
-            if rising:
-                self._reporter.explain_within_step(rising, recorder.steps, self._own_work, unit.spelling)
+        if count & (count - 1) == 0:
+            self._rising_in_step(recorder, unit.spelling)
+
+    def _rising_in_step(self, recorder, unit_marker: str) -> None:
+        """At a leak inside the step's highest point: each site rising across the units said once, and
+        its owners searched while the loop still holds what each unit kept."""
+        reporter = self._reporter
+        if not (reporter.explain or reporter.live_warnings):
+            return
+        try:
+            rising = recorder.rising_in_step(unit_marker)
+        except Exception as e:
+            return self._step_aside(f"capture stopped ({type(e).__name__}: {e})")
+        if rising:
+            reporter.tell_within_step(rising)
+            reporter.explain_within_step(rising, recorder.steps, self._own_work, _core.unit_of_marker(unit_marker))
 
     def _on_optimizer_step_begins(self, optimizer) -> None:
         recorder = self._recorder
         if recorder is not None:
-            if self._reporter.explain:  # the highest point of a leak inside the step: its units are done
-                try:
-                    rising = recorder.rising_in_step()
-                except Exception as e:
-                    return self._step_aside(f"capture stopped ({type(e).__name__}: {e})")
-                if rising:
-                    self._reporter.explain_within_step(rising, recorder.steps, self._own_work)
+            self._rising_in_step(recorder, _core.BACKWARD_UNIT_MARKER)  # its microbatches are done
+            if self._recorder is None:
+                return
             name = type(optimizer).__name__
             recorder.marker(_core.EventKind.annotation_start, f"Optimizer.step#{name}.step")
 

@@ -404,6 +404,15 @@ std::string render_live(const LiveFinding& live) {
     return line;
 }
 
+std::string render_live_within_step(const LiveFinding& live, std::string_view unit) {
+    const std::string per = terminal_safe(unit);
+    std::string line = "leak inside the step: " + signed_bytes(int64_t(live.bytes_per_step)) + " per " + per + " at " +
+                       where(live.site) + " (cuda:" + std::to_string(live.device) + ", step " +
+                       format_count(live.since_step) + "), held until the step ends";
+    if (live.projected_oom_step) line += "; out of memory at " + count_of(*live.projected_oom_step, per) + " a step";
+    return line;
+}
+
 std::string render_ranks(const RankComparison& ranks, bool color) {
     if (ranks.rows.empty()) return "";
     const char* bold = color ? "\033[1m" : "";

@@ -11,5 +11,8 @@ std::string render_summary(const Findings& f, bool color, size_t max_leaks = 5);
 std::string render_ranks(const RankComparison& ranks, bool color);
 // One line while the run goes on: a leak the live monitor confirmed, or one it withdrew.
 std::string render_live(const LiveFinding& live);
+// A leak inside the step the live monitor found rising across its units (`unit`: what they are),
+// as the capture says it once per site.
+std::string render_live_within_step(const LiveFinding& live, std::string_view unit);
 
 }  // namespace vramscope
