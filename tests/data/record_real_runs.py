@@ -14,7 +14,9 @@ truth taken from torch's own counters or the objects that leak.
 - optimizer_rebuilt: a new Adam and StepLR every round, the old schedulers kept (each keeps its
   optimizer, and the optimizer its state): federated rounds, curricula;
 - two_processes: a loop keeping 8 MiB a step while another process holds 1 GiB on the same GPU:
-  NVML must still read this process's own figure.
+  NVML must still read this process's own figure;
+- hf_eval_in_training: hf_eval_gather's evaluation run inside Trainer.train() every 2 optimizer
+  steps: its eval batches are units inside the step, and the leak is one inside the step.
 
 Each scenario runs in a fresh process started from the checkout with this file's relative path (so
 frames name tests/data/record_real_runs.py), under vramscope's live capture, and writes into <out>:
@@ -42,7 +44,7 @@ import sys
 import time
 
 SCENARIOS = ["hf_eval_gather", "kv_cache_turns", "exceptions_kept", "lru_cache_masks", "lru_cache_bounded",
-             "optimizer_rebuilt", "two_processes"]
+             "optimizer_rebuilt", "two_processes", "hf_eval_in_training"]
 MiB = 1 << 20
 HERE = os.path.dirname(os.path.abspath(__file__))
 CHECKOUT = os.path.dirname(os.path.dirname(HERE))
@@ -151,6 +153,46 @@ def scenario_hf_eval_gather(truth: Truth):
     truth.write("Trainer.evaluate() without eval_accumulation_steps", "leak", "hf_evaluate",
                 library_function="torch_pad_and_concatenate", owner_contains=["evaluation_loop() local 'all_preds'"],
                 unit="eval batch")
+
+
+def scenario_hf_eval_in_training(truth: Truth):
+    torch = truth.torch
+    import transformers
+
+    vocab, tokens, batch, batches = 512, 64, 4, 16
+    model = tiny_llama(torch, vocab=vocab)
+
+    class Tokens(torch.utils.data.Dataset):
+        def __init__(self, batches: int):
+            self.batches = batches
+
+        def __len__(self):
+            return batch * self.batches
+
+        def __getitem__(self, i):
+            ids = torch.randint(0, vocab, (tokens,))
+            return {"input_ids": ids, "labels": ids}
+
+    args = transformers.TrainingArguments(os.path.join(truth.out_dir, "hf_train_out"), max_steps=6,
+                                          per_device_train_batch_size=batch, per_device_eval_batch_size=batch,
+                                          eval_strategy="steps", eval_steps=2, save_strategy="no", report_to=[],
+                                          logging_steps=1000, disable_tqdm=True)
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=Tokens(6), eval_dataset=Tokens(batches))
+    trainer.compute_metrics = lambda p: {"n": float(len(p.predictions))}
+    gathered = [0]
+
+    def after_forward(module, inputs, output):  # the truth per eval batch: logits gathered so far
+        if not module.training:
+            gathered[0] = gathered[0] % (batches * batch * tokens * vocab * 4) + batch * tokens * vocab * 4
+            truth.step(kept=gathered[0], end_step=False)
+
+    model.register_forward_hook(after_forward)
+    with capture(truth):
+        trainer.train()  # MARK: hf_train
+    truth.write("Trainer.train() evaluating every 2 steps without eval_accumulation_steps", "leak", "hf_train",
+                library_function="torch_pad_and_concatenate", owner_contains=["evaluation_loop() local 'all_preds'"],
+                unit="eval batch", within_step=True,
+                bytes_per_step=slope([s["kept"] for s in truth.steps[:batches]]))  # per eval batch, one evaluation's
 
 
 ACTIVATION_MEMORY: dict = {}
