@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Callable, ContextManager
+from typing import Any, Callable, ContextManager
 
 from .. import _core
 from .say import say, warn
@@ -21,11 +21,11 @@ class LiveReporter:
         self.explain_budget = explain_budget  # seconds one owner search may take
         self.live_owners: list[dict] = []  # ownership.leaks.explained(), one per site confirmed live
         self.within_owners: list[dict] = []  # the same, of leaks inside a step, found at their highest point
-        self.findings: dict | None = None
+        self.findings: dict[str, Any] | None = None
         self.owners: list[dict] = []
         self.leaked: bool | None = None
 
-    def spoken(self, live: dict) -> str:
+    def spoken(self, live: dict[str, Any]) -> str:
         """The monitor's line, with the device spelled as this source records it."""
         if self.device_type == "cpu":
             return live["line"].replace(f"(cuda:{live['device']}", "(cpu live tensors", 1)
@@ -63,7 +63,7 @@ class LiveReporter:
             if not any(same_site(e, live) for e in self.within_owners):
                 self.within_owners.append({**explained(live, *self._search_live(live, own_work), step), "unit": "microbatch"})
 
-    def _search_live(self, live: dict, own_work: Callable[[], ContextManager]) -> tuple[list, str]:
+    def _search_live(self, live: dict[str, Any], own_work: Callable[[], ContextManager]) -> tuple[list, str]:
         """Who holds a live finding's blocks now, within the budget, outside the run's own memory."""
         from ..ownership.leaks import owners_of_blocks
 
