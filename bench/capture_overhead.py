@@ -113,12 +113,12 @@ def null_sink() -> int:
 # buffer (thread-local, in a loaded library, as vramscope's), read the time, store the fields as
 # they come (stream handle, node pointer: naming them can wait for a reader), take a number in the
 # device's order (the allocator's lock serialises a device's calls, but not its threads) and publish
-# the count. "walk": also the calling thread's Python frames hashed in place, innermost first, at
-# each allocation (CPython 3.11 and 3.12's frame layout, as capture/python_frames.cpp reads it);
-# "prefetch": that walk with vramscope's trail (each frame's lines asked for first from where the
-# last walk found them); "ahead": the next record's line asked for, for writing, at each store (as
+# the count. "ahead": the next record's line asked for, for writing, at each store (as
 # capture/chunk_queue.h does: torch releases its allocator's lock right after the hook, and that
 # waits for the hook's stores; a ring line written 1,024 events ago has left the core's caches).
+# "ahead-prefetch": that, and the calling thread's Python frames hashed in place, innermost first,
+# at each allocation (CPython 3.11 and 3.12's frame layout, as capture/python_frames.cpp reads it),
+# with vramscope's trail (each frame's lines asked for first from where the last walk found them).
 # Nothing drains them: a ring of 1,024 records a thread, about a drain period's worth. What
 # vramscope's sink costs beyond these is the price of its own choices.
 FLOOR_SINK = r"""
@@ -173,19 +173,12 @@ static inline uint64_t walk(int trail) {
 }
 /* k == 0: an allocation, the one kind with a stack here */
 void floor_sink(int k, int d, uint64_t a, uint64_t s, uint64_t st, const char* n) { put(k, d, a, s, st, n, 0, 0); }
-void floor_walk_sink(int k, int d, uint64_t a, uint64_t s, uint64_t st, const char* n) {
-    put(k, d, a, s, st, n, k == 0 ? walk(0) : 0, 0);
-}
-void floor_prefetch_sink(int k, int d, uint64_t a, uint64_t s, uint64_t st, const char* n) {
-    put(k, d, a, s, st, n, k == 0 ? walk(1) : 0, 0);
-}
 void floor_ahead_sink(int k, int d, uint64_t a, uint64_t s, uint64_t st, const char* n) { put(k, d, a, s, st, n, 0, 1); }
 void floor_ahead_prefetch_sink(int k, int d, uint64_t a, uint64_t s, uint64_t st, const char* n) {
     put(k, d, a, s, st, n, k == 0 ? walk(1) : 0, 1);
 }
 """
-FLOORS = {"hook-to-floor": "floor_sink", "hook-to-floor-walk": "floor_walk_sink",
-          "hook-to-floor-prefetch": "floor_prefetch_sink", "hook-to-floor-ahead": "floor_ahead_sink",
+FLOORS = {"hook-to-floor": "floor_sink", "hook-to-floor-ahead": "floor_ahead_sink",
           "hook-to-floor-ahead-prefetch": "floor_ahead_prefetch_sink"}
 
 
