@@ -1,4 +1,4 @@
-"""Extra memory of a live capture over a long run (issue 3: <= 64 MiB after 10,000 steps).
+"""Extra memory of a live capture over a long run (the bound: <= 64 MiB after 10,000 steps).
 
 A loop of `--allocs` small allocations a step from ~50 call sites, a fifth of them kept for one
 more step, like activations saved for backward. The figure is the growth of the process's RSS

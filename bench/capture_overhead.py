@@ -1,31 +1,20 @@
-"""Capture overhead on a real training step (issue 3): no capture, torch's own recorder, vramscope.
+"""Capture overhead on a real training step: vramscope against no capture and torch's
+own recorder, and beside the floor of a recorder (FLOOR_SINK: sinks that do the least any recorder of
+these events must do).
 
-Each (variant, repetition) runs in a fresh process, variants interleaved, so that no variant
-inherits another's allocator state (torch cannot detach a trace hook) and machine drift spreads
-evenly. Per process: warm-up steps, then timed steps with a device sync at each step end; the
-figure is the median step time over all processes of a variant, the spread the range of the
-per-process medians.
+Every variant takes one step per cycle in one process, the cycles' orders balanced so that each
+variant follows every other equally often: neighbouring steps compared, every step counted. Per
+variant: the ratio of medians and of 20th percentiles to no capture, and the paired ratio (each step
+over its cycle's no-capture step), with 95 % intervals; over several processes, each process's own
+figure too, and their mean's interval (what differs from one process to the next: placement, clocks).
 
-  python bench/capture_overhead.py --reps 5 --steps 200 --out bench/out/overhead.json
-  python bench/capture_overhead.py --interleaved 30 10 30      # one process, variants alternating
-      (each round runs every variant once; a round's ratio is its variant's median step over its
-      "none" median: the rounds' median ratio and spread are the figures, beside torch's recorder)
-  python bench/capture_overhead.py --interleaved 20 10 20 --repeat 5   # that set, 5 fresh processes
-      (each process's figure is its rounds' median ratio; the result is the median of the
-      processes' figures and their range)
-  python bench/capture_overhead.py --alternate 1000 20 --workloads transformer [--variants none vramscope]
-      (one process, every variant (or those named) one step per cycle, the cycles' orders balanced so that each
-      variant follows every other equally often: neighbouring steps compared, every step
-      counted; the ratio of medians and of 20th percentiles to no capture, and the paired ratio
-      (each step over its cycle's no-capture step), with 95% intervals)
-  python bench/capture_overhead.py --alternate 200 20 --workloads transformer --variants none hook-to-null-sink \
+  python bench/capture_overhead.py --alternate 200 20 --processes 8 --variants none vramscope
+      (the capture figure: 8 fresh processes, pooled)
+  python bench/capture_overhead.py --alternate 200 20 --processes 5 --variants none hook-to-null-sink \
       hook-to-floor hook-to-floor-ahead hook-to-floor-ahead-prefetch vramscope-no-stacks vramscope
-      (vramscope beside the floor: sinks that do the least any recorder of these events must do,
-      FLOOR_SINK), then --pool FILES --against hook-to-floor-ahead-prefetch: each variant's steps over
-      that variant's in the same cycles instead of over no capture's
+      (the floor figure; --against hook-to-floor-ahead-prefetch divides by the floor instead)
   python bench/capture_overhead.py --pool a.json b.json   # several --alternate --out files as one
-      (and, from separate processes, each run's own figure: their median and range)
-  python bench/capture_overhead.py --alloc-cost 200000          # ns per allocation, by state
+  python bench/capture_overhead.py --alloc-cost 200000    # ns per allocation, by state
 """
 
 from __future__ import annotations
@@ -39,7 +28,7 @@ import sys
 import tempfile
 import time
 
-VARIANTS = ["none", "torch-recorder", "vramscope"]
+VARIANTS = ["none", "torch-recorder", "vramscope"]  # the comparison users ask for
 
 
 def workload(name: str):
@@ -62,39 +51,6 @@ def workload(name: str):
         opt.zero_grad(set_to_none=True)
 
     return step
-
-
-def worker(variant: str, name: str, warmup: int, steps: int) -> dict:
-    import torch
-
-    torch.cuda.init()
-    step = workload(name)
-    capture = None
-    trace_dir = tempfile.mkdtemp()
-    if variant == "torch-recorder":
-        torch.cuda.memory._record_memory_history(stacks="python")
-    elif variant == "vramscope":
-        import vramscope
-
-        capture = vramscope.track(os.path.join(trace_dir, "bench.vscope"), summary=False, live_warnings=False).start()
-        assert capture.active, "vramscope capture did not attach"
-    stats0 = torch.cuda.memory_stats()["allocation.all.allocated"]
-    times = []
-    for i in range(warmup + steps):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        step()
-        torch.cuda.synchronize()
-        if i >= warmup:
-            times.append(time.perf_counter() - t0)
-    allocs = (torch.cuda.memory_stats()["allocation.all.allocated"] - stats0) / (warmup + steps)
-    result = {"variant": variant, "workload": name, "median_ms": 1e3 * statistics.median(times),
-              "times_ms": [1e3 * t for t in times], "allocations_per_step": allocs}
-    if capture is not None:
-        capture.stop()
-        result["captured_allocations"] = capture.allocations
-        result["trace_bytes"] = os.path.getsize(capture.path)
-    return result
 
 
 def deep(depth: int, fn):
@@ -157,12 +113,12 @@ def null_sink() -> int:
 # buffer (thread-local, in a loaded library, as vramscope's), read the time, store the fields as
 # they come (stream handle, node pointer: naming them can wait for a reader), take a number in the
 # device's order (the allocator's lock serialises a device's calls, but not its threads) and publish
-# the count. "walk": also the calling thread's Python frames hashed in place, innermost first, at
-# each allocation (CPython 3.11 and 3.12's frame layout, as capture/python_frames.cpp reads it);
-# "prefetch": that walk with vramscope's trail (each frame's lines asked for first from where the
-# last walk found them); "ahead": the next record's line asked for, for writing, at each store (as
+# the count. "ahead": the next record's line asked for, for writing, at each store (as
 # capture/chunk_queue.h does: torch releases its allocator's lock right after the hook, and that
 # waits for the hook's stores; a ring line written 1,024 events ago has left the core's caches).
+# "ahead-prefetch": that, and the calling thread's Python frames hashed in place, innermost first,
+# at each allocation (CPython 3.11 and 3.12's frame layout, as capture/python_frames.cpp reads it),
+# with vramscope's trail (each frame's lines asked for first from where the last walk found them).
 # Nothing drains them: a ring of 1,024 records a thread, about a drain period's worth. What
 # vramscope's sink costs beyond these is the price of its own choices.
 FLOOR_SINK = r"""
@@ -217,19 +173,12 @@ static inline uint64_t walk(int trail) {
 }
 /* k == 0: an allocation, the one kind with a stack here */
 void floor_sink(int k, int d, uint64_t a, uint64_t s, uint64_t st, const char* n) { put(k, d, a, s, st, n, 0, 0); }
-void floor_walk_sink(int k, int d, uint64_t a, uint64_t s, uint64_t st, const char* n) {
-    put(k, d, a, s, st, n, k == 0 ? walk(0) : 0, 0);
-}
-void floor_prefetch_sink(int k, int d, uint64_t a, uint64_t s, uint64_t st, const char* n) {
-    put(k, d, a, s, st, n, k == 0 ? walk(1) : 0, 0);
-}
 void floor_ahead_sink(int k, int d, uint64_t a, uint64_t s, uint64_t st, const char* n) { put(k, d, a, s, st, n, 0, 1); }
 void floor_ahead_prefetch_sink(int k, int d, uint64_t a, uint64_t s, uint64_t st, const char* n) {
     put(k, d, a, s, st, n, k == 0 ? walk(1) : 0, 1);
 }
 """
-FLOORS = {"hook-to-floor": "floor_sink", "hook-to-floor-walk": "floor_walk_sink",
-          "hook-to-floor-prefetch": "floor_prefetch_sink", "hook-to-floor-ahead": "floor_ahead_sink",
+FLOORS = {"hook-to-floor": "floor_sink", "hook-to-floor-ahead": "floor_ahead_sink",
           "hook-to-floor-ahead-prefetch": "floor_ahead_prefetch_sink"}
 
 
@@ -288,43 +237,6 @@ def in_process(name: str, warmup: int):
         capture.stop()
 
     return step, enter, done
-
-
-def interleaved(name: str, rounds: int, block: int, warmup: int) -> dict:
-    """The variants in one process, alternating every `block` steps, so drift hits all alike.
-    "none" here has vramscope's hook attached but idle (torch cannot detach it): alloc_cost()
-    measures what that costs. "hook-to-null-sink" prices torch's side of the hook alone."""
-    import torch
-
-    step, enter, done = in_process(name, warmup)
-    times = {v: [] for v in IN_PROCESS}
-    round_ratios = {v: [] for v in IN_PROCESS}
-    for r in range(rounds):
-        in_round = {}
-        for variant in IN_PROCESS[r % len(IN_PROCESS):] + IN_PROCESS[: r % len(IN_PROCESS)]:
-            enter(variant)
-            block_times = []
-            for i in range(block + 2):
-                torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                step()
-                torch.cuda.synchronize()
-                if i >= 2:  # the first steps after a switch settle caches
-                    block_times.append(1e3 * (time.perf_counter() - t0))
-            times[variant] += block_times
-            in_round[variant] = statistics.median(block_times)
-            torch.cuda.memory._record_memory_history(enabled=None)
-        for variant in IN_PROCESS:
-            round_ratios[variant].append(in_round[variant] / in_round["none"])
-    done()
-    base = statistics.median(times["none"])
-    return {v: {"median_ms": statistics.median(t), "ratio_to_none": statistics.median(t) / base,
-                "quartiles_ms": statistics.quantiles(t, n=4), "steps": len(t),
-                "round_ratio_median": statistics.median(round_ratios[v]),
-                "round_ratio_quartiles": statistics.quantiles(round_ratios[v], n=4),
-                "round_ratio_range": [min(round_ratios[v]), max(round_ratios[v])], "rounds": rounds,
-                "round_ratios": round_ratios[v]}
-            for v, t in times.items()}
 
 
 def balanced_orders(variants: list[str]) -> list[list[str]]:
@@ -455,111 +367,38 @@ def between_processes(figures: list[float]) -> str:
     return f" (mean x{mean:.3f} [{mean - half:.3f}, {mean + half:.3f}] over {n} processes)"
 
 
-def repeat_interleaved(args) -> int:
-    """The interleaved set in `args.repeat` fresh processes: what one process's allocator state,
-    placement or clock happens to be cannot decide the figure."""
-    runs = []
+def processes(args) -> dict[str, list[dict]]:
+    """--alternate in `args.processes` fresh processes, one after another: what one process's
+    allocator state, placement or clock happens to be cannot decide the figure."""
+    runs: dict[str, list[dict]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for rep in range(args.repeat):
-            out = os.path.join(tmp, f"{rep}.json")
-            cmd = [sys.executable, __file__, "--interleaved", *map(str, args.interleaved), "--out", out,
-                   "--workloads", *args.workloads]
+        for n in range(args.processes):
+            out = os.path.join(tmp, f"{n}.json")
+            cmd = [sys.executable, __file__, "--alternate", *map(str, args.alternate), "--out", out,
+                   "--workloads", *args.workloads, "--variants", *args.variants, "--against", args.against]
             proc = subprocess.run(cmd, capture_output=True, text=True)
             if proc.returncode != 0:
-                print(proc.stdout, proc.stderr, file=sys.stderr)
-                return 1
-            print(f"process {rep + 1} of {args.repeat}:\n{proc.stdout}", end="", flush=True)
+                raise SystemExit(f"process {n + 1} failed:\n{proc.stdout}{proc.stderr}")
+            print(f"process {n + 1} of {args.processes}:\n{proc.stdout}", end="", flush=True)
             with open(out) as f:
-                runs.append(json.load(f))
-    summary = {}
-    for name in args.workloads:
-        for v in runs[0][name]:
-            figures = [r[name][v]["round_ratio_median"] for r in runs]
-            rounds = [x for r in runs for x in r[name][v]["round_ratios"]]
-            low, high = bootstrap_median_interval(rounds)
-            summary[f"{name}/{v}"] = {"ratio_median": statistics.median(figures), "ratio_range": [min(figures), max(figures)],
-                                      "process_ratios": figures, "rounds_median": statistics.median(rounds),
-                                      "rounds_median_95": [low, high], "rounds": len(rounds),
-                                      "median_ms": statistics.median(r[name][v]["median_ms"] for r in runs)}
-    print(f"the set {args.repeat} times, fresh processes; per process: its rounds' median ratio to none; "
-          f"all rounds: their median, and its 95% interval (bootstrap over rounds)")
-    for key, s in summary.items():
-        per = " ".join(f"{x:.3f}" for x in s["process_ratios"])
-        lo, hi = s["rounds_median_95"]
-        print(f"{key:34s} median step {s['median_ms']:7.2f} ms  x{s['ratio_median']:.3f} "
-              f"(range {s['ratio_range'][0]:.3f}..{s['ratio_range'][1]:.3f}; processes {per}); "
-              f"all {s['rounds']} rounds x{s['rounds_median']:.3f} [{lo:.3f}, {hi:.3f}]")
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"summary": summary, "processes": runs}, f, indent=1)
-    return 0
-
-
-def bootstrap_median_interval(values: list[float], draws: int = 10000) -> tuple[float, float]:
-    """A 95% interval for the median: the 2.5th and 97.5th percentiles of resampled medians."""
-    import random
-
-    rng = random.Random(0)
-    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(draws))
-    return medians[int(0.025 * draws)], medians[int(0.975 * draws) - 1]
-
-
-def drive(args) -> int:
-    results = []
-    for name in args.workloads:
-        for rep in range(args.reps):
-            order = VARIANTS[rep % 3:] + VARIANTS[: rep % 3]  # rotate who goes first
-            for variant in order:
-                proc = subprocess.run([sys.executable, __file__, "--worker", variant, name, str(args.warmup),
-                                       str(args.steps)], capture_output=True, text=True)
-                if proc.returncode != 0:
-                    print(proc.stdout, proc.stderr, file=sys.stderr)
-                    return 1
-                r = json.loads(proc.stdout.strip().splitlines()[-1])
-                print(f"{name:13s} rep {rep} {variant:15s} median {r['median_ms']:.2f} ms "
-                      f"({r['allocations_per_step']:.0f} allocations/step)", flush=True)
-                results.append(r)
-    summary = {}
-    for name in args.workloads:
-        base = None
-        for variant in VARIANTS:
-            rs = [r for r in results if r["workload"] == name and r["variant"] == variant]
-            pooled = statistics.median(t for r in rs for t in r["times_ms"])
-            medians = [r["median_ms"] for r in rs]
-            base = pooled if variant == "none" else base
-            summary[f"{name}/{variant}"] = {
-                "median_ms": pooled, "process_medians_ms": medians,
-                "spread_ms": [min(medians), max(medians)], "ratio_to_none": pooled / base,
-                "steps": sum(len(r["times_ms"]) for r in rs),
-                "allocations_per_step": statistics.mean(r["allocations_per_step"] for r in rs)}
-    for key, s in summary.items():
-        print(f"{key:32s} {s['median_ms']:8.2f} ms  x{s['ratio_to_none']:.3f}  "
-              f"process medians {s['spread_ms'][0]:.2f}..{s['spread_ms'][1]:.2f} ms, {s['steps']} steps")
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"summary": summary, "runs": results}, f, indent=1)
-    return 0
+                for name, r in json.load(f)["runs"].items():
+                    runs.setdefault(name, []).extend(r)
+    return runs
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--worker", nargs=4, metavar=("VARIANT", "WORKLOAD", "WARMUP", "STEPS"))
-    ap.add_argument("--workloads", nargs="+", default=["transformer", "large-kernels"])
-    ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--warmup", type=int, default=30)
-    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--workloads", nargs="+", default=["transformer"], choices=["transformer", "large-kernels"])
     ap.add_argument("--out")
-    ap.add_argument("--interleaved", nargs=3, type=int, metavar=("ROUNDS", "BLOCK", "WARMUP"),
-                    help="all variants in one process, alternating every BLOCK steps")
     ap.add_argument("--alternate", nargs=2, type=int, metavar=("CYCLES", "WARMUP"),
                     help="all variants in one process, one step each per cycle (the orders balanced)")
+    ap.add_argument("--processes", type=int, default=1, metavar="N",
+                    help="with --alternate: N fresh processes, one after another, pooled")
     ap.add_argument("--variants", nargs="+", choices=IN_PROCESS, default=IN_PROCESS,
                     help="with --alternate: these variants only (none among them); fewer make a cycle shorter")
     ap.add_argument("--pool", nargs="+", metavar="JSON", help="the figures of several --alternate --out files together")
     ap.add_argument("--against", default="none", choices=IN_PROCESS,
                     help="with --alternate or --pool: the variant the others are divided by (default: none)")
-    ap.add_argument("--repeat", type=int, default=1, metavar="N",
-                    help="with --interleaved: the whole set N times, each in a fresh process")
     ap.add_argument("--alloc-cost", type=int, metavar="PAIRS", help="ns per small allocate+free, by state")
     args = ap.parse_args()
     if args.alloc_cost:
@@ -567,53 +406,38 @@ def main() -> int:
         for state, ns in result.items():
             print(f"{state:30s} {ns:8.0f} ns per allocate+free")
         return 0
-    if args.alternate or args.pool:
-        if args.alternate:
-            if "none" not in args.variants:
-                ap.error("--variants: every step is compared with its cycle's step of none")
-            runs = {name: [alternate(name, *args.alternate, args.variants)] for name in args.workloads}
-        else:
-            runs = {}
-            for path in args.pool:
-                with open(path) as f:
-                    for name, r in json.load(f)["runs"].items():
-                        runs.setdefault(name, []).extend(r)
-        for name, rs in runs.items():
-            if any(args.against not in run for run in rs):
-                ap.error(f"--against: {args.against} was not measured in every run")
-            for v, r in summarise_alternate(rs, args.against).items():
-                m, p, c = r["median_ratio_95"], r["p20_ratio_95"], r["paired_ratio_95"]
-                print(f"{name:13s} {v:28s} median step {r['median_ms']:7.2f} ms  x{r['median_ratio']:.3f} [{m[0]:.3f}, {m[1]:.3f}]"
-                      f"  20th percentile x{r['p20_ratio']:.3f} [{p[0]:.3f}, {p[1]:.3f}]"
-                      f"  paired x{r['paired_ratio']:.3f} [{c[0]:.3f}, {c[1]:.3f}]  ({r['steps']} steps, {r['runs']} runs)")
-            if len(rs) > 1:
-                for v, (ratios, paired) in per_run_ratios(rs, args.against).items():
-                    print(f"{name:13s} {v:28s} each run x" + " x".join(f"{x:.3f}" for x in ratios) +
-                          f"  median of runs x{statistics.median(ratios):.3f}, range x{min(ratios):.3f}-x{max(ratios):.3f};"
-                          f"  paired x" + " x".join(f"{x:.3f}" for x in paired) + between_processes(paired))
-        if args.out:
-            with open(args.out, "w") as f:
-                json.dump({"runs": runs}, f, indent=1)
-        return 0
-    if args.interleaved and args.repeat > 1:
-        return repeat_interleaved(args)
-    if args.interleaved:
-        result = {name: interleaved(name, *args.interleaved) for name in args.workloads}
-        for name, variants in result.items():
-            for v, r in variants.items():
-                q = r["round_ratio_quartiles"]
-                print(f"{name:13s} {v:28s} median {r['median_ms']:7.2f} ms  x{r['ratio_to_none']:.3f} pooled;  "
-                      f"per round x{r['round_ratio_median']:.3f} (quartiles {q[0]:.3f}..{q[2]:.3f}, "
-                      f"range {r['round_ratio_range'][0]:.3f}..{r['round_ratio_range'][1]:.3f}, {r['rounds']} rounds)")
-        if args.out:
-            with open(args.out, "w") as f:
-                json.dump(result, f, indent=1)
-        return 0
-    if args.worker:
-        variant, name, warmup, steps = args.worker
-        print(json.dumps(worker(variant, name, int(warmup), int(steps))))
-        return 0
-    return drive(args)
+    if not (args.alternate or args.pool):
+        ap.error("give --alternate CYCLES WARMUP (with --processes N), --pool FILES or --alloc-cost PAIRS")
+    if args.alternate and "none" not in args.variants:
+        ap.error("--variants: every step is compared with its cycle's step of none")
+    if args.pool:
+        runs: dict[str, list[dict]] = {}
+        for path in args.pool:
+            with open(path) as f:
+                for name, r in json.load(f)["runs"].items():
+                    runs.setdefault(name, []).extend(r)
+    elif args.processes > 1:
+        runs = processes(args)
+        print(f"pooled, {args.processes} processes:")
+    else:
+        runs = {name: [alternate(name, *args.alternate, args.variants)] for name in args.workloads}
+    for name, rs in runs.items():
+        if any(args.against not in run for run in rs):
+            ap.error(f"--against: {args.against} was not measured in every run")
+        for v, r in summarise_alternate(rs, args.against).items():
+            m, p, c = r["median_ratio_95"], r["p20_ratio_95"], r["paired_ratio_95"]
+            print(f"{name:13s} {v:28s} median step {r['median_ms']:7.2f} ms  x{r['median_ratio']:.3f} [{m[0]:.3f}, {m[1]:.3f}]"
+                  f"  20th percentile x{r['p20_ratio']:.3f} [{p[0]:.3f}, {p[1]:.3f}]"
+                  f"  paired x{r['paired_ratio']:.3f} [{c[0]:.3f}, {c[1]:.3f}]  ({r['steps']} steps, {r['runs']} runs)")
+        if len(rs) > 1:
+            for v, (ratios, paired) in per_run_ratios(rs, args.against).items():
+                print(f"{name:13s} {v:28s} each run x" + " x".join(f"{x:.3f}" for x in ratios) +
+                      f"  median of runs x{statistics.median(ratios):.3f}, range x{min(ratios):.3f}-x{max(ratios):.3f};"
+                      f"  paired x" + " x".join(f"{x:.3f}" for x in paired) + between_processes(paired))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"runs": runs}, f, indent=1)
+    return 0
 
 
 if __name__ == "__main__":

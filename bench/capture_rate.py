@@ -1,4 +1,4 @@
-"""The hook at full rate, with nothing lost (issue 12): 1,000 steps, each allocating and freeing
+"""The hook at full rate, with nothing lost: 1,000 steps, each allocating and freeing
 N small tensors from C++ in one call (torch._foreach_add over N tensors), with vramscope's capture
 and Python stacks on. Prints the allocation rate through the hook beside the same steps' rate
 without capture (in the same process, before it: torch cannot detach a trace hook), and whether
@@ -10,7 +10,7 @@ a tensor's own creation. `--workload raw` asks the caching allocator itself for 
 one (raw_alloc / raw_delete, C++ and CUDA headers): the fastest way through the allocator and its
 hook, so the hook's own cost per allocation shows.
 
-  python bench/capture_rate.py --steps 1000 --tensors 4000 --workload churn --out $OUT/capture_rate.json
+  python bench/capture_rate.py --steps 1000 --tensors 4000 --workload churn --out bench/out/capture_rate.json
 """
 
 from __future__ import annotations

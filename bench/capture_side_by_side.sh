@@ -9,9 +9,8 @@
 # times per tree and cache state (default 2), trees alternating; VARIANTS, quoted, names the
 # variants each process alternates (default: all; "none vramscope" makes a cycle two steps).
 # Results: OUT/{new,old}-N.json, OUT/pooled-{new,old}.json, OUT/recorder_cost.txt.
-# The builds and the compiled allocator hook both stay in .bench-trees/: a device machine starts
-# bare, so bring them back from one call (tar them into $OUT) and carry them into the next (run's
-# `carry`), and a call spends its minutes on rounds, not on building.
+# The builds and the compiled allocator hook both stay in .bench-trees/, so a second call spends its
+# time on rounds, not on building; rounds already in OUT are kept and counted.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export TORCH_EXTENSIONS_DIR="${TORCH_EXTENSIONS_DIR:-$PWD/.bench-trees/torch_extensions}"

@@ -2,7 +2,7 @@
 by hand (a copy of the project, `git apply`, `vramscope run --max-steps`, one after another), side
 by side in one process, alternating which goes first. The toy is tests/data/compare_two_leaks.
 
-    python bench/compare_wall.py --repeat 1 --out $OUT/compare_wall.json
+    python bench/compare_wall.py --repeat 1 --out bench/out/compare_wall.json
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Cost of who_holds() on a large heap (issue 4: <= 5 s with 1 M Python objects and 10 k tensors).
+"""Cost of who_holds() on a large heap (the bound: <= 5 s with 1 M Python objects and 10 k tensors).
 
 The heap: 10,000 CPU tensors in a model-like registry, ~1 M other objects (dicts, lists, small
 instances) in user globals, and one target tensor reachable only through a deep path. Timed: a

@@ -8,17 +8,14 @@ opt.step(), opt.zero_grad(set_to_none=True).
 Recorder: torch.cuda.memory._record_memory_history(enabled="all", context="all",
 stacks="python", max_entries=--max-entries), started before the model is put on the GPU.
 
-The 5 M-entry snapshot of issue 12 (about 1,050 steps; on the H100, well under 10 minutes):
-    python3 bench/record_big_snapshot.py --out $OUT --min-events 5000000 --max-entries 6000000 --gz-level 6
+The 5 M-entry snapshot (about 1,050 steps; on an H100, well under 10 minutes):
+    python3 bench/record_big_snapshot.py --min-events 5000000 --max-entries 6000000 --gz-level 6
 
 1. A short calibration recording measures trace entries per step.
 2. The real recording runs max(--min-steps, enough for --min-events * 1.05) steps, dumps the
    plain pickle (torch.cuda.memory._dump_snapshot), times pickle.load of it, gzips it.
-3. If the .gz is over --max-gz bytes and a shorter run (>= --min-events) is predicted to fit,
-   it records again with fewer steps; otherwise the .gz is kept and also split into
-   <name>.partNN files under --max-gz each (cat them to rebuild).
 
-Writes <out>/big_snapshot.pickle.gz (+ parts if needed) and <out>/big_snapshot.truth.json.
+Writes <out>/big_snapshot.pickle.gz and <out>/big_snapshot.truth.json (default <out>: bench/out).
 """
 
 from __future__ import annotations
@@ -39,7 +36,6 @@ import torch
 import torch.nn as nn
 
 MAX_ENTRIES = 3_000_000
-T_START = time.time()
 
 
 def build():
@@ -178,9 +174,6 @@ def main():
     ap.add_argument("--tmp", default="/tmp/vramscope_big")
     ap.add_argument("--min-steps", type=int, default=200)
     ap.add_argument("--min-events", type=int, default=1_000_000)
-    ap.add_argument("--max-gz", type=int, default=16 * 1024 * 1024 - 256 * 1024)
-    ap.add_argument("--budget-s", type=float, default=400.0,
-                    help="re-record with fewer steps only if it would end within this many seconds")
     ap.add_argument("--max-entries", type=int, default=MAX_ENTRIES, help="the recorder's ring buffer")
     ap.add_argument("--gz-level", type=int, default=9)
     ap.add_argument("--calibrate", action="store_true", help=argparse.SUPPRESS)
@@ -215,35 +208,10 @@ def main():
     steps = max(a.min_steps, need)
     print(f"plan: {steps} steps (>= {a.min_steps}; {need} needed for {a.min_events * 1.05:,.0f} entries)",
           flush=True)
-    t_rec = time.time()
     rec = sub(["--record", str(steps)] + passed, f"record {steps}")
-    t_rec = time.time() - t_rec
     info = rec["info"]
-    if info["gz_bytes"] > a.max_gz:
-        fewer = math.ceil((a.min_events * 1.02 - n0) / per_step) + 2
-        predicted = info["gz_bytes"] * fewer / steps
-        print(f"gz {info['gz_bytes']:,d} B > {a.max_gz:,d}: {fewer} steps would give ~{predicted:,.0f} B",
-              flush=True)
-        elapsed = time.time() - T_START
-        fits_time = elapsed + t_rec * fewer / steps + 30 < a.budget_s
-        print(f"elapsed {elapsed:.0f}s, re-recording would fit the {a.budget_s}s budget: {fits_time}", flush=True)
-        if fewer < steps and predicted <= a.max_gz * 0.97 and fits_time:
-            steps = fewer
-            rec = sub(["--record", str(steps)] + passed, f"record {steps}")
-            info = rec["info"]
     with open(os.path.join(a.tmp, "steps.json")) as f:
         truth_steps = json.load(f)
-    parts = []
-    if info["gz_bytes"] > a.max_gz:
-        with open(gz_path, "rb") as f:
-            data = f.read()
-        for k in range(0, len(data), a.max_gz):
-            p = f"{gz_path}.part{k // a.max_gz:02d}"
-            with open(p, "wb") as f:
-                f.write(data[k:k + a.max_gz])
-            parts.append(os.path.basename(p))
-        os.remove(gz_path)  # too big to come back whole; rebuild with cat parts > file
-        print(f"split into {parts}; rebuild: cat {' '.join(parts)} > big_snapshot.pickle.gz", flush=True)
 
     allocs = [s["allocated"] for s in truth_steps]
     truth = {
@@ -260,7 +228,6 @@ def main():
         "allocated_min_max_after_step1": [min(allocs[1:]), max(allocs[1:])] if len(allocs) > 1 else None,
         "timing_s": {"train_with_recording": round(rec["t_train"], 2), "dump_snapshot": round(rec["t_dump"], 2)},
         "snapshot": info,
-        "gz_parts": parts,
         "torch_version": torch.__version__,
         "device_name": torch.cuda.get_device_name(0),
         "device_total_memory": torch.cuda.get_device_properties(0).total_memory,

@@ -19,7 +19,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
-python3 -m pip install -q "nanobind>=2.0" "scikit-build-core>=0.10" "pytest>=7" ninja cmake playwright "mcp>=2.3,<3"
+python3 -m pip install -q "nanobind>=2.0" "scikit-build-core>=0.10" "pytest>=7" ninja cmake playwright "mcp>=2.3,<3" \
+  "mypy==2.4.1"
 # torch for the capture tests, pinned: here it resolves to a CPU build (an unpinned one pulls
 # several GB of CUDA).
 python3 -m pip install -q "torch==2.13.0"
@@ -32,4 +33,7 @@ cmake --build build/tests
 ctest --test-dir build/tests --output-on-failure
 
 python3 -m pip install -q --no-build-isolation .
+# The package against its native module's stub (python/vramscope/_core.pyi), strict; pyproject.toml's
+# [tool.mypy] says what is read as Any.
+python3 -m mypy
 python3 -m pytest -q tests/python   # report screenshots land in build/artifacts/

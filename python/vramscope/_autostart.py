@@ -11,10 +11,13 @@ from __future__ import annotations
 import atexit
 import importlib
 import importlib.abc
+import importlib.machinery
 import importlib.util
 import json
 import os
 import sys
+import types
+from typing import Any, Sequence
 
 
 # Set by the process that records live tensors, to its rank: the processes it starts inherit it.
@@ -33,7 +36,7 @@ def _first_to_record_live_tensors() -> bool:
     return True
 
 
-def _start(config: dict) -> None:
+def _start(config: dict[str, Any]) -> None:
     """The capture started; one that cannot start leaves the run to go on without it."""
     try:
         from .capture.session import Capture, Source
@@ -52,10 +55,11 @@ def _start(config: dict) -> None:
 
 
 class _AfterTorchImport(importlib.abc.MetaPathFinder):
-    def __init__(self, config: dict):
+    def __init__(self, config: dict[str, Any]):
         self.config = config
 
-    def find_spec(self, name, path=None, target=None):
+    def find_spec(self, name: str, path: Sequence[str] | None = None,
+                  target: types.ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
         if name != "torch":
             return None
         sys.meta_path.remove(self)
@@ -65,11 +69,11 @@ class _AfterTorchImport(importlib.abc.MetaPathFinder):
         exec_module = spec.loader.exec_module
         config = self.config
 
-        def exec_then_start(module):
+        def exec_then_start(module: types.ModuleType) -> None:
             exec_module(module)
             _start(config)
 
-        spec.loader.exec_module = exec_then_start
+        spec.loader.exec_module = exec_then_start  # type: ignore[method-assign]  # the loader is torch's, wrapped once
         return spec
 
 
@@ -97,7 +101,7 @@ def _preload(modules: list[str]) -> None:
 _CONFIG = {"output": str, "launcher": int, "device_memory": int, "max_steps": int, "warmup": int, "preload": list}
 
 
-def _config(text: str) -> dict:
+def _config(text: str) -> dict[str, Any]:
     """VRAMSCOPE_RUN read and checked: any other shape is a ValueError saying what is wrong, as this
     runs in every Python process of the environment and must never fail one."""
     config = json.loads(text)

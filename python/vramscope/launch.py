@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any, Iterable, Mapping
 
 from . import _core
 from .capture import naming
@@ -33,8 +34,8 @@ def why_no_trace(rc: int | None, output_of_command: str) -> str:
             f"installed in ({sys.executable})")
 
 
-def run_environment(output: Path, *, device_memory: int = 0, max_steps: int = 0, warmup: int = -1, preload=(),
-                    base=None) -> dict:
+def run_environment(output: Path, *, device_memory: int = 0, max_steps: int = 0, warmup: int = -1,
+                    preload: Iterable[str] = (), base: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The environment under which vramscope_run.pth captures each Python process of a command
     started by this process; `warmup`: the analysis' (-1: the judge's default), so that the
     capture reads NVML at its end and the live monitor judges the steps the analysis will."""
@@ -44,7 +45,7 @@ def run_environment(output: Path, *, device_memory: int = 0, max_steps: int = 0,
     return env
 
 
-def run(command: list[str], output: str, max_steps: int, options) -> int:
+def run(command: list[str], output: str, max_steps: int, options: _core.CommandOptions) -> int:
     """Runs the command under capture, then analyses its traces once with `options` (analyze's,
     typed: _core.CommandOptions): the summary and who holds each leak printed, the report page and
     the findings JSON written whole or not at all."""
@@ -54,8 +55,8 @@ def run(command: list[str], output: str, max_steps: int, options) -> int:
         return 2
     if command[0].endswith(".py"):
         command = [sys.executable, *command]
-    output = Path(output).absolute()
-    env = run_environment(output, device_memory=options.device_memory, max_steps=max_steps, warmup=options.warmup)
+    trace = Path(output).absolute()
+    env = run_environment(trace, device_memory=options.device_memory, max_steps=max_steps, warmup=options.warmup)
     started = time.time() - 1  # file times have coarse resolution on some filesystems
     try:
         child = subprocess.Popen(command, env=env)
@@ -68,11 +69,11 @@ def run(command: list[str], output: str, max_steps: int, options) -> int:
         rc = child.wait()
     finally:
         signal.signal(signal.SIGINT, previous)
-    files = naming.run_files(output, started)
+    files = naming.run_files(trace, started)
     if not files:
         print(f"vramscope run: {why_no_trace(rc, 'its output above')}", file=sys.stderr)
         return rc or (2 if options.fail_on_leak else 0)
-    options.html = options.html or str(output.with_name(output.name.removesuffix(naming.SUFFIX) + ".html"))
+    options.html = options.html or str(trace.with_name(trace.name.removesuffix(naming.SUFFIX) + ".html"))
     options.skip_empty = True
     fail_on_leak, options.fail_on_leak = options.fail_on_leak, True  # to learn the verdict
     # Each trace is analysed here, once; its process found the owners while they lived.

@@ -12,12 +12,13 @@ from __future__ import annotations
 import inspect
 import json
 import os
+from typing import Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent
 
-from . import _core
+from . import __version__, _core
 
 INSTRUCTIONS = """vramscope finds GPU memory leaks in PyTorch training runs. Give `analyze` a trace
 (.vscope, from `vramscope run`), a torch memory snapshot (.pickle or .pickle.gz, from
@@ -30,11 +31,11 @@ run's OUT/compare.json. Relative paths are from the server's working directory."
 INPUT_ERRORS = (RuntimeError, ValueError, OSError, MemoryError)
 
 
-def answer(text: str, structured: dict) -> CallToolResult:
+def answer(text: str, structured: dict[str, Any]) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=structured)
 
 
-def findings(path: str) -> tuple[_core.Analysis, dict]:
+def findings(path: str) -> tuple[_core.Analysis, dict[str, Any]]:
     """The input's analysis and its findings JSON as a dict: one run's, or {"verdict", "runs"}."""
     try:
         analysis = _core.findings_of(os.fspath(path))
@@ -43,11 +44,12 @@ def findings(path: str) -> tuple[_core.Analysis, dict]:
     return analysis, json.loads(analysis.json())
 
 
-def runs_of(model: dict) -> list[dict]:
-    return model.get("runs", [model])
+def runs_of(model: dict[str, Any]) -> list[dict[str, Any]]:
+    runs: list[dict[str, Any]] = model.get("runs", [model])
+    return runs
 
 
-def where(site: dict) -> str:
+def where(site: dict[str, Any]) -> str:
     """A site as the summary names it; one with no line (no Python frame, a shared object) by its file."""
     if not site["line"]:
         return f"{site['file']} {site['function']}".strip()
@@ -58,7 +60,7 @@ def rate(bytes_per_step: float) -> str:
     return f"+{_core.format_bytes(bytes_per_step)}/step"
 
 
-def leak_rows(run: dict) -> list[dict]:
+def leak_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
     """A run's leaks as an agent needs them to act: the site, rate, since when, on which memory and
     stream, how sure, what it holds, the frames shown (the findings' stack from stack_shown_from)."""
     return [{"site": leak["site"], "bytes_per_step": leak["bytes_per_step"], "shape": leak["shape"],
@@ -148,9 +150,9 @@ TOOLS = (analyze, leaks, owners, peak, diff, compare_table)
 
 
 def server() -> MCPServer:
-    mcp = MCPServer("vramscope", version=_core.__version__, instructions=INSTRUCTIONS, log_level="WARNING")
+    mcp = MCPServer("vramscope", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
     for tool in TOOLS:
-        mcp.add_tool(tool, description=inspect.cleandoc(tool.__doc__))
+        mcp.add_tool(tool, description=inspect.cleandoc(tool.__doc__ or ""))
     return mcp
 
 

@@ -149,7 +149,7 @@ TEST(Fixtures, ConvertedTraceAnalysesTheSame) {
     }
 }
 
-// The run's shapes that fooled the first analysis (tests/data/record_fixtures.py, issue 9).
+// Run shapes that fool a naive analysis (tests/data/record_fixtures.py).
 TEST(Fixtures, ARingBufferThatWrappedIsJudgedOverTheStepsItCovers) {
     const Findings f = analyze(load_any(std::string(VRAMSCOPE_TEST_DATA) + "/leak_ring_wrap.pickle.gz"));
     EXPECT_GT(f.steps_before_trace, 0u);  // the annotations of the whole run, the entries of its end

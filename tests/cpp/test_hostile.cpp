@@ -472,7 +472,7 @@ TEST(HostileVscope, AStackDeeperThanAnyWriterKeepsIsAFault) {
     EXPECT_NE(t.faults[0].find("a stack deeper than 10 frames"), std::string::npos) << t.faults[0];
 }
 
-// Inputs that amplify (issue 21): what they decode to is held to the limits (tests/data/hostile
+// Inputs that amplify: what they decode to is held to the limits (tests/data/hostile
 // holds them end to end).
 const std::string kHostile = std::string(VRAMSCOPE_TEST_DATA) + "/hostile/";
 

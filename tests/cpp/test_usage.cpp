@@ -496,8 +496,8 @@ TEST(Usage, AReadingThatStandsForNoStepEndIsCheckedAtItsOwnMoment) {
 // last step end read NVML itself, what came after is the unfinished step's, which no verdict is of:
 // growth there that no recorded allocation explains is said, and the verdict stands. Where it read
 // none, the growth may be the judged steps': it keeps the verdict from "no leak". Explained (a
-// library's workspace taken after training, as cuSOLVER's in a recording on an H200:
-// bench/nvml_after_last_step.py), it says nothing either way.
+// library's workspace taken after training, as cuSOLVER's is by an SVD after the last step end),
+// it says nothing either way.
 TEST(Usage, TheReadingAtCloseIsCheckedAndBlocksWhereTheLastStepEndReadNone) {
     for (const bool last_read : {false, true})
         for (const uint64_t unrecorded : {uint64_t(0), 50 * MiB}) {

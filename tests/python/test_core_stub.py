@@ -1,6 +1,6 @@
 """The native module's stub (python/vramscope/_core.pyi) is the module as built, and every call the
 package makes into it binds to the stub's signature: a binding changed in C++ without its Python
-callers (explain() once called analyze_json with four arguments) fails here, not in a user's run."""
+callers (an argument too many, one renamed) fails here, not in a user's run."""
 
 import ast
 import inspect

@@ -10,11 +10,15 @@ import platform
 import socket
 import sys
 import time
+from typing import TYPE_CHECKING, Any
 
 from . import naming
 
+if TYPE_CHECKING:
+    from .._core import Recorder
 
-def describe(recorder, live_tensors: bool, device_memory: int) -> None:
+
+def describe(recorder: Recorder, live_tensors: bool, device_memory: int) -> None:
     """Writes the meta and devices; `device_memory` > 0: the budget each device is judged against."""
     import torch
 
@@ -53,7 +57,7 @@ def describe(recorder, live_tensors: bool, device_memory: int) -> None:
     recorder.name_stream(0, "default stream")
 
 
-def _capacity(torch, device: int, total: int) -> int:
+def _capacity(torch: Any, device: int, total: int) -> int:
     """What this process may allocate on a device: its total, under a cap set with
     torch.cuda.set_per_process_memory_fraction (where this torch can say)."""
     fraction = getattr(torch.cuda, "get_per_process_memory_fraction", None)
@@ -71,7 +75,7 @@ def driver_wanted(driver: bool | None) -> bool:
     return driver if driver is not None else os.environ.get("VRAMSCOPE_DRIVER", "1") != "0"
 
 
-def cupti_dirs(torch) -> list[str]:
+def cupti_dirs(torch: Any) -> list[str]:
     """The folders of torch's wheel that ship libcupti (nvidia/cu13/lib, nvidia/cuda_cupti/lib): the
     copy that matches the torch that profiles, searched before the loader's path."""
     from pathlib import Path
@@ -80,12 +84,12 @@ def cupti_dirs(torch) -> list[str]:
     return sorted({str(p.parent) for p in nvidia.glob("*/lib/libcupti.so*")})
 
 
-def pci_bus_id(props) -> str:
+def pci_bus_id(props: Any) -> str:
     """A device's PCI bus id as NVML spells it (domain:bus:device.function, hex)."""
     return f"{props.pci_domain_id:08x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
 
 
-def used_devices(torch) -> list[int]:
+def used_devices(torch: Any) -> list[int]:
     """The devices this process holds memory on, or its current one: NVML lists a process only
     where it has a context (another rank's device would be read as this one's in a container)."""
     used = [d for d in range(torch.cuda.device_count()) if torch.cuda.memory_reserved(d) > 0]

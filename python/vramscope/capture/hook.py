@@ -10,6 +10,7 @@ import hashlib
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 SOURCE = Path(__file__).with_name("allocator_hook.cpp")
 # events/event.h, the event vocabulary the hook speaks: installed with the package, or the source tree's.
@@ -21,7 +22,7 @@ class HookUnavailable(RuntimeError):
     """The hook cannot be built or loaded here; the message says why and what to do."""
 
 
-def load_allocator_hook():
+def load_allocator_hook() -> Any:
     import torch
     from torch.utils import cpp_extension
 
@@ -46,7 +47,7 @@ def load_allocator_hook():
                               " (building it needs a C++ compiler and ninja: pip install ninja)") from e
 
 
-def _cached(cpp_extension, name: str) -> bool:
+def _cached(cpp_extension: Any, name: str) -> bool:
     try:
         root = Path(cpp_extension._get_build_directory(name, verbose=False))
     except Exception:

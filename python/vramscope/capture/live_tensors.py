@@ -10,24 +10,26 @@ from __future__ import annotations
 
 import contextlib
 import weakref
+from typing import Any, Iterator
 
 from .. import _core
 
 CPU_DEVICE = 0  # the trace's device number for host memory: a live-tensor trace has no other
 
 
-def _mode_class():
+def _mode_class() -> type[Any]:
     """The dispatch mode, defined on first use: `import vramscope` must not import torch."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_leaves
 
-    class StorageEvents(TorchDispatchMode):
+    class StorageEvents(TorchDispatchMode):  # type: ignore[misc]  # torch is read as Any (pyproject.toml)
         def __init__(self, source: "LiveTensors"):
             super().__init__()
             self.source = source
 
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                               kwargs: dict[str, Any] | None = None) -> Any:
             out = func(*args, **(kwargs or {}))
             if self.source.recording:
                 for leaf in tree_leaves(out):
@@ -41,12 +43,12 @@ def _mode_class():
 class LiveTensors:
     """Feeds one recorder the storages created on this thread, between start() and stop()."""
 
-    def __init__(self, recorder):
+    def __init__(self, recorder: _core.Recorder):
         self.recorder = recorder
         self.fault = ""  # the first internal error; recording stops there, the ops go on
         self.recording = False
-        self._mode = None
-        self._live: dict[int, weakref.ref] = {}  # data pointer -> the storage's weakref
+        self._mode: Any = None  # torch's dispatch mode, while recording
+        self._live: dict[int, weakref.ref[Any]] = {}  # data pointer -> the storage's weakref
 
     def start(self) -> None:
         self._mode = _mode_class()(self)
@@ -61,7 +63,7 @@ class LiveTensors:
         self._live.clear()  # a dropped weakref never calls back: nothing reaches a closed recorder
 
     @contextlib.contextmanager
-    def paused(self):
+    def paused(self) -> Iterator[None]:
         """vramscope's own work on the training thread (the owner search) is not the run's memory."""
         was, self.recording = self.recording, False
         try:
@@ -69,13 +71,13 @@ class LiveTensors:
         finally:
             self.recording = was and not self.fault
 
-    def created(self, tensor) -> None:
+    def created(self, tensor: Any) -> None:
         try:
             storage = tensor.untyped_storage()
             ptr, size = storage.data_ptr(), storage.nbytes()
             if ptr == 0 or size == 0 or ptr in self._live:
                 return  # no memory (empty, meta), or a view of a storage already seen
-            self._live[ptr] = weakref.ref(storage, lambda _, ptr=ptr, size=size: self._freed(ptr, size))
+            self._live[ptr] = weakref.ref(storage, lambda _: self._freed(ptr, size))
             self.recorder.event(_core.EventKind.alloc, CPU_DEVICE, ptr, size)
         except Exception as e:  # a tensor without storage is skipped; anything else stops recording
             if not isinstance(e, (RuntimeError, NotImplementedError)):

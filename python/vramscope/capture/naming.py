@@ -5,11 +5,12 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Mapping
 
 SUFFIX = ".vscope"
 
 
-def process_rank(env=os.environ) -> int | None:
+def process_rank(env: Mapping[str, str] = os.environ) -> int | None:
     """This process's rank: RANK (torchrun), else torch.distributed's once its group is up (Lightning's
     launcher sets no RANK); None outside a distributed run."""
     rank = env.get("RANK")
@@ -22,7 +23,7 @@ def process_rank(env=os.environ) -> int | None:
         return None
 
 
-def trace_path(base: str | os.PathLike, *, env=os.environ, shared_name: bool = True) -> Path:
+def trace_path(base: str | os.PathLike[str], *, env: Mapping[str, str] = os.environ, shared_name: bool = True) -> Path:
     """`run.vscope` for a single process; `run.rank3.vscope` for rank 3 of a distributed run; and
     `run.pid1234.vscope` for any other process of a launched run (shared_name=False), so that
     nothing two processes write ever lands in one file."""
@@ -36,7 +37,7 @@ def trace_path(base: str | os.PathLike, *, env=os.environ, shared_name: bool = T
     return base.with_name(stem + SUFFIX)
 
 
-def run_files(base: str | os.PathLike, since: float) -> list[Path]:
+def run_files(base: str | os.PathLike[str], since: float) -> list[Path]:
     """The traces a launched run wrote: the base name and its rank and pid variants, rank order."""
     base = Path(base)
     stem = base.name[: -len(SUFFIX)] if base.name.endswith(SUFFIX) else base.name
@@ -44,7 +45,7 @@ def run_files(base: str | os.PathLike, since: float) -> list[Path]:
              if (p.name == stem + SUFFIX or p.name[len(stem):].startswith((".rank", ".pid")))
              and p.stat().st_mtime >= since]
 
-    def order(p: Path):
+    def order(p: Path) -> tuple[int, int]:
         middle = p.name[len(stem):-len(SUFFIX)]
         if middle.startswith(".rank") and middle[5:].isdigit():
             return (1, int(middle[5:]))

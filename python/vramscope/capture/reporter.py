@@ -7,10 +7,13 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Callable, ContextManager
+from typing import TYPE_CHECKING, Any, Callable, ContextManager
 
 from .. import _core
 from .say import say, warn
+
+if TYPE_CHECKING:
+    from ..ownership.paths import OwnerPath
 
 
 class LiveReporter:
@@ -19,27 +22,28 @@ class LiveReporter:
         self.live_warnings = live_warnings
         self.explain = explain
         self.explain_budget = explain_budget  # seconds one owner search may take
-        self.live_owners: list[dict] = []  # ownership.leaks.explained(), one per site confirmed live
-        self.within_owners: list[dict] = []  # the same, of leaks inside a step, found at their highest point
-        self.within_told: list[dict] = []  # the leaks inside a step said so far, one per site
-        self.findings: dict | None = None
-        self.owners: list[dict] = []
+        self.live_owners: list[dict[str, Any]] = []  # ownership.leaks.explained(), one per site confirmed live
+        self.within_owners: list[dict[str, Any]] = []  # the same, of leaks inside a step, found at their highest point
+        self.within_told: list[dict[str, Any]] = []  # the leaks inside a step said so far, one per site
+        self.findings: dict[str, Any] | None = None
+        self.owners: list[dict[str, Any]] = []
         self.leaked: bool | None = None
 
-    def spoken(self, live: dict) -> str:
+    def spoken(self, live: dict[str, Any]) -> str:
         """The monitor's line, with the device spelled as this source records it."""
         if self.device_type == "cpu":
-            return live["line"].replace(f"(cuda:{live['device']}", "(cpu live tensors", 1)
-        return live["line"]
+            return str(live["line"]).replace(f"(cuda:{live['device']}", "(cpu live tensors", 1)
+        return str(live["line"])
 
-    def tell(self, said: list[dict]) -> None:
+    def tell(self, said: list[dict[str, Any]]) -> None:
         """What the monitor said at a step end, spelled for this source (and printed with live_warnings)."""
         for live in said:
             live["line"] = self.spoken(live)
             if self.live_warnings:
                 say(live["line"])
 
-    def explain_live(self, confirmed: list[dict], step: int, own_work: Callable[[], ContextManager]) -> None:
+    def explain_live(self, confirmed: list[dict[str, Any]], step: int,
+                     own_work: Callable[[], ContextManager[None]]) -> None:
         """At the step leaks are confirmed: one search per new site, within the budget, outside the
         run's own memory (`own_work`); the answer is kept for the end (when main()'s locals may be gone)."""
         if not self.explain:
@@ -52,7 +56,7 @@ class LiveReporter:
             if self.live_warnings:
                 say(f"  held by {answer['owner_lines'][0]}" if answer["owner_lines"] else f"  {answer['note']}")
 
-    def tell_within_step(self, rising: list[dict]) -> None:
+    def tell_within_step(self, rising: list[dict[str, Any]]) -> None:
         """A leak inside a step, said the first time its site rises across a step's units."""
         from ..ownership.leaks import same_site
 
@@ -63,8 +67,8 @@ class LiveReporter:
                 if self.live_warnings:
                     say(live["line"])
 
-    def explain_within_step(self, rising: list[dict], step: int, own_work: Callable[[], ContextManager],
-                            unit: str) -> None:
+    def explain_within_step(self, rising: list[dict[str, Any]], step: int,
+                            own_work: Callable[[], ContextManager[None]], unit: str) -> None:
         """At a leak inside a step's highest point (analysis/within_step.h), its units done or enough
         of them: who holds what each unit of a site rising across them kept, once per site; the
         analysis at the end names the leak, and these answers join it."""
@@ -76,7 +80,8 @@ class LiveReporter:
             if not any(same_site(e, live) for e in self.within_owners):
                 self.within_owners.append({**explained(live, *self._search_live(live, own_work), step), "unit": unit})
 
-    def _search_live(self, live: dict, own_work: Callable[[], ContextManager]) -> tuple[list, str]:
+    def _search_live(self, live: dict[str, Any],
+                     own_work: Callable[[], ContextManager[None]]) -> tuple[list[OwnerPath], str]:
         """Who holds a live finding's blocks now, within the budget, outside the run's own memory."""
         from ..ownership.leaks import owners_of_blocks
 
@@ -86,7 +91,7 @@ class LiveReporter:
         except Exception as e:  # never the run's problem
             return [], f"the owner search failed ({type(e).__name__}: {e})"
 
-    def report(self, path: str, analyse: Callable[[], tuple[str, str]] | None, leaking: list[dict],
+    def report(self, path: str, analyse: Callable[[], tuple[str, str]] | None, leaking: list[dict[str, Any]],
                print_it: bool, end_searches: float) -> None:
         """Finds who holds each leak while the run's objects still live (written beside the trace as
         OUT.owners.json) and, with `analyse`, analyses the trace: the only analysis of this trace in
@@ -113,7 +118,7 @@ class LiveReporter:
             print(text + (render_owners(self.owners) if self.owners else ""), file=sys.stderr, end="", flush=True)
             say(f"trace written to {path}  (vramscope analyze {path})")
 
-    def _write_owners(self, path: str, leaks: list[dict], end_searches: float) -> None:
+    def _write_owners(self, path: str, leaks: list[dict[str, Any]], end_searches: float) -> None:
         try:
             self.owners = self._owners_now_or_then(leaks, end_searches) + self.within_owners
             if self.findings is not None:  # the one join of owners to findings (findings/json_reader.h)
@@ -123,7 +128,7 @@ class LiveReporter:
         except Exception as e:
             warn(f"could not find who holds the leaks ({type(e).__name__}: {e})", "owners")
 
-    def _owners_now_or_then(self, leaks: list[dict], end_searches: float) -> list[dict]:
+    def _owners_now_or_then(self, leaks: list[dict[str, Any]], end_searches: float) -> list[dict[str, Any]]:
         """Every leak's owners, largest first, as they are now; where none is found now (main() has
         returned) or the budget went to larger leaks, the answer found live, at the step the leak
         was confirmed. The searches together take at most `end_searches` budgets."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-_warned: set = set()
+_warned: set[str] = set()
 
 
 def say(text: str) -> None:

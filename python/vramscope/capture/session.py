@@ -13,7 +13,9 @@ import contextlib
 import enum
 import functools
 import os
+import types
 import weakref
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Literal
 
 from .. import _core
 from . import describe as described, naming, torch_hooks
@@ -22,9 +24,12 @@ from .reporter import LiveReporter
 from .say import say, warn
 from .steps import StepSource, StepUnit
 
+if TYPE_CHECKING:
+    from .live_tensors import LiveTensors
+
 _active: "Capture | None" = None
 _last: "Capture | None" = None  # the latest capture started, for explain() after it ended
-_retired: list = []  # recorders outlive their capture: a late allocator callback may still reach one
+_retired: list[_core.Recorder] = []  # recorders outlive their capture: a late allocator callback may still reach one
 
 
 END_SEARCHES = 3  # the owner searches at the end of a run take at most this many budgets together
@@ -83,9 +88,10 @@ class Capture:
     """Records every CUDA caching-allocator event of this process to a .vscope trace, or without CUDA
     the tensors this thread creates (source=None: Source.here() picks)."""
 
-    def __init__(self, path="vramscope.vscope", *, fail_on_leak=False, summary=True, live_warnings=True,
-                 device_memory: int = 0, shared_name=True, explain=True, explain_budget: float | None = None,
-                 analyse_at_end=True, source: Source | None = None, warmup: int = -1, optimizer_steps=True,
+    def __init__(self, path: str | os.PathLike[str] = "vramscope.vscope", *, fail_on_leak: bool = False,
+                 summary: bool = True, live_warnings: bool = True, device_memory: int = 0, shared_name: bool = True,
+                 explain: bool = True, explain_budget: float | None = None, analyse_at_end: bool = True,
+                 source: Source | None = None, warmup: int = -1, optimizer_steps: bool = True,
                  max_steps: int = 0, driver: bool | None = None):
         self.requested_path = os.fspath(path)
         self.path: str | None = None  # the file actually written (rank in its name)
@@ -109,12 +115,12 @@ class Capture:
         self._reporter = LiveReporter(device_type=self.source.device_type, live_warnings=live_warnings, explain=explain,
                                       explain_budget=budget)
         self._steps = StepSource(self.end_step, self._step_aside, optimizer_steps, end_unit=self._unit_ended)
-        self._units = (None, 0)  # the unit of the run of units in hand inside the step, and how many ended
+        self._units: tuple[StepUnit | None, int] = (None, 0)  # the unit of the run in hand inside the step, and how many ended
         self._backward_in_step = False
-        self._recorder = None
-        self._hook = None
-        self._tensors = None  # the live-tensor source, when that is what is recorded
-        self._undo: list = []
+        self._recorder: _core.Recorder | None = None
+        self._hook: Any = None  # the allocator hook's extension module, once built
+        self._tensors: LiveTensors | None = None  # the live-tensor source, when that is what is recorded
+        self._undo: list[Callable[[], object]] = []
         self._oom_reported = False
         self.off_reason = ""  # why this capture did not start, or stepped aside
 
@@ -124,10 +130,11 @@ class Capture:
     live_owners = _reported("live_owners", "Who held each leak at the step it was confirmed, one per site.")
 
     # -- lifecycle ---------------------------------------------------------------------------
-    def __enter__(self):
+    def __enter__(self) -> Capture:
         return self.start()
 
-    def __exit__(self, exc_type, exc, tb):
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: types.TracebackType | None) -> Literal[False]:
         self.stop(raise_on_leak=exc_type is None)
         return False
 
@@ -161,7 +168,7 @@ class Capture:
             self._undo.append(torch_hooks.on_out_of_memory(self._on_oom))
             ref = weakref.ref(self)
             if hasattr(os, "register_at_fork"):
-                os.register_at_fork(after_in_child=lambda: (c := ref()) is not None and c._forked())
+                os.register_at_fork(after_in_child=lambda: None if (c := ref()) is None else c._forked())
             if self.source is Source.live_tensors:
                 self._attach_live_tensors()
             # The per-device allocators exist only once CUDA is initialised: attach then.
@@ -191,7 +198,7 @@ class Capture:
         except Exception as e:
             self._step_aside(f"capture could not attach ({type(e).__name__}: {e})")
 
-    def _watch_outside_torch(self, recorder) -> None:
+    def _watch_outside_torch(self, recorder: _core.Recorder) -> None:
         """Memory taken from the driver outside torch's allocator (CUPTI) and NVML's figure for this
         process, each on where it can be; the start line says what is captured and why not."""
         import torch
@@ -208,7 +215,7 @@ class Capture:
         recorder.meta("capture.nvml", recorder.nvml_state)
         say(described.sources_line(driver, recorder.nvml_state))
 
-    def _profiler_takes_cupti(self, recorder) -> None:
+    def _profiler_takes_cupti(self, recorder: _core.Recorder) -> None:
         """torch.profiler is about to record CUDA activity: CUPTI takes one client, and a profiler
         that cannot have it records no kernel, so driver capture steps aside for good (the
         profiler keeps CUPTI) and the trace says from when."""
@@ -224,20 +231,21 @@ class Capture:
 
         recorder = self._open_recorder()
         if recorder is not None:
-            self._tensors = LiveTensors(recorder)
-            self._tensors.start()
-            self._undo.append(self._tensors.stop)
+            self._tensors = tensors = LiveTensors(recorder)
+            tensors.start()
+            self._undo.append(tensors.stop)
             if self.live_warnings:  # the checks say it in their verdicts instead
                 say(LIVE_TENSORS_LINE)
 
-    def _open_recorder(self):
+    def _open_recorder(self) -> _core.Recorder | None:
         """The recorder, described and ready; None when the trace cannot be written (stepped aside)."""
         path = naming.trace_path(self.requested_path, shared_name=self.shared_name)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             recorder = _core.Recorder(str(path), self.settings)
         except Exception as e:
-            return self._step_aside(f"cannot write the trace: {e}")
+            self._step_aside(f"cannot write the trace: {e}")
+            return None
         problem = _core.python_frames_self_check()
         if problem:
             recorder.set_python_stacks(False)
@@ -267,7 +275,7 @@ class Capture:
             recorder.close()
         except Exception as e:
             fault = fault or f"could not finish the trace: {e}"
-        if not fault and not os.path.exists(self.path):
+        if not fault and (self.path is None or not os.path.exists(self.path)):
             self.path = None  # never allocated (a compile or data worker): the recorder left no trace
             return
         if fault:
@@ -293,7 +301,7 @@ class Capture:
         if _active is self:
             _active = None
 
-    def _retire(self, recorder) -> None:
+    def _retire(self, recorder: _core.Recorder) -> None:
         recorder.deactivate()
         _retired.append(recorder)
 
@@ -332,8 +340,10 @@ class Capture:
         if self._recorder is not None:
             self._recorder.flush()
 
-    def _report(self, print_it: bool, leaking: list[dict]) -> None:
+    def _report(self, print_it: bool, leaking: list[dict[str, Any]]) -> None:
         """The reporter's word on the trace so far; analysed here unless a launcher does it."""
+        if self.path is None:  # no trace was opened
+            return
         analyse = functools.partial(_core.summary, self.path, self.device_memory, False, self.settings)
         self._reporter.report(self.path, analyse if self.analyse_at_end else None, leaking, print_it, END_SEARCHES)
 
@@ -360,20 +370,23 @@ class Capture:
             self.stop()
             raise StepLimitReached(0)
 
-    def _heard(self, said: list[dict]) -> None:
+    def _heard(self, said: list[dict[str, Any]]) -> None:
         """What the live monitor said: told, and each leak it confirmed explained while it is held."""
         self._reporter.tell(said)
+        recorder = self._recorder
+        if recorder is None:
+            return
         if confirmed := [live for live in said if live["shape"].is_leak]:
             # Its blocks as they are now: the word may come a step late, and a leak that grows by
             # replacement (a state concatenated onto a copy of itself) has freed the ones it named.
             from ..ownership.leaks import same_site
 
-            now = self._recorder.leaking()
+            now = recorder.leaking()
             for live in confirmed:
                 live["blocks"] = next((n["blocks"] for n in now if same_site(n, live)), live["blocks"])
-            self._reporter.explain_live(confirmed, self._recorder.steps, self._own_work)
+            self._reporter.explain_live(confirmed, recorder.steps, self._own_work)
 
-    def _own_work(self):
+    def _own_work(self) -> ContextManager[None]:
         """vramscope's own tensors on the training thread are not the run's."""
         return self._tensors.paused() if self._tensors is not None else contextlib.nullcontext()
 
@@ -383,10 +396,10 @@ class Capture:
         recorder = self._recorder
         return recorder.projected_oom_step if recorder is not None else None
 
-    def leaking(self) -> list[dict]:
+    def leaking(self) -> list[dict[str, Any]]:
         """The live monitor's last word: the sites it holds as leaking now (the dicts end_step says)."""
         recorder = self._recorder
-        found = recorder.leaking() if recorder is not None else []
+        found: list[dict[str, Any]] = recorder.leaking() if recorder is not None else []
         for live in found:
             live["line"] = self._reporter.spoken(live)
         return found
@@ -433,7 +446,7 @@ class Capture:
         if count & (count - 1) == 0:
             self._rising_in_step(recorder, unit.spelling)
 
-    def _rising_in_step(self, recorder, unit_marker: str) -> None:
+    def _rising_in_step(self, recorder: _core.Recorder, unit_marker: str) -> None:
         """At a leak inside the step's highest point: each site rising across the units said once, and
         its owners searched while the loop still holds what each unit kept."""
         reporter = self._reporter
@@ -447,7 +460,7 @@ class Capture:
             reporter.tell_within_step(rising)
             reporter.explain_within_step(rising, recorder.steps, self._own_work, _core.unit_of_marker(unit_marker))
 
-    def _on_optimizer_step_begins(self, optimizer) -> None:
+    def _on_optimizer_step_begins(self, optimizer: Any) -> None:
         recorder = self._recorder
         if recorder is not None:
             self._rising_in_step(recorder, _core.BACKWARD_UNIT_MARKER)  # its microbatches are done
@@ -461,7 +474,7 @@ class Capture:
         if recorder is not None:
             recorder.name_stream(handle, label)
 
-    def _on_oom(self, device, asked, allocated, free) -> None:
+    def _on_oom(self, device: int, asked: int, allocated: int, free: int) -> None:
         recorder = self._recorder
         if recorder is None or self._oom_reported:
             return
@@ -480,8 +493,8 @@ class Capture:
             recorder.marker(_core.EventKind.annotation_start, name)
 
 
-def track(path="vramscope.vscope", *, fail_on_leak=False, summary=True, live_warnings=True,
-          device_memory: int = 0, explain=True, explain_budget: float | None = None,
+def track(path: str | os.PathLike[str] = "vramscope.vscope", *, fail_on_leak: bool = False, summary: bool = True,
+          live_warnings: bool = True, device_memory: int = 0, explain: bool = True, explain_budget: float | None = None,
           driver: bool | None = None) -> Capture:
     """Capture GPU memory events of the code in the `with` block to `path` (rank in the name under
     torchrun). Steps come from torch.optim; warns as soon as a leak is confirmed and, with explain,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import enum
 import weakref
-from typing import Callable
+from typing import Any, Callable
 
 from . import torch_hooks
 from .say import warn
@@ -93,7 +93,7 @@ class StepSource:
         self.unit_owner = unit
         self._end_unit(unit)
 
-    def _on_optimizer_step(self, optimizer) -> None:
+    def _on_optimizer_step(self, optimizer: Any) -> None:
         try:
             ends = self._role.ends_step(optimizer)
         except Exception as e:
@@ -111,12 +111,13 @@ class OptimizerRole:
     gone. Optimizers over other parameters (a GAN's generator beside its discriminator) step within
     the role holder's steps and end none."""
 
-    def __init__(self):
-        self._holder = None  # a weak reference
+    def __init__(self) -> None:
+        self._holder: weakref.ref[Any] | None = None
         self._parameters: set[int] = set()
-        self._replaces = weakref.WeakKeyDictionary()  # optimizer -> whether it steps the holder's parameters
+        # optimizer -> whether it steps the holder's parameters
+        self._replaces: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
 
-    def ends_step(self, optimizer) -> bool:
+    def ends_step(self, optimizer: Any) -> bool:
         holder = self._holder() if self._holder is not None else None
         if holder is optimizer:
             return True
@@ -132,5 +133,5 @@ class OptimizerRole:
         return True
 
 
-def _parameter_ids(optimizer) -> set[int]:
+def _parameter_ids(optimizer: Any) -> set[int]:
     return {id(p) for group in optimizer.param_groups for p in group["params"]}

@@ -8,24 +8,26 @@ from __future__ import annotations
 
 import functools
 import importlib.abc
+import importlib.machinery
 import importlib.util
 import os
 import sys
 import threading
-from types import ModuleType
-from typing import Callable
+from types import FrameType, ModuleType
+from typing import Any, Callable, Sequence
 
 Undo = Callable[[], None]
+Function = Callable[..., Any]  # a function of torch's or a framework's, wrapped
 
 
-def _wrap(owner, name: str, make: Callable[[Callable], Callable]) -> Undo:
+def _wrap(owner: object, name: str, make: Callable[[Function], Function]) -> Undo:
     """Replaces the function `name` defined on `owner` (a class or module) by make(original); the
     undo puts the original back unless something else replaced the wrapper since."""
     original = vars(owner)[name]
     wrapper = functools.wraps(original)(make(original))
     setattr(owner, name, wrapper)
 
-    def undo():
+    def undo() -> None:
         if vars(owner).get(name) is wrapper:
             setattr(owner, name, original)
 
@@ -39,7 +41,8 @@ class _AfterImport(importlib.abc.MetaPathFinder):
     def __init__(self, name: str, then: Callable[[ModuleType], None]):
         self.name, self.then = name, then
 
-    def find_spec(self, name, path=None, target=None):
+    def find_spec(self, name: str, path: Sequence[str] | None = None,
+                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
         if name != self.name:
             return None
         try:
@@ -49,10 +52,10 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         spec = importlib.util.find_spec(name)
         loader = getattr(spec, "loader", None)
         exec_module = getattr(loader, "exec_module", None)
-        if exec_module is None:
+        if loader is None or exec_module is None:
             return spec
 
-        def exec_then(module):
+        def exec_then(module: ModuleType) -> None:
             loader.exec_module = exec_module  # a loader may serve other modules: only this one is patched
             exec_module(module)
             self.then(module)
@@ -67,20 +70,20 @@ def after_import(name: str, patch: Callable[[ModuleType], Undo], on_fault: Calla
     stops waiting for the import."""
     undone: list[Undo] = []
 
-    def apply(module):
+    def apply(module: ModuleType) -> None:
         try:
             undone.append(patch(module))
         except Exception as e:
             on_fault(f"{name} could not be followed ({type(e).__name__}: {e})")
 
-    waiting = None
+    waiting: _AfterImport | None = None
     if (module := sys.modules.get(name)) is not None:
         apply(module)
     else:
         waiting = _AfterImport(name, apply)
         sys.meta_path.insert(0, waiting)
 
-    def undo():
+    def undo() -> None:
         if waiting in sys.meta_path:
             sys.meta_path.remove(waiting)
         for u in undone:
@@ -90,7 +93,11 @@ def after_import(name: str, patch: Callable[[ModuleType], Undo], on_fault: Calla
 
 
 def _all(undos: list[Undo]) -> Undo:
-    return lambda: [u() for u in reversed(undos)]
+    def undo() -> None:
+        for u in reversed(undos):
+            u()
+
+    return undo
 
 
 def on_optimizer_step(callback: Callable[[object], None]) -> Undo:
@@ -98,7 +105,8 @@ def on_optimizer_step(callback: Callable[[object], None]) -> Undo:
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
     handle = register_optimizer_step_post_hook(lambda optimizer, args, kwargs: callback(optimizer))
-    return handle.remove
+    remove: Undo = handle.remove
+    return remove
 
 
 def on_cuda_profiler_start(callback: Callable[[], None]) -> Undo:
@@ -106,8 +114,8 @@ def on_cuda_profiler_start(callback: Callable[[], None]) -> Undo:
     Kineto initialises CUPTI there, once for the process."""
     import torch.autograd.profiler as profiler
 
-    def make(original):
-        def wrapper(*args, **kwargs):
+    def make(original: Function) -> Function:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
             activities = args[1] if len(args) > 1 else kwargs.get("activities", ())
             try:
                 if profiler.ProfilerActivity.CUDA in (activities or ()):
@@ -127,7 +135,8 @@ def on_optimizer_step_begins(callback: Callable[[object], None]) -> Undo:
     from torch.optim.optimizer import register_optimizer_step_pre_hook
 
     handle = register_optimizer_step_pre_hook(lambda optimizer, args, kwargs: callback(optimizer))
-    return handle.remove
+    remove: Undo = handle.remove
+    return remove
 
 
 def on_first_forward(callback: Callable[[], bool]) -> Undo:
@@ -135,9 +144,9 @@ def on_first_forward(callback: Callable[[], bool]) -> Undo:
     then removes itself (while one is registered, every module call takes torch's slower path)."""
     from torch.nn.modules.module import register_module_forward_pre_hook
 
-    handle = None
+    handle: Any = None  # torch's RemovableHandle, once registered
 
-    def first(module, args):
+    def first(module: Any, args: Any) -> None:
         try:
             taken = callback()
         except Exception:
@@ -146,7 +155,8 @@ def on_first_forward(callback: Callable[[], bool]) -> Undo:
             handle.remove()
 
     handle = register_module_forward_pre_hook(first)
-    return handle.remove
+    remove: Undo = handle.remove
+    return remove
 
 
 def on_backward(begins: Callable[[], None], ended: Callable[[], None]) -> Undo:
@@ -154,8 +164,8 @@ def on_backward(begins: Callable[[], None], ended: Callable[[], None]) -> Undo:
     before it runs, ended() once it returned."""
     import torch.autograd
 
-    def make(backward):
-        def around_backward(*args, **kwargs):
+    def make(backward: Function) -> Function:
+        def around_backward(*args: Any, **kwargs: Any) -> Any:
             begins()
             result = backward(*args, **kwargs)
             ended()
@@ -166,9 +176,9 @@ def on_backward(begins: Callable[[], None], ended: Callable[[], None]) -> Undo:
     return _wrap(torch.autograd, "backward", make)
 
 
-def caller_label(skip_dirs=("/torch/", "/vramscope/")) -> str:
+def caller_label(skip_dirs: Sequence[str] = ("/torch/", "/vramscope/")) -> str:
     """file:line function of the innermost frame outside torch and vramscope."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None and any(d in frame.f_code.co_filename.replace(os.sep, "/") for d in skip_dirs):
         frame = frame.f_back
     if frame is None:
@@ -186,7 +196,7 @@ def on_stream_created(callback: Callable[[int, str], None]) -> Undo:
         return lambda: None
     original_fn = original.__func__ if isinstance(original, staticmethod) else original
 
-    def __new__(klass, *args, **kwargs):
+    def __new__(klass: type, *args: Any, **kwargs: Any) -> Any:
         stream = original_fn(klass, *args, **kwargs)
         try:
             callback(int(stream.cuda_stream), "created at " + caller_label())
@@ -196,7 +206,7 @@ def on_stream_created(callback: Callable[[int, str], None]) -> Undo:
 
     cls.__new__ = staticmethod(__new__)
 
-    def undo():
+    def undo() -> None:
         cls.__new__ = original
 
     return undo
@@ -213,7 +223,7 @@ def on_out_of_memory(callback: Callable[[int, int, int, int], None]) -> Undo:
         return lambda: None
     live = [True]
 
-    def observer(device, alloc, device_allocated, device_free):
+    def observer(device: int, alloc: int, device_allocated: int, device_free: int) -> None:
         if live[0]:
             try:
                 callback(device, alloc, device_allocated, device_free)
@@ -230,11 +240,11 @@ def on_trainer_batches(eval_batch: Callable[[], None], predict_batch: Callable[[
     of Trainer.predict(): the point where the evaluation loop hands the batch to the callbacks
     (CallbackHandler.on_prediction_step), its outputs gathered; predict() says which of the two."""
 
-    def patch(trainer_module):
+    def patch(trainer_module: ModuleType) -> Undo:
         predicting = threading.local()
 
-        def make_predict(predict):
-            def counted_predict(*args, **kwargs):
+        def make_predict(predict: Function) -> Function:
+            def counted_predict(*args: Any, **kwargs: Any) -> Any:
                 predicting.depth = getattr(predicting, "depth", 0) + 1
                 try:
                     return predict(*args, **kwargs)
@@ -243,8 +253,8 @@ def on_trainer_batches(eval_batch: Callable[[], None], predict_batch: Callable[[
 
             return counted_predict
 
-        def make_prediction_step(on_prediction_step):
-            def batch_ended(*args, **kwargs):
+        def make_prediction_step(on_prediction_step: Function) -> Function:
+            def batch_ended(*args: Any, **kwargs: Any) -> Any:
                 control = on_prediction_step(*args, **kwargs)
                 (predict_batch if getattr(predicting, "depth", 0) else eval_batch)()
                 return control
@@ -261,11 +271,11 @@ def on_generate(callback: Callable[[], None], on_fault: Callable[[str], None]) -
     """After each call of transformers' generate() (GenerationMixin's, which every model's
     generate() reaches): the outermost only, as assisted decoding calls it again inside."""
 
-    def patch(generation_utils):
+    def patch(generation_utils: ModuleType) -> Undo:
         depth = threading.local()
 
-        def make(generate):
-            def outermost_generate(*args, **kwargs):
+        def make(generate: Function) -> Function:
+            def outermost_generate(*args: Any, **kwargs: Any) -> Any:
                 outermost = not getattr(depth, "calls", 0)
                 depth.calls = getattr(depth, "calls", 0) + 1
                 try:
@@ -292,9 +302,9 @@ def on_lightning_batches(validation_batch: Callable[[], None], test_batch: Calla
     ended = {"on_validation_batch_end": validation_batch, "on_test_batch_end": test_batch,
              "on_predict_batch_end": predict_batch}
 
-    def patch(call_module):
-        def make(call_callback_hooks):
-            def batch_ended(trainer, hook_name, *args, **kwargs):
+    def patch(call_module: ModuleType) -> Undo:
+        def make(call_callback_hooks: Function) -> Function:
+            def batch_ended(trainer: Any, hook_name: str, *args: Any, **kwargs: Any) -> Any:
                 result = call_callback_hooks(trainer, hook_name, *args, **kwargs)
                 if hook_name in ended and not getattr(trainer, "sanity_checking", False):
                     ended[hook_name]()

@@ -10,23 +10,35 @@ import argparse
 import difflib
 import os
 import sys
+from typing import NoReturn, Protocol
 
-from .. import _core
+from .. import __version__, _core
 from . import compare, demo, mcp, run
 from .core import CoreCommand
 
 ORDER = ("analyze", "run", "report", "diff", "compare", "compare-table", "export", "convert", "demo", "mcp")
 
 
+class Command(Protocol):
+    """What the registry holds: a command module, or the class over one of the core's commands."""
+
+    NAME: str
+    HELP: str
+
+    def prepare_parser(self, parser: argparse.ArgumentParser) -> None: ...
+
+    def run(self, args: argparse.Namespace) -> int: ...
+
+
 class Parser(argparse.ArgumentParser):
     """A usage error is its message and a one-line hint, never the whole help (which buried it)."""
 
-    def error(self, message: str):
+    def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: {message}\nTry '{self.prog} --help'.\n")
 
 
-def registry() -> dict:
-    commands = {c["name"]: CoreCommand(c) for c in _core.commands()}
+def registry() -> dict[str, Command]:
+    commands: dict[str, Command] = {c["name"]: CoreCommand(c) for c in _core.commands()}
     commands.update({m.NAME: m for m in (run, compare, demo, mcp)})
     return {name: commands[name] for name in ORDER}
 
@@ -38,7 +50,7 @@ def first_sentence(text: str) -> str:
     return words if end < 0 else words[:end + 1]
 
 
-def overview(commands: dict) -> str:
+def overview(commands: dict[str, Command]) -> str:
     lines = ["usage: vramscope COMMAND ...   (vramscope COMMAND --help: its options)", ""]
     for name, command in commands.items():
         lines.append(f"  {name:<15}{first_sentence(command.HELP)}")
@@ -49,7 +61,8 @@ def overview(commands: dict) -> str:
 def values_that_look_like_options(parser: Parser, argv: list[str]) -> list[str]:
     """`--device-memory -5GiB` as `--device-memory=-5GiB`: argparse would take the value for an
     option and say "expected one argument"; the option's own rule then says what is wrong with it."""
-    out, i = [], 0
+    out: list[str] = []
+    i = 0
     while i < len(argv):
         if argv[i] == "--":  # what follows is the user's command, never ours to read
             return out + argv[i:]
@@ -64,7 +77,7 @@ def values_that_look_like_options(parser: Parser, argv: list[str]) -> list[str]:
     return out
 
 
-def parse(command, parser: Parser, argv: list[str]) -> argparse.Namespace:
+def parse(command: Command, parser: Parser, argv: list[str]) -> argparse.Namespace:
     """The arguments; a command that runs another takes it after `--` (or from its first word)."""
     argv = values_that_look_like_options(parser, argv)
     if getattr(command, "TAKES_COMMAND", False):
@@ -83,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         print(overview(commands))
         return 0 if argv else 2
     if argv[0] in ("--version", "-V", "version"):
-        print(f"vramscope {_core.__version__}")
+        print(f"vramscope {__version__}")
         return 0
     command = commands.get(argv[0])
     top = Parser(prog="vramscope")

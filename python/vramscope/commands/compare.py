@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Callable
 
 from ..compare.matrix import MAX_JOBS, MatrixError, whole_number
 from .core import add_core_options
@@ -19,7 +20,7 @@ USAGE = "%(prog)s [MATRIX.toml] [options] [-- COMMAND...]"
 TAKES_COMMAND = True
 
 
-def _text(what: str):
+def _text(what: str) -> Callable[[str], str]:
     def check(text: str) -> str:
         if not text:
             raise argparse.ArgumentTypeError(f"{what} needs a value, not ''")

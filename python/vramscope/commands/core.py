@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any, Collection
 
 from .. import _core
 
@@ -10,15 +11,17 @@ from .. import _core
 class _Given(argparse.Action):
     """Keeps each core option's text, in the order given, for the core to type (CommandOptions)."""
 
-    def __call__(self, parser, namespace, values, option_string=None):
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
         namespace.given = [*namespace.given, (option_string, "" if values is None or values == [] else values)]
 
 
-def spec(command: str) -> dict:
+def spec(command: str) -> dict[str, Any]:
     return next(c for c in _core.commands() if c["name"] == command)
 
 
-def add_core_options(parser: argparse.ArgumentParser, command: str, only=None, leave_out=()) -> None:
+def add_core_options(parser: argparse.ArgumentParser, command: str, only: Collection[str] | None = None,
+                     leave_out: Collection[str] = ()) -> None:
     """The options the core's `command` takes (only those named, or all but some), as its table
     says them; their texts go to args.given."""
     for option in spec(command)["options"]:
@@ -38,7 +41,7 @@ def typed(command: str, args: argparse.Namespace) -> _core.CommandOptions:
 class CoreCommand:
     """A command the core runs whole: its inputs and options, typed, handed over."""
 
-    def __init__(self, command: dict):
+    def __init__(self, command: dict[str, Any]):
         self.NAME, self.HELP, self.inputs = command["name"], command["summary"], command["inputs"]
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:

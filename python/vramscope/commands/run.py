@@ -24,7 +24,7 @@ def max_steps(text: str) -> int:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def add_max_steps(parser: argparse.ArgumentParser, default=0) -> None:
+def add_max_steps(parser: argparse.ArgumentParser, default: int | None = 0) -> None:
     parser.add_argument("--max-steps", type=max_steps, default=default, metavar="N",
                         help="end each process cleanly (exit 0) after N steps (its trace complete)")
 

@@ -4,13 +4,15 @@ docs/compare.md."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
 from pathlib import Path
+from typing import Any, TextIO
 
 from .. import _core
-from .matrix import ALL, Matrix, MatrixError, flag_spec, from_dict, merge_flags, read
+from .matrix import ALL, Cell, Matrix, MatrixError, flag_spec, from_dict, merge_flags, read
 from .outputs import OutputError, refuse_inside, refuse_overwriting, write_atomic
 from .runner import NOT_RUN, Options, Runner, cell_dir, shown, visible_gpus
 
@@ -18,13 +20,13 @@ from .runner import NOT_RUN, Options, Runner, cell_dir, shown, visible_gpus
 class Progress:
     """Cells done, running and queued: one line rewritten on a terminal, a line per cell otherwise."""
 
-    def __init__(self, stream=sys.stderr):
+    def __init__(self, stream: TextIO = sys.stderr):
         self.stream = stream
         self.tty = stream.isatty()
         self.last = ""
         self.t0 = time.monotonic()
 
-    def show(self, counts: dict, final: bool = False) -> None:
+    def show(self, counts: dict[str, Any], final: bool = False) -> None:
         line = (f"vramscope compare: {counts['done']}/{counts['total']} cells done, {counts['running']} running, "
                 f"{counts['queued']} queued  ({time.monotonic() - self.t0:,.0f} s)")
         if self.tty and (line != self.last or final):
@@ -37,14 +39,14 @@ class Progress:
         self.stream.write(("\n" if self.tty else "") + f"vramscope compare: {_core.terminal_safe(text)}\n")
         self.stream.flush()
 
-    def cell_done(self, cell, result: dict) -> None:
+    def cell_done(self, cell: Cell, result: dict[str, Any]) -> None:
         why = f" ({result['reason']})" if result.get("reason") else ""
         self.note(f"{cell.key}: {result['state']} in {result['wall_seconds']:,.1f} s{why}")
 
 
-def matrix_of(args) -> tuple[Matrix, Options]:
+def matrix_of(args: argparse.Namespace) -> tuple[Matrix, Options]:
     """The matrix (the file's, with the flags over it) and how to run it; MatrixError says what is wrong."""
-    spec: dict = {}
+    spec: dict[str, Any] = {}
     for kind in ("variant", "mode"):
         for text in getattr(args, kind):
             flag_spec(spec, kind, text)
@@ -61,12 +63,12 @@ def matrix_of(args) -> tuple[Matrix, Options]:
     else:
         matrix = from_dict(spec, Path.cwd(), args.command or None)
     gpus = [g.strip() for g in args.gpus.split(",") if g.strip()] if args.gpus else None
-    slots = [None] * args.jobs if args.launcher else (gpus or visible_gpus())
+    slots: list[str | None] = [None] * args.jobs if args.launcher else (gpus or visible_gpus())
     launcher = args.launcher.split() if args.launcher else []
     return matrix, Options(Path(args.output).absolute(), slots, launcher, args.resume, args.keep_trees)
 
 
-def results(matrix: Matrix, runner: Runner, wall_seconds: float, complete: bool) -> dict:
+def results(matrix: Matrix, runner: Runner, wall_seconds: float, complete: bool) -> dict[str, Any]:
     """compare.json: what compare-table reads (cells in matrix order, paths relative to it)."""
     cells = []
     for cell in matrix.cells():
@@ -81,14 +83,14 @@ def results(matrix: Matrix, runner: Runner, wall_seconds: float, complete: bool)
             "cells": cells}
 
 
-def prepare_outputs(matrix: Matrix, out: Path, table) -> Path:
+def prepare_outputs(matrix: Matrix, out: Path, table: _core.CommandOptions) -> Path:
     """OUT made (with OUT/cells); no file the run will write (compare.json, the table's, by option)
     may be one of its inputs or lie where the run replaces cells. Returns compare.json's path;
     `table` (compare-table's options) gains its defaults. Raises OutputError saying which."""
     table.markdown = table.markdown or str(out / "compare.md")
     table.html = table.html or str(out / "compare.html")
     summary = out / "compare.json"
-    files = {"compare.json": summary, "--markdown": table.markdown, "--html": table.html,
+    files: dict[str, str | Path] = {"compare.json": summary, "--markdown": table.markdown, "--html": table.html,
              **({"--json": table.json} if table.json and table.json != "-" else {})}
     refuse_overwriting(files, matrix.inputs())
     refuse_inside(out / "cells", [*matrix.inputs(), *matrix.trees()])
@@ -99,7 +101,7 @@ def prepare_outputs(matrix: Matrix, out: Path, table) -> Path:
     return summary
 
 
-def main(args) -> int:
+def main(args: argparse.Namespace) -> int:
     """`vramscope compare` with its arguments parsed (commands/compare.py)."""
     table = _core.parse_options("compare-table", args.given)  # the table's outputs, typed by the core
     try:

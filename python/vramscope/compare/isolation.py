@@ -15,6 +15,7 @@ import subprocess
 import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .matrix import Matrix, Variant
 
@@ -40,13 +41,13 @@ class Workspace:
         return arg
 
 
-def _git(tree: str, *args: str, **kw) -> subprocess.CompletedProcess:
+def _git(tree: str, *args: str, **kw: Any) -> subprocess.CompletedProcess[Any]:
     return subprocess.run(["git", "-C", tree, *args], capture_output=True, **kw)
 
 
 def _is_git_tree(tree: str) -> bool:
     try:
-        return _git(tree, "rev-parse", "--is-inside-work-tree", text=True).stdout.strip() == "true"
+        return bool(_git(tree, "rev-parse", "--is-inside-work-tree", text=True).stdout.strip() == "true")
     except OSError:  # no git
         return False
 

@@ -34,6 +34,7 @@ import shlex
 import stat
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .. import _core
 
@@ -68,10 +69,10 @@ class Patch:
 class Variant:
     name: str
     label: str = ""
-    env: tuple = ()  # ((key, value), ...)
-    args: tuple = ()
-    patches: tuple = ()  # Patch, in order
-    preload: tuple = ()
+    env: tuple[tuple[str, str], ...] = ()
+    args: tuple[str, ...] = ()
+    patches: tuple[Patch, ...] = ()  # in order
+    preload: tuple[str, ...] = ()
     ref: str = ""
 
     def describe(self) -> list[str]:
@@ -86,8 +87,8 @@ class Variant:
 @dataclass(frozen=True)
 class Mode:
     name: str
-    env: tuple = ()
-    args: tuple = ()
+    env: tuple[tuple[str, str], ...] = ()
+    args: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -166,7 +167,7 @@ def combined(variants: list[Variant]) -> Variant:
                    next(iter(refs), ""))
 
 
-def _text(value, where: str) -> str:
+def _text(value: object, where: str) -> str:
     """A string that can reach a command line, an environment or a path: NUL cannot."""
     if not isinstance(value, str):
         raise MatrixError(f"{where}: expected a string, got {value!r}")
@@ -175,7 +176,7 @@ def _text(value, where: str) -> str:
     return value
 
 
-def _strings(value, where: str) -> tuple:
+def _strings(value: object, where: str) -> tuple[str, ...]:
     if isinstance(value, list):
         return tuple(_text(v, where) for v in value)
     return (_text(value, where),)
@@ -189,14 +190,14 @@ def split(text: str, where: str) -> list[str]:
         raise MatrixError(f"{where}: {text!r} cannot be split into words ({e})") from None
 
 
-def _args(value, where: str) -> tuple:
+def _args(value: object, where: str) -> tuple[str, ...]:
     return tuple(split(value, where)) if isinstance(value, str) else _strings(value, where)
 
 
-def _env(value, where: str) -> tuple:
+def _env(value: object, where: str) -> tuple[tuple[str, str], ...]:
     if not isinstance(value, dict):
         raise MatrixError(f"{where}: expected a table of NAME = \"value\", got {value!r}")
-    env = []
+    env: list[tuple[str, str]] = []
     for key, v in value.items():
         if not key or "=" in key or "\0" in key:
             raise MatrixError(f"{where}: {key!r} cannot name an environment variable")
@@ -206,7 +207,7 @@ def _env(value, where: str) -> tuple:
     return tuple(env)
 
 
-def whole_number(value, where: str, maximum: int) -> int:
+def whole_number(value: object, where: str, maximum: int) -> int:
     """0 to maximum, from an integer or a string of ASCII digits; never a bool."""
     if isinstance(value, str) and _WHOLE.fullmatch(value):
         value = int(value)
@@ -215,7 +216,7 @@ def whole_number(value, where: str, maximum: int) -> int:
     return value
 
 
-def check_name(name, where: str) -> str:
+def check_name(name: object, where: str) -> str:
     """The one rule for a mode's or row's name (NAME): it becomes a folder, so it can never spell or
     leave a path. The implicit rows' names are refused in any case, as a case-insensitive
     filesystem would give them one folder."""
@@ -234,7 +235,7 @@ def _distinct(names: list[str], table: str) -> None:
         seen[name.lower()] = name
 
 
-def _path(base: Path, value, where: str, *, is_dir: bool) -> str:
+def _path(base: Path, value: object, where: str, *, is_dir: bool) -> str:
     try:
         path = (base / os.path.expanduser(_text(value, where))).resolve()
     except (OSError, RuntimeError) as e:  # a symlink loop
@@ -244,7 +245,7 @@ def _path(base: Path, value, where: str, *, is_dir: bool) -> str:
     return str(path)
 
 
-def _variant(name: str, spec: dict, base: Path, project: str) -> Variant:
+def _variant(name: str, spec: dict[str, Any], base: Path, project: str) -> Variant:
     where = f"variants.{check_name(name, 'variants')}"  # checked first: the name is in every message
     unknown = set(spec) - _VARIANT_KEYS
     if unknown:
@@ -269,7 +270,7 @@ def _variant(name: str, spec: dict, base: Path, project: str) -> Variant:
     return variant
 
 
-def _mode(name: str, spec: dict) -> Mode:
+def _mode(name: str, spec: dict[str, Any]) -> Mode:
     where = f"modes.{check_name(name, 'modes')}"
     unknown = set(spec) - _MODE_KEYS
     if unknown:
@@ -277,7 +278,7 @@ def _mode(name: str, spec: dict) -> Mode:
     return Mode(name, _env(spec.get("env", {}), f"{where}.env"), _args(spec.get("args", []), f"{where}.args"))
 
 
-def seconds(value, where: str) -> float:
+def seconds(value: object, where: str) -> float:
     """A time limit: a number of seconds or a string such as "90s", "20m", "1h"; finite, above 0,
     at most MAX_TIMEOUT (nan and inf would never fire; true is not 1 s)."""
     units = {"": 1, "s": 1, "m": 60, "h": 3600}
@@ -292,7 +293,7 @@ def seconds(value, where: str) -> float:
     return number
 
 
-def from_dict(spec: dict, base: Path, command: list[str] | None = None) -> Matrix:
+def from_dict(spec: dict[str, Any], base: Path, command: list[str] | None = None) -> Matrix:
     """A matrix from its TOML table (paths relative to `base`); `command` from `--` wins."""
     known = {"command", "max_steps", "timeout", "device_memory", "project", "modes", "variants"}
     unknown = set(spec) - known
@@ -322,7 +323,7 @@ def from_dict(spec: dict, base: Path, command: list[str] | None = None) -> Matri
                   device_memory)
 
 
-def _table(spec: dict, table: str) -> dict:
+def _table(spec: dict[str, Any], table: str) -> dict[str, Any]:
     """[modes.NAME] or [variants.NAME]: a table of tables."""
     value = spec.get(table, {})
     if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
@@ -330,13 +331,13 @@ def _table(spec: dict, table: str) -> dict:
     return value
 
 
-def read(path: str | os.PathLike) -> dict:
+def read(path: str | os.PathLike[str]) -> dict[str, Any]:
     """A matrix file's table, before from_dict() checks it."""
     try:
         import tomllib
     except ImportError:  # Python < 3.11
         try:
-            import tomli as tomllib
+            import tomli as tomllib  # type: ignore[no-redef]  # the same module, before Python 3.11
         except ImportError:
             raise MatrixError("reading a matrix file needs Python 3.11+ or the tomli package; "
                               "or give the matrix as flags (--variant, --mode)") from None
@@ -350,7 +351,7 @@ def read(path: str | os.PathLike) -> dict:
         raise MatrixError(f"{path}: not TOML: nested too deeply") from None
 
 
-def _read_regular_file(path, limit: int) -> bytes:
+def _read_regular_file(path: str | os.PathLike[str], limit: int) -> bytes:
     """A regular file of at most `limit` bytes: a FIFO or a device may never end (opened without
     blocking, so a FIFO with no writer cannot hang the open either)."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -366,7 +367,7 @@ def _read_regular_file(path, limit: int) -> bytes:
     return data
 
 
-def merge_flags(spec: dict, flags: dict) -> dict:
+def merge_flags(spec: dict[str, Any], flags: dict[str, Any]) -> dict[str, Any]:
     """Flags over a file's table: a variant or mode named again gains what the flags add."""
     merged = {**spec, **{k: v for k, v in flags.items() if k not in ("variants", "modes")}}
     for table in ("variants", "modes"):
@@ -377,7 +378,7 @@ def merge_flags(spec: dict, flags: dict) -> dict:
     return merged
 
 
-def flag_spec(spec: dict, kind: str, text: str) -> None:
+def flag_spec(spec: dict[str, Any], kind: str, text: str) -> None:
     """One `--variant NAME=KIND:VALUE` or `--mode NAME=KIND:VALUE` (a bare `--mode NAME=ARGS` is
     arguments) added to a matrix table; the same NAME given again adds to it."""
     name, sep, rest = text.partition("=")

@@ -6,13 +6,14 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+from typing import Mapping, Sequence
 
 
 class OutputError(ValueError):
     """An output that would destroy an input, or that cannot be written; the message says which."""
 
 
-def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
     """Whether two paths name one file: the same path once links are resolved, or, where both
     exist, the same device and inode (hard links, bind mounts)."""
     if os.path.realpath(a) == os.path.realpath(b):
@@ -24,7 +25,7 @@ def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
     return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
 
 
-def refuse_overwriting(outputs: dict[str, str | os.PathLike], inputs: list[str | os.PathLike]) -> None:
+def refuse_overwriting(outputs: Mapping[str, str | os.PathLike[str]], inputs: Sequence[str | os.PathLike[str]]) -> None:
     """Raises OutputError, before anything is written, when an output names an input or another
     output. `outputs`: what each is (an option, a file's role) -> its path."""
     named = list(outputs.items())
@@ -37,7 +38,7 @@ def refuse_overwriting(outputs: dict[str, str | os.PathLike], inputs: list[str |
                 raise OutputError(f"{what} and {other} both name {path}")
 
 
-def refuse_inside(folder: Path, paths: list[str | os.PathLike]) -> None:
+def refuse_inside(folder: Path, paths: Sequence[str | os.PathLike[str]]) -> None:
     """Raises OutputError when a path lies inside a folder the run will remove parts of."""
     root = os.path.realpath(folder)
     for path in paths:

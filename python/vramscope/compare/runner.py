@@ -16,6 +16,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from .. import _core
 from ..capture import naming
@@ -23,6 +24,9 @@ from ..launch import run_environment, why_no_trace
 from .isolation import SetupError, prepare
 from .matrix import BASELINE, Cell, Matrix
 from .outputs import write_atomic
+
+if TYPE_CHECKING:
+    from . import Progress
 
 # How a cell's process ended; the C++ side (compare/cells.h) reads these spellings. ERROR: vramscope
 # itself failed on the cell (its reason says how); the run goes on without it.
@@ -35,13 +39,13 @@ _GRACE_SECONDS = 20  # after SIGTERM, for the cell to write its trace's end
 @dataclass
 class Options:
     out: Path
-    gpus: list  # one slot each: CUDA_VISIBLE_DEVICES for its cells, or None (unpinned: one at a time, or --jobs)
+    gpus: list[str | None]  # one slot each: CUDA_VISIBLE_DEVICES for its cells, or None (unpinned: one at a time, or --jobs)
     launcher: list[str]
     resume: bool = False
     keep_trees: bool = False
 
 
-def visible_gpus() -> list:
+def visible_gpus() -> list[str | None]:
     """The GPUs cells may use: CUDA_VISIBLE_DEVICES if set, else those nvidia-smi lists."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
@@ -70,14 +74,14 @@ def cell_dir(out: Path, cell: Cell) -> Path:
 class Runner:
     def __init__(self, matrix: Matrix, options: Options):
         self.matrix, self.options = matrix, options
-        self.results: dict[str, dict] = {}
-        self.running: dict[str, subprocess.Popen] = {}
+        self.results: dict[str, dict[str, Any]] = {}
+        self.running: dict[str, subprocess.Popen[bytes]] = {}
         self.stopping = threading.Event()
         self.lock = threading.Lock()
         self.halted = ""  # how every cell broke, when the rest were not run for it (alike_before_any_step)
 
     # -- one cell ----------------------------------------------------------------------------
-    def finished_before(self, cell: Cell) -> dict | None:
+    def finished_before(self, cell: Cell) -> dict[str, Any] | None:
         try:
             result = json.loads((cell_dir(self.options.out, cell) / "cell.json").read_text())
             fingerprint = cell.fingerprint(self.matrix)
@@ -86,10 +90,10 @@ class Runner:
         done = isinstance(result, dict) and result.get("state") not in (INTERRUPTED, ERROR, None)
         return result if done and result.get("fingerprint") == fingerprint else None
 
-    def run_cell(self, cell: Cell, gpu) -> dict:
+    def run_cell(self, cell: Cell, gpu: str | None) -> dict[str, Any]:
         """The cell run and analysed; whatever fails in vramscope on the way (a folder that cannot be
         made, a tree that cannot be copied) makes it an ERROR with its reason, never the run's end."""
-        result = {"mode": cell.mode.name, "variant": cell.variant.name, "fingerprint": None, "gpu": gpu,
+        result: dict[str, Any] = {"mode": cell.mode.name, "variant": cell.variant.name, "fingerprint": None, "gpu": gpu,
                   "state": NOT_RUN, "rc": None, "wall_seconds": 0.0, "reason": "", "trees": {}, "findings": None,
                   "report": None, "log": None}
         try:
@@ -97,7 +101,7 @@ class Runner:
         except Exception as e:  # any failure is this cell's, reported in its row
             return {**result, "state": ERROR, "reason": f"vramscope could not run this cell: {type(e).__name__}: {e}"}
 
-    def _run_cell(self, cell: Cell, gpu, result: dict) -> dict:
+    def _run_cell(self, cell: Cell, gpu: str | None, result: dict[str, Any]) -> dict[str, Any]:
         result["fingerprint"] = cell.fingerprint(self.matrix)
         directory = cell_dir(self.options.out, cell)
         if directory.exists():
@@ -135,7 +139,7 @@ class Runner:
             shutil.rmtree(directory / "trees", ignore_errors=True)
         return self._save(directory, result)
 
-    def _wait(self, cell: Cell, command: list[str], cwd: str, env: dict, log) -> tuple[str, int | None]:
+    def _wait(self, cell: Cell, command: list[str], cwd: str, env: dict[str, Any], log: BinaryIO) -> tuple[str, int | None]:
         if self.stopping.is_set():
             return INTERRUPTED, None
         try:
@@ -157,7 +161,7 @@ class Runner:
                 self.running.pop(cell.key, None)
         return (INTERRUPTED, rc) if self.stopping.is_set() and state != FINISHED else (state, rc)
 
-    def _analyse(self, directory: Path, traces: list[Path], result: dict) -> None:
+    def _analyse(self, directory: Path, traces: list[Path], result: dict[str, Any]) -> None:
         """Each trace analysed once, here (the core releases the GIL: cells analyse side by side), its
         summary kept in analysis.txt; the owners the cell's processes found are joined in the core."""
         result["steps"] = 0
@@ -180,22 +184,22 @@ class Runner:
         write_atomic(directory / "analysis.txt", summary)
         if findings.exists():
             result["findings"], result["report"] = findings.name, report.name
-    def _save(self, directory: Path, result: dict) -> dict:
+    def _save(self, directory: Path, result: dict[str, Any]) -> dict[str, Any]:
         write_atomic(directory / "cell.json", json.dumps(result, indent=1) + "\n")
         return result
 
     # -- the matrix ---------------------------------------------------------------------------
-    def run(self, progress) -> bool:
+    def run(self, progress: Progress) -> bool:
         """Runs every cell (--resume: those not finished before); False when interrupted."""
         cells = self.matrix.cells()
-        todo: queue.Queue = queue.Queue()
+        todo: queue.Queue[Cell] = queue.Queue()
         for cell in cells:
             earlier = self.finished_before(cell) if self.options.resume else None
             if earlier is not None:
                 self.results[cell.key] = {**earlier, "resumed": True}
             else:
                 todo.put(cell)
-        def worker(gpu):
+        def worker(gpu: str | None) -> None:
             while not self.stopping.is_set():
                 with self.lock:
                     if not self.halted and "running" not in (r.get("state") for r in self.results.values()):
@@ -244,9 +248,9 @@ class Runner:
                not in (None, "running", NOT_RUN)]
         ways = {how_it_broke(result, cell_dir(self.options.out, cell) / "log.txt") for cell, result in run}
         rows = {cell.variant.name == BASELINE for cell, _ in run}
-        return ways.pop() if len(ways) == 1 and None not in ways and rows == {True, False} else ""
+        return (ways.pop() or "") if len(ways) == 1 and None not in ways and rows == {True, False} else ""
 
-    def counts(self, total: int) -> dict:
+    def counts(self, total: int) -> dict[str, Any]:
         with self.lock:
             states = [r.get("state") for r in self.results.values()]
         running = states.count("running")
@@ -260,7 +264,7 @@ def shown(path: Path) -> str:
     return path.as_posix() if relative.startswith("..") else relative
 
 
-def how_it_broke(result: dict, log: Path) -> str | None:
+def how_it_broke(result: dict[str, Any], log: Path) -> str | None:
     """How a cell ended before its first step: its state and exit code, and what its command said
     last (what it died of) or, when it ran to its end, why no trace came. None when it judged a step."""
     if result.get("steps", 1 if result.get("findings") else 0):  # a cell.json from before steps were kept
@@ -285,7 +289,7 @@ def log_tail(log: Path, size: int) -> str:
         return ""
 
 
-def stop_group(proc: subprocess.Popen) -> None:
+def stop_group(proc: subprocess.Popen[bytes]) -> None:
     """SIGTERM to the cell's whole process group, SIGKILL after the grace period."""
     for sig, wait in ((signal.SIGTERM, _GRACE_SECONDS), (signal.SIGKILL, None)):
         try:

@@ -14,15 +14,16 @@ from __future__ import annotations
 import json
 import os
 import sys
+from typing import Callable
 
 from .. import _core
 from ..capture import Capture, Source, torch_hooks
-from ..capture.session import warn
+from ..capture.say import warn
 from ..prevent.limits import parse_size
 
 
 class Guard:
-    def __init__(self, output_dir: str | os.PathLike, *, stop_within_steps: int | None = 50,
+    def __init__(self, output_dir: str | os.PathLike[str], *, stop_within_steps: int | None = 50,
                  max_leak: str | int | None = None, device_memory: str | int | None = None,
                  source: Source | None = None):
         self.output_dir = os.fspath(output_dir)
@@ -34,7 +35,7 @@ class Guard:
         self.reason = ""  # why the run was stopped, once it was
         self.report_paths: list[str] = []
         self.failed = False  # a fault in the decision: it says "go on" from then on
-        self._undo_oom = None
+        self._undo_oom: Callable[[], None] | None = None
 
     def start(self) -> None:
         try:
@@ -89,7 +90,7 @@ class Guard:
     def _write_reports(self, capture: Capture | None = None) -> None:
         """The findings as JSON and the HTML report beside the trace; at an OOM, before it is raised."""
         capture = capture or self.capture
-        if capture is None or capture.findings is None:
+        if capture is None or capture.findings is None or capture.path is None:
             return
         try:
             stem = capture.path.removesuffix(".vscope")

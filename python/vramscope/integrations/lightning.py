@@ -8,6 +8,7 @@ report in `DEFAULT_ROOT_DIR/vramscope/<validate|test|predict>/`."""
 from __future__ import annotations
 
 import os
+from typing import Any
 
 try:  # the `lightning` package, else the older `pytorch_lightning`: the Trainer accepts only its own Callback
     from lightning.pytorch import Callback
@@ -18,37 +19,37 @@ from ..capture import Source
 from .guard import Guard
 
 
-class VramscopeCallback(Callback):
+class VramscopeCallback(Callback):  # type: ignore[misc]  # Lightning is read as Any (pyproject.toml)
     def __init__(self, *, stop_within_steps: int | None = 50, max_leak: str | int | None = None,
-                 device_memory: str | int | None = None, output_dir: str | os.PathLike | None = None,
+                 device_memory: str | int | None = None, output_dir: str | os.PathLike[str] | None = None,
                  source: Source | None = None):
         """As vramscope.integrations.hf.VramscopeCallback's (output_dir defaults to the Trainer's
         default_root_dir/vramscope)."""
-        self.options = dict(stop_within_steps=stop_within_steps, max_leak=max_leak, device_memory=device_memory,
-                            source=source)
+        self.options: dict[str, Any] = dict(stop_within_steps=stop_within_steps, max_leak=max_leak, device_memory=device_memory,
+                         source=source)
         self.output_dir = output_dir
         self.guard: Guard | None = None
         self.checkpoint: str | None = None  # saved when the guard stopped the run
         self._last_step = -1
 
-    def _start(self, trainer, *subfolder: str):
+    def _start(self, trainer: Any, *subfolder: str) -> None:
         directory = os.path.join(self.output_dir or os.path.join(trainer.default_root_dir, "vramscope"), *subfolder)
         self.guard = Guard(directory, **self.options)
         self.guard.start()
 
-    def on_train_start(self, trainer, pl_module):
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         self._start(trainer)
 
-    def setup(self, trainer, pl_module, stage):
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         # A loop with no optimizer: its batches end the steps (the capture follows Lightning's batch hooks).
         if stage != "fit":
             self._start(trainer, stage)
 
-    def teardown(self, trainer, pl_module, stage):
+    def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
         if stage != "fit":
             self.on_train_end(trainer, pl_module)
 
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         # Once per optimizer step (a batch may only accumulate gradients), on every rank alike.
         if self.guard is None or trainer.global_step == self._last_step:
             return
@@ -59,9 +60,9 @@ class VramscopeCallback(Callback):
             trainer.save_checkpoint(self.checkpoint)
             trainer.should_stop = True
 
-    def on_train_end(self, trainer, pl_module):
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         if self.guard is not None:
             self.guard.finish()
 
-    def on_exception(self, trainer, pl_module, exception):
+    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         self.on_train_end(trainer, pl_module)

@@ -1,5 +1,7 @@
 """Who holds leaked memory: reference paths from a root through objects and the autograd graph."""
 
+from typing import Any
+
 from .leaks import owners_of_leaks, render_owners
 from .paths import OwnerPath, describe_tensor, tensors_holding, who_holds
 
@@ -7,7 +9,7 @@ __all__ = ["OwnerPath", "describe_tensor", "explain", "owners_of_leaks", "render
            "who_holds"]
 
 
-def explain(*, max_paths: int = 3, timeout: float = 5.0, quiet: bool = False) -> list[dict]:
+def explain(*, max_paths: int = 3, timeout: float = 5.0, quiet: bool = False) -> list[dict[str, Any]]:
     """Who holds each leak of the running (or last) capture, now: the trace so far is analysed,
     its leaks' live blocks mapped to tensors, and their owners found. Prints them unless quiet."""
     import json

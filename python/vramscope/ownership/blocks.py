@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import bisect
+from typing import Callable, Iterable, TypeVar
+
+T = TypeVar("T")
 
 
-def in_blocks(blocks, candidates, accept=lambda obj: True) -> list:
+def in_blocks(blocks: Iterable[tuple[int, int]], candidates: Iterable[tuple[T, int]],
+              accept: Callable[[T], bool] = lambda obj: True) -> list[T]:
     """One object per (address, size) block whose memory starts inside it, in the blocks' order.
     `candidates` yields (object, address its memory starts at); `accept` is asked only of those that
     fall in a block (a check that costs a driver call, such as is_pinned(), is asked of few)."""
@@ -13,7 +17,7 @@ def in_blocks(blocks, candidates, accept=lambda obj: True) -> list:
     if not spans:
         return []
     firsts = [s for s, _ in spans]
-    found = {}
+    found: dict[tuple[int, int], T] = {}
     for obj, ptr in candidates:
         i = bisect.bisect_right(firsts, ptr) - 1
         if i >= 0 and ptr < spans[i][1] and spans[i] not in found and accept(obj):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import types
+from typing import Any, Iterator
 
 from .. import _core
 
@@ -23,11 +24,14 @@ ATOMIC = (str, bytes, bytearray, int, float, complex, bool, type(None), range, t
            types.CodeType, types.BuiltinFunctionType)
 
 
+# What a walk follows from an object: (label, child) pairs.
+Edges = Iterator[tuple[str, object]]
+
 # Types whose edges gc does not see (the autograd graph): the walk asks edges() for them.
 EXTRA_TYPES = (torch.Tensor, torch.autograd.graph.Node) if torch is not None else ()
 
 
-def key_label(key) -> str:
+def key_label(key: object) -> str:
     """A dict key as a path names it: an atom (or a tuple of them) as written, a long one cut; any
     other object by its type, a tensor with its shape (a parameter keying an optimizer's state),
     never its whole repr."""
@@ -39,7 +43,7 @@ def key_label(key) -> str:
     return f"<{type(key).__name__}>"
 
 
-def edges(obj):
+def edges(obj: Any) -> Edges:
     """Yields (label, child) for everything obj keeps alive."""
     if isinstance(obj, ATOMIC):
         return
@@ -116,7 +120,7 @@ def edges(obj):
 _LRU_CACHE = type(functools.lru_cache(maxsize=None)(lambda: None))
 
 
-def _lru_cache_edges(wrapper):
+def _lru_cache_edges(wrapper: Any) -> Edges:
     """functools.lru_cache keeps its results where only gc reaches: unbounded, in a dict {key:
     result}; bounded, in links that gc visits from the wrapper itself, each link's key then its
     result, before the wrapper's other references (CPython's lru_cache_tp_traverse)."""
@@ -140,7 +144,7 @@ def _lru_cache_edges(wrapper):
         yield f"<lru_cache of {name}>[{key_label(links[i])}]", links[i + 1]
 
 
-def _exception_edges(e):
+def _exception_edges(e: BaseException) -> Edges:
     if e.__traceback__ is not None:
         yield ".__traceback__", e.__traceback__
     if e.__cause__ is not None:
@@ -151,7 +155,7 @@ def _exception_edges(e):
     yield from _attribute_edges(e)
 
 
-def frame_locals(frame) -> dict | None:
+def frame_locals(frame: types.FrameType) -> dict[str, Any] | None:
     """A frame's locals, read without leaving anything on the frame: before Python 3.13, f_locals is
     a snapshot the frame keeps, holding what every local held when it was read for as long as the
     frame runs (a training loop's main(): the rest of the run). None for a module's frame, whose
@@ -165,7 +169,7 @@ def frame_locals(frame) -> dict | None:
 _OPTIMIZED = 0x0001  # CO_OPTIMIZED: a function's frame, its locals in slots
 
 
-def _frame_edges(frame):
+def _frame_edges(frame: types.FrameType) -> Edges:
     try:
         local_values = frame_locals(frame) or {}
     except Exception:  # a frame being torn down
@@ -176,7 +180,7 @@ def _frame_edges(frame):
         yield ".f_back", frame.f_back
 
 
-def _attribute_edges(obj):
+def _attribute_edges(obj: object) -> Edges:
     d = getattr(obj, "__dict__", None)
     if isinstance(d, dict):
         for name, value in list(d.items()):
@@ -193,7 +197,7 @@ def _attribute_edges(obj):
                 yield "<referent>", value
 
 
-def _module_edges(module):
+def _module_edges(module: Any) -> Edges:
     for group in ("_parameters", "_buffers", "_modules"):
         for name, value in list(getattr(module, group, {}).items()):
             if value is not None:
@@ -205,7 +209,7 @@ def _module_edges(module):
             yield f".{name}", value
 
 
-def _tensor_edges(t):
+def _tensor_edges(t: Any) -> Edges:
     if t.grad_fn is not None:
         yield ".grad_fn", t.grad_fn
     if t.is_leaf and t.grad is not None:  # .grad of a non-leaf is always None, and warns
@@ -221,7 +225,7 @@ def _tensor_edges(t):
             yield f".{name}", value
 
 
-def _node_edges(node):
+def _node_edges(node: Any) -> Edges:
     for i, (child, _) in enumerate(node.next_functions):
         if child is not None:
             yield f".next_functions[{i}][0]", child

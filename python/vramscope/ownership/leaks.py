@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 import time
 import warnings
+from typing import Any, Callable, Iterable
 
 from .. import _core
 from .._core import format_bytes
@@ -18,20 +19,20 @@ from .targets import memory_of, targets_of
 BLOCKS_TRIED = 8  # the newest live blocks of a leak: the ones its latest steps left
 
 
-def _bulk(objects: list, nbytes) -> list:
+def _bulk(objects: list[object], nbytes: Callable[[object], int]) -> list[object]:
     """The objects that hold the bulk of the memory: at least a tenth of the largest. The search
     returns only the shortest paths, and the one to a 4-byte scalar beside the leak explains little."""
     sizes = [nbytes(o) for o in objects]
     return [o for o, n in zip(objects, sizes) if n * 10 >= max(sizes, default=0)]
 
 
-def owners_of_blocks(leak: dict, blocks, *, max_paths: int = 3, budget: float = 5.0,
-                     skip_frames: set | None = None, device_type: str = "cuda") -> tuple[list[OwnerPath], str]:
+def owners_of_blocks(leak: dict[str, Any], blocks: Iterable[tuple[int, int]], *, max_paths: int = 3, budget: float = 5.0,
+                     skip_frames: set[int] | None = None, device_type: str = "cuda") -> tuple[list[OwnerPath], str]:
     """Who holds what lies in these (address, size) blocks of `leak` (a finding or a live line: its
     device, memory and library say what to look for): one walk for all of it. Returns the paths and a
     note ("" when the search ran its course)."""
     deadline = time.monotonic() + budget
-    objects = []
+    objects: list[object] = []
     with warnings.catch_warnings():  # a scan of every object touches deprecated ones
         warnings.simplefilter("ignore")
         try:
@@ -52,18 +53,18 @@ def owners_of_blocks(leak: dict, blocks, *, max_paths: int = 3, budget: float = 
     return found, ""
 
 
-def blocks_to_try(leak: dict) -> list[tuple]:
+def blocks_to_try(leak: dict[str, Any]) -> list[tuple[int, int]]:
     """A finding's live blocks in the order a search tries them: a buffer replaced by a bigger one
     every step, its largest first (what grows; the step's other blocks under the same line are a
     batch in hand, a forward's outputs); else the newest first (what the latest steps left)."""
-    blocks = [tuple(b) for b in leak.get("live_blocks", [])]
+    blocks = [(int(b[0]), int(b[1])) for b in leak.get("live_blocks", [])]
     if leak.get("evidence") == "replaced-bigger":
         return sorted(blocks, key=lambda b: -b[1])
     return blocks[::-1]
 
 
-def owners_of_leaks(findings: dict, *, max_leaks: int = 3, max_paths: int = 3, timeout: float = 5.0,
-                    device_type: str = "cuda") -> list[dict]:
+def owners_of_leaks(findings: dict[str, Any], *, max_leaks: int = 3, max_paths: int = 3, timeout: float = 5.0,
+                    device_type: str = "cuda") -> list[dict[str, Any]]:
     """For the largest leaks of a findings dict (one run): their answers, as explained() gives them.
     device_type: where the capture's memory lives ("cpu" for live tensors)."""
     out = []
@@ -73,7 +74,7 @@ def owners_of_leaks(findings: dict, *, max_leaks: int = 3, max_paths: int = 3, t
     return out
 
 
-def explained(leak: dict, owners: list[OwnerPath], note: str, step: int | None = None) -> dict:
+def explained(leak: dict[str, Any], owners: list[OwnerPath], note: str, step: int | None = None) -> dict[str, Any]:
     """One leak's answer, as findings and the owners sidecar keep it; `step`: found during the run."""
     return {"site": leak["site"], "allocated_in": leak.get("allocated_in"), "bytes_per_step": leak["bytes_per_step"],
             "device": leak["device"],
@@ -82,19 +83,19 @@ def explained(leak: dict, owners: list[OwnerPath], note: str, step: int | None =
             "note": note, "found_at_step": step}
 
 
-def same_site(a: dict, b: dict) -> bool:
+def same_site(a: dict[str, Any], b: dict[str, Any]) -> bool:
     """One site's answers: torch's memory and a library's at one line are two leaks, and so are two
     library functions allocating under one line of the user's (analysis/sites.h splits the site)."""
     return _site_key(a) == _site_key(b)
 
 
-def _site_key(leak: dict) -> tuple:
+def _site_key(leak: dict[str, Any]) -> tuple[object, ...]:
     via = leak.get("allocated_in") or {}
     return (leak["site"]["file"], leak["site"]["line"], leak["site"]["function"], leak["device"], memory_of(leak),
             via.get("file"), via.get("function"))
 
 
-def render_owners(explained_leaks: list[dict]) -> str:
+def render_owners(explained_leaks: list[dict[str, Any]]) -> str:
     lines = []
     for leak in explained_leaks:
         site = leak["site"]

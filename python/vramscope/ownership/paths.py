@@ -12,9 +12,11 @@ from __future__ import annotations
 import gc
 import sys
 import time
+import types
 import warnings
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator, cast
 
 from .. import _core
 from .._core import format_bytes
@@ -22,6 +24,7 @@ from .edges import EXTRA_TYPES as _EXTRA_TYPES, edges, frame_locals
 
 _LIBRARY_MARKERS = ("site-packages", "dist-packages", "/lib/python3", "<frozen")
 _PACKAGE_DIR = __file__.rsplit("/", 2)[0]  # vramscope's own frames are never owners
+Describe = Callable[[Any], str]  # how a path names the object at its end
 
 
 @dataclass
@@ -41,11 +44,11 @@ class OwnerPath:
         tail = "" if self.kind == "reachable" else f"   ({self.kind})"
         return f"{self.path}  → {self.target}{tail}"
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"path": self.path, "root": self.root, "edges": self.edges, "target": self.target, "kind": self.kind}
 
 
-def describe_tensor(t) -> str:
+def describe_tensor(t: Any) -> str:
     storage = t.untyped_storage()
     dtype = str(t.dtype).replace("torch.", "").replace("float", "f").replace("int", "i")
     text = f"Tensor {format_bytes(t.numel() * t.element_size())} {dtype} {list(t.shape)} {t.device}"
@@ -55,10 +58,10 @@ def describe_tensor(t) -> str:
 
 
 def _is_user_file(path: str | None) -> bool:
-    return bool(path) and not any(m in path for m in _LIBRARY_MARKERS)
+    return path is not None and bool(path) and not any(m in path for m in _LIBRARY_MARKERS)
 
 
-def tensors_holding(target):
+def tensors_holding(target: Any) -> list[Any]:
     """The tensors whose storage is the target's, or (for (device, address)) contains it."""
     import torch
 
@@ -81,7 +84,7 @@ def tensors_holding(target):
     return found
 
 
-def _roots(skip_frames, user_only: bool):
+def _roots(skip_frames: set[int], user_only: bool) -> Iterator[tuple[str, object]]:
     main = sys.modules.get("__main__")
     modules = [("__main__", main)] if main else []
     modules += [(n, m) for n, m in list(sys.modules.items()) if n != "__main__" and m is not None]
@@ -96,7 +99,8 @@ def _roots(skip_frames, user_only: bool):
                 yield f"{name}.{key}", value
     if not user_only:
         return
-    for thread_id, frame in sys._current_frames().items():
+    for thread_id, top in sys._current_frames().items():
+        frame: types.FrameType | None = top
         while frame is not None:
             # Module-level frames' locals are the module's globals, named above already (None).
             if id(frame) not in skip_frames and not frame.f_code.co_filename.startswith(_PACKAGE_DIR):
@@ -109,13 +113,13 @@ def _roots(skip_frames, user_only: bool):
             frame = frame.f_back
 
 
-def who_holds(target, *, max_paths: int = 3, timeout: float = 5.0) -> list[OwnerPath]:
+def who_holds(target: Any, *, max_paths: int = 3, timeout: float = 5.0) -> list[OwnerPath]:
     """Up to max_paths shortest paths from a root (module global, local of a live frame, class
     attribute) to `target`: a tensor, or a (device, address) pair meaning the storage that contains
     that address. The caller's own references are not owners. str() of each path reads as
     `__main__.HISTORY[7].logits  → Tensor 32.0 MiB f32 [4, 256, 8192] cuda:0`."""
     deadline = time.monotonic() + timeout
-    caller = sys._getframe(1)
+    caller: types.FrameType | None = sys._getframe(1)
     while caller is not None and caller.f_code.co_filename.startswith(_PACKAGE_DIR):
         caller = caller.f_back  # called through vramscope (explain()): the user's frame is the caller
     # Looking at every object (deprecated module attributes too) must not warn the user.
@@ -129,8 +133,8 @@ def who_holds(target, *, max_paths: int = 3, timeout: float = 5.0) -> list[Owner
         return holders_of(targets, skip_frames, max_paths, deadline)
 
 
-def holders_of(targets: list, skip_frames: set, max_paths: int, deadline: float,
-               describe=describe_tensor) -> list[OwnerPath]:
+def holders_of(targets: list[Any], skip_frames: set[int], max_paths: int, deadline: float,
+               describe: Describe = describe_tensor) -> list[OwnerPath]:
     """One search for all targets (tensors, or any object: a CuPy or JAX array; `describe` names one
     at a path's end): paths to whichever of them the roots reach first. A cycle is named only when no
     root reaches them (no module, no frame of any thread, no global): a tensor a root keeps may also
@@ -155,26 +159,26 @@ class _TargetEdges:
     shape and strides) standing for that target. An autograd node hands out its saved tensors as new
     objects at every access (a saved output always): never the target's identity."""
 
-    def __init__(self, target_ids: dict):
+    def __init__(self, target_ids: dict[int, Any]):
         import torch
 
         self._tensor = torch.Tensor
-        self._targets_by_view = {}
+        self._targets_by_view: dict[tuple[object, ...], Any] = {}
         for t in target_ids.values():
             if issubclass(type(t), torch.Tensor):  # only a tensor has copies that stand for it
                 self._targets_by_view.setdefault(self._key(t), t)
 
-    def __call__(self, obj) -> list:
+    def __call__(self, obj: object) -> list[tuple[str, object]]:
         return [(label, self._as_target(child)) for label, child in _safe_edges(obj)]
 
-    def children(self, obj) -> list:
+    def children(self, obj: object) -> list[object]:
         return [child for _, child in self(obj)]
 
     @staticmethod
-    def _key(t) -> tuple:
+    def _key(t: Any) -> tuple[object, ...]:
         return t.device, t.data_ptr(), tuple(t.shape), t.stride()
 
-    def _as_target(self, child):
+    def _as_target(self, child: object) -> object:
         if not issubclass(type(child), self._tensor):
             return child
         try:
@@ -183,36 +187,40 @@ class _TargetEdges:
             return child
 
 
-def _breadth_first(roots, target_ids: dict, max_paths: int, deadline: float, describe=describe_tensor,
+def _breadth_first(roots: Iterable[tuple[str, object]], target_ids: dict[int, Any], max_paths: int, deadline: float,
+                   describe: Describe = describe_tensor,
                    by_view: bool = True) -> list[OwnerPath]:
     """The walk itself runs in C++ (_core.reference_walk); only the hops of the paths it returns
     are named here. by_view: a target's saved copies count as the target (_TargetEdges)."""
-    roots = list(roots)  # also closes the generator, which would otherwise hold our frames
+    root_list = list(roots)  # also closes the generator, which would otherwise hold our frames
     # Held until the walk ends: an id is only an object's while it lives, and vars() of what is not
     # a module (a lazy proxy in sys.modules) makes a new dict whose address a node the walk creates
     # may take, and then be skipped.
     module_dicts = [_namespace(m) for m in list(sys.modules.values()) if m is not None]
-    skip = {id(d) for d in module_dicts if d is not None} | {id(sys.modules), id(roots), id(target_ids)}
+    skip = {id(d) for d in module_dicts if d is not None} | {id(sys.modules), id(root_list), id(target_ids)}
     edges_of = _TargetEdges(target_ids if by_view else {})
-    chains = _core.reference_walk(roots, set(target_ids), _EXTRA_TYPES, edges_of.children, skip, max_paths,
-                                  max(0.0, deadline - time.monotonic()))
+    # The binding returns [(root label, [objects])] (explain/reference_walk.h).
+    chains = cast("list[tuple[str, list[object]]]",
+                  _core.reference_walk(root_list, set(target_ids), _EXTRA_TYPES, edges_of.children, skip, max_paths,
+                                       max(0.0, deadline - time.monotonic())))
     return [OwnerPath(label, _name_hops(chain, edges_of), describe(chain[-1])) for label, chain in chains]
 
 
-def _namespace(module):
+def _namespace(module: object) -> dict[str, Any] | None:
     try:
         return vars(module)
     except TypeError:  # an object in sys.modules without a __dict__
         return None
 
 
-def _name_hops(chain: list, edges_of) -> list[str]:
+def _name_hops(chain: list[object], edges_of: _TargetEdges) -> list[str]:
     """Labels for parent → child hops. gc's edges pass through objects Python spelling skips
     (an instance's __dict__, a closure's cell, a module's _modules dict): a label that reaches a
     later object of the chain directly stands for the hops in between."""
-    labels, i = [], 0
+    labels: list[str] = []
+    i = 0
     while i < len(chain) - 1:
-        reachable = {}
+        reachable: dict[int, str] = {}
         for label, child in edges_of(chain[i]):
             reachable.setdefault(id(child), label)
         for skip in (1, 2, 3):
@@ -226,7 +234,7 @@ def _name_hops(chain: list, edges_of) -> list[str]:
     return labels
 
 
-def _in_gc_cycle(targets, max_paths: int, describe) -> list[OwnerPath]:
+def _in_gc_cycle(targets: list[Any], max_paths: int, describe: Describe) -> list[OwnerPath]:
     """Collects with DEBUG_SAVEALL, so what only a cycle keeps stays visible; then frees it."""
     flags = gc.get_debug()
     gc.set_debug(flags | gc.DEBUG_SAVEALL)
@@ -236,7 +244,7 @@ def _in_gc_cycle(targets, max_paths: int, describe) -> list[OwnerPath]:
         gc.garbage.clear()
     finally:
         gc.set_debug(flags)
-    found = []
+    found: list[OwnerPath] = []
     ids = {id(t) for t in targets}
     garbage_ids = {id(o): o for o in garbage}
     for holder in garbage:
@@ -253,9 +261,9 @@ def _in_gc_cycle(targets, max_paths: int, describe) -> list[OwnerPath]:
     return found
 
 
-def _cycle_through(start, members: dict) -> list:
+def _cycle_through(start: object, members: dict[int, object]) -> list[object]:
     """The objects of the cycle start is part of (breadth-first back to start)."""
-    parent = {id(start): None}
+    parent: dict[int, object | None] = {id(start): None}
     queue = deque([start])
     while queue:
         obj = queue.popleft()
@@ -271,7 +279,7 @@ def _cycle_through(start, members: dict) -> list:
     return [start]
 
 
-def _autograd_cycle(targets, deadline: float) -> list[OwnerPath]:
+def _autograd_cycle(targets: list[Any], deadline: float) -> list[OwnerPath]:
     """A tensor reachable from itself through its autograd graph: gc cannot see those edges."""
     for t in targets:
         # Identity only: a node keeps its own output saved without the grad_fn, which is no cycle.
@@ -285,7 +293,7 @@ def _autograd_cycle(targets, deadline: float) -> list[OwnerPath]:
     return []
 
 
-def _safe_edges(obj):
+def _safe_edges(obj: object) -> list[tuple[str, object]]:
     try:
         return list(edges(obj))
     except Exception:

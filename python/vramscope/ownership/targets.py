@@ -13,12 +13,14 @@ from __future__ import annotations
 import gc
 import sys
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable, Iterator
 
 from .. import _core
 from .._core import format_bytes
 from .blocks import in_blocks
 from .paths import OwnerPath, describe_tensor
+
+Block = tuple[int, int]  # (address, size)
 
 # The holder names analysis/libraries.cpp gives the libraries whose memory Python objects stand for.
 TORCH, NCCL, CUPY, JAX = "torch", "NCCL", "CuPy", "JAX/XLA"
@@ -30,20 +32,20 @@ class Targets:
     and its bytes (`nbytes`: the search looks for the bulk of them); `missing`, the answer when there
     are none. `known`: an answer no search is needed for (a registry that holds them all)."""
 
-    objects: list
+    objects: list[Any]
     missing: str
-    describe: Callable[[object], str] = describe_tensor
-    nbytes: Callable[[object], int] = lambda t: t.untyped_storage().nbytes()
+    describe: Callable[[Any], str] = describe_tensor
+    nbytes: Callable[[Any], int] = lambda t: int(t.untyped_storage().nbytes())
     known: list[OwnerPath] = field(default_factory=list)
 
 
-def memory_of(leak: dict) -> str:
+def memory_of(leak: dict[str, Any]) -> str:
     """A leak's memory; findings and live lines from before memory outside torch's allocator was
     seen have none, and were torch's."""
-    return leak.get("memory", _core.Memory.torch.spelling)
+    return str(leak.get("memory", _core.Memory.torch.spelling))
 
 
-def targets_of(leak: dict, blocks: list, device_type: str) -> Targets:
+def targets_of(leak: dict[str, Any], blocks: list[Block], device_type: str) -> Targets:
     """The rule for this leak's memory and library, applied to its (address, size) blocks."""
     memory, library = memory_of(leak), leak.get("library", "")
     if memory == _core.Memory.torch.spelling:
@@ -56,12 +58,12 @@ def targets_of(leak: dict, blocks: list, device_type: str) -> Targets:
     return rule(blocks) if rule is not None else own_allocations(library)
 
 
-def torch_tensors(device: int, blocks: list, device_type: str = "cuda") -> Targets:
+def torch_tensors(device: int, blocks: list[Block], device_type: str = "cuda") -> Targets:
     """Tensors on the leak's device whose storage starts in a block. `device_type` "cpu": the blocks
     of a live-tensor capture, which has no device number of its own."""
     import torch
 
-    def candidates():
+    def candidates() -> Iterator[tuple[Any, int]]:
         for obj in gc.get_objects():
             # type(), not isinstance(): a dead weakref proxy raises ReferenceError on __class__.
             if not issubclass(type(obj), torch.Tensor):
@@ -77,12 +79,12 @@ def torch_tensors(device: int, blocks: list, device_type: str = "cuda") -> Targe
                    "no live tensor of this leak was found from Python (freed since, or held by C++ state)")
 
 
-def pinned_tensors(blocks: list) -> Targets:
+def pinned_tensors(blocks: list[Block]) -> Targets:
     """CPU tensors in page-locked memory (torch's host allocator: pin_memory=True, .pin_memory(), a
     DataLoader's pinned batches) whose storage starts in a block."""
     import torch
 
-    def candidates():
+    def candidates() -> Iterator[tuple[Any, int]]:
         for obj in gc.get_objects():
             if not issubclass(type(obj), torch.Tensor):
                 continue
@@ -92,9 +94,9 @@ def pinned_tensors(blocks: list) -> Targets:
             except Exception:
                 continue
 
-    def pinned(t) -> bool:
+    def pinned(t: Any) -> bool:
         try:
-            return t.is_pinned()
+            return bool(t.is_pinned())
         except Exception:  # a tensor subclass that cannot say
             return False
 
@@ -103,7 +105,7 @@ def pinned_tensors(blocks: list) -> Targets:
                    describe=lambda t: describe_tensor(t) + " pinned")
 
 
-def cupy_arrays(blocks: list) -> Targets:
+def cupy_arrays(blocks: list[Block]) -> Targets:
     """cupy.ndarray objects whose memory starts in a block: a block is what CuPy's memory pool took
     from the driver, and an array lies inside one. Device pointers are unique in the process (CUDA's
     unified addressing), so the address alone says which block."""
@@ -111,7 +113,7 @@ def cupy_arrays(blocks: list) -> Targets:
     if cupy is None:
         return Targets([], "CuPy is not imported in this process, so its arrays cannot be looked at")
 
-    def candidates():
+    def candidates() -> Iterator[tuple[Any, int]]:
         for obj in gc.get_objects():
             if issubclass(type(obj), cupy.ndarray):
                 try:
@@ -122,17 +124,17 @@ def cupy_arrays(blocks: list) -> Targets:
     return Targets(in_blocks(blocks, candidates()),
                    "no live CuPy array of this leak was found from Python (freed since, or kept by CuPy's memory "
                    "pool: cupy.get_default_memory_pool().free_all_blocks() gives cached blocks back)",
-                   describe=describe_cupy, nbytes=lambda a: a.nbytes)
+                   describe=describe_cupy, nbytes=lambda a: int(a.nbytes))
 
 
-def jax_arrays(blocks: list) -> Targets:
+def jax_arrays(blocks: list[Block]) -> Targets:
     """jax.Array objects with a shard whose buffer starts in a block (jax.live_arrays(): every array
     the client holds)."""
     jax = sys.modules.get("jax")
     if jax is None:
         return Targets([], "JAX is not imported in this process, so its arrays cannot be looked at")
 
-    def candidates():
+    def candidates() -> Iterator[tuple[Any, int]]:
         for array in jax.live_arrays():
             try:
                 for shard in array.addressable_shards:
@@ -142,7 +144,7 @@ def jax_arrays(blocks: list) -> Targets:
 
     return Targets(in_blocks(blocks, candidates()),
                    "no live JAX array of this leak was found from Python (freed since, or kept by XLA's allocator)",
-                   describe=describe_jax, nbytes=lambda a: a.nbytes)
+                   describe=describe_jax, nbytes=lambda a: int(a.nbytes))
 
 
 def process_groups(backend: str) -> Targets:
@@ -175,10 +177,10 @@ def own_allocations(library: str) -> Targets:
     return Targets([], f"held by {library}'s own allocations: no Python object maps to them")
 
 
-def describe_cupy(a) -> str:
+def describe_cupy(a: Any) -> str:
     return f"cupy.ndarray {format_bytes(a.nbytes)} {a.dtype} {list(a.shape)} cuda:{a.device.id}"
 
 
-def describe_jax(a) -> str:
+def describe_jax(a: Any) -> str:
     devices = ", ".join(sorted(str(d) for d in a.devices()))
     return f"jax.Array {format_bytes(a.nbytes)} {a.dtype} {list(a.shape)} {devices}"

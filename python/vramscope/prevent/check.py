@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import types
+from typing import Any, Callable, Literal
 
 from .. import _core
 from ..capture import Capture, LeakError, Source
@@ -53,7 +55,8 @@ class LeakCheck:
     def __enter__(self) -> "LeakCheck":
         return self.start()
 
-    def __exit__(self, exc_type, exc, tb):
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: types.TracebackType | None) -> Literal[False]:
         self.stop()
         if exc_type is None:
             self.raise_failures()
@@ -79,6 +82,8 @@ class LeakCheck:
 
     def stop(self) -> Judged:
         capture, self._capture = self._capture, None
+        if capture is None:
+            raise RuntimeError("LeakCheck.stop() without start()")
         capture.stop()
         findings = capture.findings
         problem = capture.off_reason or ("" if findings is not None else "nothing was allocated")
@@ -90,7 +95,7 @@ class LeakCheck:
             self.trace = None
         return self.judged
 
-    def _peak(self, findings: dict | None) -> int:
+    def _peak(self, findings: dict[str, Any] | None) -> int:
         """Peak allocated: the allocator's own count with CUDA (what the capture began with included);
         the live tensors' peak from the replay without."""
         if self._torch_cuda is not None:
@@ -111,7 +116,7 @@ class LeakCheck:
             raise RAISED[self.failures[0].broken](message)
 
 
-def assert_no_leak(fn=None, *, steps: int = STEPS, warmup: int = WARMUP, limit: str | int = "1 MiB",
+def assert_no_leak(fn: Callable[[], object] | None = None, *, steps: int = STEPS, warmup: int = WARMUP, limit: str | int = "1 MiB",
                    peak_limit: str | int | None = None) -> LeakCheck | None:
     """Calls `fn()` warmup + steps times, a step each, and raises LeakError (an AssertionError) whose
     message is the finding when a site's memory grows by more than `limit` a step. Without `fn`, the

@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import os
 from dataclasses import dataclass
+from typing import Any
 
 from .. import _core
 from ..capture import Source
@@ -34,7 +35,7 @@ class Judged:
     """One capture, analysed: the findings (docs/findings.md), what was recorded, the peak."""
 
     source: Source
-    findings: dict | None  # None: nothing was captured, `problem` says why
+    findings: dict[str, Any] | None  # None: nothing was captured, `problem` says why
     peak_allocated: int = 0
     problem: str = ""
 
@@ -57,7 +58,7 @@ class Failure:
     text: str  # what the report says
 
 
-def leaks_over(judged: Judged, limit: int) -> list[dict]:
+def leaks_over(judged: Judged, limit: int) -> list[dict[str, Any]]:
     """The leaking sites (the judge's verdict) whose bytes/step exceed the limit."""
     return [leak for leak in (judged.findings or {}).get("leaks", []) if leak["bytes_per_step"] > limit]
 
@@ -80,7 +81,7 @@ def failures(judged: Judged, *, leak_limit: int | None = None, memory_limit: int
     return out
 
 
-def peak_report(findings: dict) -> str:
+def peak_report(findings: dict[str, Any]) -> str:
     """What the peak held (docs/findings.md, the peak): where it fell, its largest categories, modules
     and sites; empty for findings without one."""
     peaks = findings.get("peak") or []
@@ -101,7 +102,7 @@ def peak_report(findings: dict) -> str:
     return "\n".join(lines)
 
 
-def leak_report(leak: dict, limit: int, judged: Judged) -> str:
+def leak_report(leak: dict[str, Any], limit: int, judged: Judged) -> str:
     """A leaking site as a failing test shows it: rate, site, stream, stack, who holds it."""
     site = leak["site"]
     where = f"{os.path.basename(site['file'])}:{site['line']} {site['function']}"

@@ -14,6 +14,8 @@ only its peak is limited.
 
 from __future__ import annotations
 
+from typing import Any, Iterable, Iterator, TypeVar
+
 import pytest
 
 from .. import _core
@@ -22,16 +24,17 @@ from .limits import parse_size
 
 LEAKS_MARKER = "limit_gpu_leaks"
 MEMORY_MARKER = "limit_gpu_memory"
+T = TypeVar("T")
 
 
-def pytest_addoption(parser):
+def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("vramscope", "GPU memory leaks (vramscope)")
     group.addoption("--vramscope", action="store_true", default=False,
                     help="hold tests marked limit_gpu_leaks / limit_gpu_memory to their limits")
     parser.addini("vramscope", type="bool", default=False, help="the same as --vramscope")
 
 
-def pytest_configure(config):
+def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"{LEAKS_MARKER}(limit, steps={STEPS}, warmup={WARMUP}): fail when an "
                             "allocation site's surviving memory grows by more than `limit` a step (with --vramscope)")
     config.addinivalue_line("markers", f"{MEMORY_MARKER}(limit): fail when the peak allocated memory is over "
@@ -45,14 +48,14 @@ def pytest_configure(config):
 class UncheckedMarkers:
     """Without --vramscope the markers do nothing: one line at the end says so, never a silent pass."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.marked = 0
 
-    def pytest_collection_modifyitems(self, items):
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         self.marked = sum(1 for item in items if item.get_closest_marker(LEAKS_MARKER) or
                           item.get_closest_marker(MEMORY_MARKER))
 
-    def pytest_terminal_summary(self, terminalreporter):
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         if self.marked:
             terminalreporter.write_line(f"vramscope: {self.marked} test(s) marked {LEAKS_MARKER} or {MEMORY_MARKER} "
                                         "were not checked (run pytest with --vramscope)")
@@ -62,10 +65,10 @@ class StepMarkers:
     """What `vram_steps` gives a test: `for x in vram_steps(items)` ends a step after each item (an int
     n: range(n)); the plugin points it at the check it runs, if any."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.check: LeakCheck | None = None
 
-    def __call__(self, items):
+    def __call__(self, items: int | Iterable[T]) -> Iterator[int | T]:
         for item in range(items) if isinstance(items, int) else items:
             yield item
             if self.check is not None:
@@ -78,11 +81,11 @@ def vram_steps() -> StepMarkers:
 
 
 class LimitsPlugin:
-    def __init__(self):
+    def __init__(self) -> None:
         self.outcomes: list[str] = []  # a line per marked test, for the summary
 
     @pytest.hookimpl(hookwrapper=True)
-    def pytest_pyfunc_call(self, pyfuncitem):
+    def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> Iterator[None]:
         leaks = pyfuncitem.get_closest_marker(LEAKS_MARKER)
         memory = pyfuncitem.get_closest_marker(MEMORY_MARKER)
         if leaks is None and memory is None:
@@ -104,7 +107,7 @@ class LimitsPlugin:
         markers = pyfuncitem.funcargs.get("vram_steps")
         test = pyfuncitem.obj
 
-        def measured(**kwargs):
+        def measured(**kwargs: Any) -> None:
             __tracebackhide__ = True
             check.start()
             try:
@@ -130,7 +133,7 @@ class LimitsPlugin:
         finally:
             pyfuncitem.obj = test
 
-    def pytest_terminal_summary(self, terminalreporter):
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         if not self.outcomes:
             return
         terminalreporter.write_sep("=", "vramscope")
@@ -143,14 +146,16 @@ def _outcome(check: LeakCheck) -> str:
     if check.failures:
         return check.failures[0].text.splitlines()[0]
     judged = check.judged
+    if judged is None:
+        return "not judged"
     said = f"peak {_core.format_bytes(judged.peak_allocated)} ({judged.how})"
     if check.limit is not None:
-        worst = max((leak["bytes_per_step"] for leak in judged.findings["leaks"]), default=0)
+        worst = max((leak["bytes_per_step"] for leak in (judged.findings or {}).get("leaks", [])), default=0)
         said = (f"leaks +{_core.format_bytes(worst)}/step, within the limit" if worst else "no leak") + "; " + said
     return said
 
 
-def _limit(marker) -> int | None:
+def _limit(marker: pytest.Mark | None) -> int | None:
     """The marker's limit in bytes; a bad size is an error naming the marker. None is refused: it
     would switch the check off, and a leaking test would pass."""
     if marker is None:
@@ -160,7 +165,7 @@ def _limit(marker) -> int | None:
     return parse_size(marker.args[0], marker.name)
 
 
-def _steps(value, keyword: str) -> int:
+def _steps(value: object, keyword: str) -> int:
     """A marker's steps or warmup: a whole number, named with its marker when it is not one."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise TypeError(f"{LEAKS_MARKER}: {keyword}={value!r} is not a whole number of steps")

@@ -30,7 +30,8 @@ namespace vramscope {
 namespace {
 
 // Events the reader hands the replay at a time: 32 KiB, read back from the first-level cache
-// instead of from the 10 MB of events a 1 MiB chunk decodes to (t1: -10 % time).
+// instead of from the 10 MB of events a 1 MiB chunk decodes to (a tenth off the time of
+// docs/benchmarks.md's analysis-10m-events).
 constexpr size_t kEventsInCache = 1024;
 
 // A site the judge reads: one that left survivors, or whose holdings rose.

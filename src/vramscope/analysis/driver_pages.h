@@ -6,7 +6,7 @@
 // What one allocation may show on NVML beyond its own bytes, at most: the rest of its last page
 // when it is larger than half a page (no other allocation fits beside it there), else nothing, since
 // small ones share pages (cuSOLVER's 96.1 MiB of workspace, taken in many pieces, read 96.0 MiB on
-// NVML: docs/benchmarks.md, stop 32). Only the calls that map pages of their own: a pool's
+// NVML on an H200). Only the calls that map pages of their own: a pool's
 // allocations (cuMemAllocAsync, cuMemAllocFromPoolAsync) share the pool's, cuMemCreate's handles
 // come in whole pages, and managed memory is not the device's alone.
 #pragma once

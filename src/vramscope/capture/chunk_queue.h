@@ -10,8 +10,8 @@
 // Why the writer asks for the next item's lines ahead: a reused chunk's lines were last read by
 // the reader, on another core, and a store to such a line must first take it back from there.
 // The hook's caller, torch's allocator, releases its lock soon after the hook, and a lock release
-// waits for that store: 76 to 93 ns an event on the H200 hosts, waited for inside the hook
-// (bench/hook_in_situ.py --fence), 23 to 25 ns with the line asked for at the previous push, which
+// waits for that store: 76 to 93 ns an event on the H200 hosts, waited for inside the hook (an
+// mfence after the sink's stores, timed around the call), 23 to 25 ns with the line asked for at the previous push, which
 // is the writer's by the time the next event comes (microseconds later in a training step).
 #pragma once
 #include <atomic>
