@@ -8,6 +8,8 @@ BACKWARD_ANNOTATION: str = 'vramscope.backward'
 
 BACKWARD_UNIT_MARKER: str = 'backward'
 
+MODULE_ANNOTATION_PREFIX: str = 'vramscope.module '
+
 class EventKind(enum.Enum):
     alloc = 0
 

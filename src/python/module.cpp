@@ -482,6 +482,8 @@ NB_MODULE(_core, m) {
     m.attr("BACKWARD_ANNOTATION") = std::string(kBackwardAnnotation);
     // The name of the unit marker a backward's end writes (analysis/within_step.h).
     m.attr("BACKWARD_UNIT_MARKER") = std::string(kBackwardUnitMarker);
+    // What the annotation around a module call begins with, before its instance path (analysis/peak.h).
+    m.attr("MODULE_ANNOTATION_PREFIX") = std::string(kModuleAnnotationPrefix);
     // Retired recorders are kept to the end on purpose (a late allocator callback may reach one):
     // nanobind would list them as leaks at exit, in the user's output.
     nb::set_leak_warnings(false);

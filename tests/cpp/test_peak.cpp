@@ -167,6 +167,43 @@ TEST(Peak, PerfettosCategoryCountersAtThePeakAreThePeaksCategories) {
     }
 }
 
+// With module paths recorded (a capture's opt-in), two instances of one class are told apart, a
+// module's own bytes go to the innermost module open, and a block allocated outside any call falls
+// back to the class its stack names.
+TEST(Peak, ModulePathsTellInstancesOfOneClassApart) {
+    TraceBuilder b;
+    const uint32_t mlp = b.stack({{"/usr/lib/python3/site-packages/torch/nn/modules/linear.py", 134, "Linear.forward"},
+                                  {"/home/u/model.py", 40, "MLP.forward"},
+                                  {"/home/u/train.py", 25, "train"}});
+    const uint32_t loose = b.stack({{"/home/u/model.py", 60, "Net.forward"}, {"/home/u/train.py", 25, "train"}});
+    b.segment(0x1000000000, 1ull << 32);
+    const std::string net = std::string(kModuleAnnotationPrefix) + "Net";
+    const std::string layer0 = std::string(kModuleAnnotationPrefix) + "Net.layers.0.mlp";
+    const std::string layer1 = std::string(kModuleAnnotationPrefix) + "Net.layers.1.mlp";
+    b.annotation(EventKind::annotation_start, net.c_str());
+    b.annotation(EventKind::annotation_start, layer0.c_str());
+    b.alloc(0x1000000000, 16 * MiB, mlp);
+    b.annotation(EventKind::annotation_end, layer0.c_str());
+    b.annotation(EventKind::annotation_start, layer1.c_str());
+    b.alloc(0x1002000000, 32 * MiB, mlp);
+    b.annotation(EventKind::annotation_start, layer1.c_str());  // a call that raised: never closed
+    b.annotation(EventKind::annotation_end, layer1.c_str());
+    b.annotation(EventKind::annotation_end, layer1.c_str());
+    b.alloc(0x1004000000, 8 * MiB, loose);
+    b.annotation(EventKind::annotation_end, net.c_str());
+    b.alloc(0x1006000000, 4 * MiB, mlp);  // outside any call: its stack's class
+    b.step();
+    const Findings f = analyze(b.t);
+    const DevicePeak& p = peak_of(f);
+    ASSERT_EQ(p.modules.size(), 4u);
+    EXPECT_EQ(p.modules[0].module, "Net.layers.1.mlp");
+    EXPECT_EQ(p.modules[0].bytes, 32 * MiB);
+    EXPECT_EQ(p.modules[1].module, "Net.layers.0.mlp");
+    EXPECT_EQ(p.modules[2].module, "Net");
+    EXPECT_EQ(p.modules[3].module, "MLP");
+    EXPECT_EQ(p.module, "MLP");  // the allocation that made the peak
+}
+
 TEST(Peak, BytesAreToldByTheModuleWhoseForwardAllocatedThem) {
     TraceBuilder b;
     // A Linear's output inside the model's MLP is the MLP's; a bare Linear's is Linear's.

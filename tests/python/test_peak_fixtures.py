@@ -137,3 +137,54 @@ def test_the_same_leak_inside_a_step_is_found_on_the_cpu(cpu_recordings):
 
 def test_every_scenario_has_its_recording():
     assert sorted(p.name.removesuffix(".truth.json") for p in (DATA / "peak").glob("*.truth.json")) == sorted(_recorder().SCENARIOS)
+
+
+MODULE_PATHS = """
+import json, sys, torch
+from vramscope.capture.session import Capture, Source
+
+class MLP(torch.nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.up, self.down = torch.nn.Linear(64, width), torch.nn.Linear(width, 64)
+
+    def forward(self, x):
+        return self.down(self.up(x).relu())
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([MLP(256), MLP(1024)])  # one class, two sizes
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+model = Net()
+opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+with Capture(sys.argv[1], source=Source.live_tensors, summary=False, live_warnings=False,
+             module_paths=sys.argv[2] == "on") as capture:
+    for _ in range(4):
+        model(torch.randn(512, 64)).square().mean().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+print(json.dumps(capture.findings["peak"][0]["modules"]))
+"""
+
+
+@pytest.mark.parametrize("paths", ["on", "off"])
+def test_module_paths_name_each_instance_at_the_peak_and_without_them_its_class(tmp_path, paths):
+    """Opt-in: a hook on every module call names each instance; without it, the class in the stack."""
+    proc = subprocess.run([sys.executable, "-c", MODULE_PATHS, str(tmp_path / "modules.vscope"), paths],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    modules = {m["module"]: m["bytes"] for m in json.loads(proc.stdout.splitlines()[-1])}
+    if paths == "off":
+        assert "MLP" in modules and not any(name.startswith("Net.layers") for name in modules), modules
+        return
+    # The peak falls in backward: each MLP's own forward (its relu) keeps its output for backward,
+    # 512 rows of its width in float32; the Linears inside it are modules of their own.
+    assert modules.get("Net.layers.1") == 512 * 1024 * 4, modules
+    assert modules.get("Net.layers.0") == 512 * 256 * 4, modules
+    assert "Net.layers.1.up" in modules and "MLP" not in modules, modules

@@ -75,6 +75,12 @@ def driver_wanted(driver: bool | None) -> bool:
     return driver if driver is not None else os.environ.get("VRAMSCOPE_DRIVER", "1") != "0"
 
 
+def module_paths_wanted(module_paths: bool | None) -> bool:
+    """Module instance paths are recorded when the caller or VRAMSCOPE_MODULE_PATHS=1 asks (a hook on
+    every module call: docs/benchmarks.md's module-paths figure is its cost)."""
+    return module_paths if module_paths is not None else os.environ.get("VRAMSCOPE_MODULE_PATHS", "0") == "1"
+
+
 def cupti_dirs(torch: Any) -> list[str]:
     """The folders of torch's wheel that ship libcupti (nvidia/cu13/lib, nvidia/cuda_cupti/lib): the
     copy that matches the torch that profiles, searched before the loader's path."""

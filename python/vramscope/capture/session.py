@@ -13,6 +13,7 @@ import contextlib
 import enum
 import functools
 import os
+import threading
 import types
 import weakref
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Literal
@@ -92,7 +93,7 @@ class Capture:
                  summary: bool = True, live_warnings: bool = True, device_memory: int = 0, shared_name: bool = True,
                  explain: bool = True, explain_budget: float | None = None, analyse_at_end: bool = True,
                  source: Source | None = None, warmup: int = -1, optimizer_steps: bool = True,
-                 max_steps: int = 0, driver: bool | None = None):
+                 max_steps: int = 0, driver: bool | None = None, module_paths: bool | None = None):
         self.requested_path = os.fspath(path)
         self.path: str | None = None  # the file actually written (rank in its name)
         self.fail_on_leak = fail_on_leak
@@ -108,6 +109,12 @@ class Capture:
         self.max_steps = max_steps  # > 0: the process ends after this many steps (StepLimitReached)
         # Memory outside torch's allocator through CUPTI (on unless driver=False or VRAMSCOPE_DRIVER=0).
         self.driver = described.driver_wanted(driver)
+        # Each module call named by its instance path (model.layers.3.mlp) for the peak by module: off
+        # unless module_paths=True or VRAMSCOPE_MODULE_PATHS=1, as it hooks every module call.
+        self.module_paths = described.module_paths_wanted(module_paths)
+        self._module_names: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+        self._modules_open: list[Any] = []  # the module calls in progress on the thread that started it
+        self._thread: threading.Thread | None = None
         self.allocations = 0  # allocation events captured
         # Who holds each leak: searched on the training thread at the step a leak is confirmed, while
         # the loop's frames and locals live, and again at the end if its tensors are still there.
@@ -160,12 +167,15 @@ class Capture:
             if _active is not None:
                 return self._off("a capture is already running in this process; this one is ignored", "nested")
             _active = _last = self
+            self._thread = threading.current_thread()
             self._undo += self._steps.install()
             self._undo.append(torch_hooks.on_backward(self._on_backward_begins, self._on_backward))
             self._undo.append(torch_hooks.on_optimizer_step_begins(self._on_optimizer_step_begins))
             self._undo.append(torch_hooks.on_first_forward(self._on_first_forward))
             self._undo.append(torch_hooks.on_stream_created(self._on_stream))
             self._undo.append(torch_hooks.on_out_of_memory(self._on_oom))
+            if self.module_paths:
+                self._undo.append(torch_hooks.on_module_calls(self._on_module_enter, self._on_module_leave))
             ref = weakref.ref(self)
             if hasattr(os, "register_at_fork"):
                 os.register_at_fork(after_in_child=lambda: None if (c := ref()) is None else c._forked())
@@ -469,6 +479,42 @@ class Capture:
             name = type(optimizer).__name__
             recorder.marker(_core.EventKind.annotation_start, f"Optimizer.step#{name}.step")
 
+    # Module paths (opt-in): an annotation opened and closed around each module call, named by the
+    # module's instance path (analysis/peak.h ModuleStack reads them back).
+    def _module_annotation(self, module: Any) -> str:
+        name = self._module_names.get(module)
+        if name is None:
+            # A module first seen: its path under the innermost call in progress, else it is a root
+            # and every module below it is named at once, by torch's own dotted names.
+            parent = self._modules_open[-1] if self._modules_open else None
+            if parent is None:
+                root = type(module).__name__
+                for dotted, child in module.named_modules():
+                    self._module_names.setdefault(child, _core.MODULE_ANNOTATION_PREFIX + (f"{root}.{dotted}" if dotted else root))
+            else:
+                under = self._module_annotation(parent)
+                child = next((n for n, m in parent.named_children() if m is module), type(module).__name__)
+                self._module_names[module] = f"{under}.{child}"
+            name = self._module_names[module]
+        return name
+
+    def _on_module_enter(self, module: Any) -> None:
+        recorder = self._recorder
+        if recorder is None or threading.current_thread() is not self._thread:
+            return
+        try:
+            recorder.marker(_core.EventKind.annotation_start, self._module_annotation(module))
+            self._modules_open.append(module)
+        except Exception as e:
+            self._step_aside(f"capture stopped at a module call ({type(e).__name__}: {e})")
+
+    def _on_module_leave(self, module: Any) -> None:
+        recorder = self._recorder
+        if recorder is None or not self._modules_open or self._modules_open[-1] is not module:
+            return
+        self._modules_open.pop()
+        recorder.marker(_core.EventKind.annotation_end, self._module_names[module])
+
     def _on_stream(self, handle: int, label: str) -> None:
         recorder = self._recorder
         if recorder is not None:
@@ -495,17 +541,19 @@ class Capture:
 
 def track(path: str | os.PathLike[str] = "vramscope.vscope", *, fail_on_leak: bool = False, summary: bool = True,
           live_warnings: bool = True, device_memory: int = 0, explain: bool = True, explain_budget: float | None = None,
-          driver: bool | None = None) -> Capture:
+          driver: bool | None = None, module_paths: bool | None = None) -> Capture:
     """Capture GPU memory events of the code in the `with` block to `path` (rank in the name under
     torchrun). Steps come from torch.optim; warns as soon as a leak is confirmed and, with explain,
     finds who holds it right then (one search per new leak, at most explain_budget seconds, default
     VRAMSCOPE_EXPLAIN_BUDGET or 5); prints the analysis at the end. Memory outside torch's allocator
     (libraries' device memory, pinned host memory) is captured through CUPTI unless driver=False or
     VRAMSCOPE_DRIVER=0, and NVML's figure for the process is read at step ends. Without CUDA it
-    records the tensors this thread creates instead (live tensors), and says so. Never breaks the run:
-    on any fault it warns once and steps aside."""
+    records the tensors this thread creates instead (live tensors), and says so. With module_paths
+    (or VRAMSCOPE_MODULE_PATHS=1) the peak by module names instances (model.layers.3.mlp), at the
+    cost of a hook on every module call. Never breaks the run: on any fault it warns once and steps aside."""
     return Capture(path, fail_on_leak=fail_on_leak, summary=summary, live_warnings=live_warnings,
-                   device_memory=device_memory, explain=explain, explain_budget=explain_budget, driver=driver)
+                   device_memory=device_memory, explain=explain, explain_budget=explain_budget, driver=driver,
+                   module_paths=module_paths)
 
 
 def step() -> None:

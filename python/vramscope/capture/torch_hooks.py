@@ -159,6 +159,26 @@ def on_first_forward(callback: Callable[[], bool]) -> Undo:
     return remove
 
 
+def on_module_calls(enter: Callable[[Any], None], leave: Callable[[Any], None]) -> Undo:
+    """Around every module call: enter(module) before its forward runs, leave(module) once it returned
+    or raised (global forward hooks: every module call then takes torch's slower path)."""
+    from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+
+    def before(module: Any, args: Any) -> None:
+        enter(module)
+
+    def after(module: Any, args: Any, output: Any) -> None:
+        leave(module)
+
+    handles = [register_module_forward_pre_hook(before), register_module_forward_hook(after, always_call=True)]
+
+    def remove() -> None:
+        for handle in handles:
+            handle.remove()
+
+    return remove
+
+
 def on_backward(begins: Callable[[], None], ended: Callable[[], None]) -> Undo:
     """Around each torch.autograd.backward (which Tensor.backward and accelerate call): begins()
     before it runs, ended() once it returned."""

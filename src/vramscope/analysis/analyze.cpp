@@ -573,7 +573,7 @@ void describe_peaks(Replay& r, Findings& f, const SiteTotals& totals, const std:
         std::vector<PeakMember> at_end;
         for (const LiveAlloc& a : live) {
             if (a.device != device || a.seq >= m.seq_end || r.sites[a.site].memory != Memory::torch) continue;
-            at_end.push_back(Replay::peak_member(a, m));
+            at_end.push_back(r.peak_member(a, m));
         }
         f.peaks.push_back(describe_peak(device, m, at_end, keys, r.backward_marked(), r.backward_inferred(), r.full_steps(),
                                         r.context.stacks));

@@ -48,7 +48,8 @@ DevicePeak describe_peak(uint16_t device, const PeakMoment& moment, std::span<co
         std::array<uint64_t, kPeakCategories> by_category{};
     };
     std::map<std::string, ModuleBytes> by_module;
-    std::unordered_map<uint32_t, ModuleBytes*> module_of_stack;
+    // By the module annotation a block was allocated under, else by its stack's class.
+    std::unordered_map<uint32_t, ModuleBytes*> module_of_stack, module_of_annotation;
     uint64_t members = 0;
     const auto count = [&](const PeakMember& m) {
         const PeakCategory c = peak_category(m, sites[m.site].leaks, backward_marked || backward_inferred, full_steps);
@@ -58,8 +59,8 @@ DevicePeak describe_peak(uint16_t device, const PeakMoment& moment, std::span<co
         s.bytes += m.size;
         s.by_category[size_t(c)] += m.size;
         s.by_stack[m.stack] += m.size;
-        auto [at, fresh] = module_of_stack.try_emplace(m.stack, nullptr);
-        if (fresh) at->second = &by_module[module_of(table, m.stack)];
+        auto [at, fresh] = m.module ? module_of_annotation.try_emplace(m.module, nullptr) : module_of_stack.try_emplace(m.stack, nullptr);
+        if (fresh) at->second = &by_module[m.module ? std::string(module_path(table, m.module)) : module_of(table, m.stack)];
         at->second->bytes += m.size;
         at->second->by_category[size_t(c)] += m.size;
     };
@@ -96,7 +97,9 @@ DevicePeak describe_peak(uint16_t device, const PeakMoment& moment, std::span<co
         p.modules.push_back(PeakModule{*top_modules[k].second, m.bytes,
                                        PeakCategory(std::max_element(m.by_category.begin(), m.by_category.end()) - m.by_category.begin())});
     }
-    p.module = moment.stack ? module_of(table, moment.stack) : std::string();
+    p.module = moment.module  ? std::string(module_path(table, moment.module))
+               : moment.stack ? module_of(table, moment.stack)
+                              : std::string();
     return p;
 }
 

@@ -25,15 +25,42 @@
 #include <span>
 #include <vector>
 
+#include "analysis/steps.h"
+#include "events/event.h"
 #include "events/stack_table.h"
 #include "findings/findings.h"
 
 namespace vramscope {
 
+// The nn.Module whose forward is running, by instance path, from the annotations a capture opens
+// and closes around each module call when it records module paths (opt-in: a hook on every module
+// call). Without them a block's module is the class its stack names (sites.h module_of).
+class ModuleStack {
+public:
+    explicit ModuleStack(const StackTable& names) : kinds_(names) {}
+    void see(const Event& e) {
+        if (kinds_.of(e.name) != AnnotationKinds::module) return;
+        if (e.kind == EventKind::annotation_start) return open_.push_back(e.name);
+        // A call that raised may have skipped its close: the innermost call of this module closes.
+        for (size_t i = open_.size(); i-- > 0;)
+            if (open_[i] == e.name) return open_.resize(i);
+    }
+    uint32_t now() const { return open_.empty() ? 0 : open_.back(); }  // its annotation's name; 0: none
+
+private:
+    AnnotationKinds kinds_;
+    std::vector<uint32_t> open_;
+};
+// A module annotation's instance path ("model.layers.3.mlp").
+inline std::string_view module_path(const StackTable& names, uint32_t annotation) {
+    return names.string(annotation).substr(kModuleAnnotationPrefix.size());
+}
+
 // A block live at the peak, as the rule reads it.
 struct PeakMember {
     uint64_t size = 0;
     uint32_t site = 0, stack = 0;
+    uint32_t module = 0;               // the module annotation it was allocated under (ModuleStack); 0: none
     uint32_t alloc_step = 0;
     Phase alloc_phase = Phase::setup;
     bool in_peak_phase = false;        // allocated in the phase the peak fell in
@@ -55,6 +82,7 @@ struct PeakMoment {
     uint64_t phase_count = 0;       // PhaseClock::count() then
     uint32_t step = 0, microbatch = 0;
     uint32_t stack = 0;             // of the allocation that made it
+    uint32_t module = 0;            // the module annotation open then (ModuleStack); 0: none
     Phase phase = Phase::setup;
     int64_t reserved = 0, external = 0, pinned = 0;
     std::vector<PeakMember> freed;  // live then, freed since

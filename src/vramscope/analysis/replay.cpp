@@ -11,7 +11,7 @@
 namespace vramscope {
 
 Replay::Replay(const Trace& t, uint32_t window, uint64_t last_step, EventValidator* checks)
-    : context(t), resolver(t.stacks), window_(window), last_step_(last_step), checks_(checks), live_(4096), phases_(t.stacks) {
+    : context(t), resolver(t.stacks), window_(window), last_step_(last_step), checks_(checks), live_(4096), phases_(t.stacks), modules_(t.stacks) {
     slot_of_device_.fill(-1);
 }
 
@@ -172,6 +172,7 @@ void Replay::new_peak(DeviceState& s, uint32_t stack) {
     PeakMoment& p = s.top;
     p.bytes = s.allocated;
     p.stack = stack;
+    p.module = modules_.now();
     p.seq_end = seq_;
     p.phase_start_seq = phase_start_seq_;
     p.phase_count = phases_.count();
@@ -304,6 +305,7 @@ void Replay::process(const Event& e) {
     case EventKind::annotation_start:
     case EventKind::annotation_end:
         if (phases_.see(e)) phase_began();
+        modules_.see(e);
         break;
     case EventKind::device_usage: {
         const size_t i = device_slot(e.device);

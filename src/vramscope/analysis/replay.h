@@ -141,11 +141,13 @@ public:
     // A device's highest moment (peak.h), by index in `devices`; bytes -1 where nothing was allocated.
     const PeakMoment& peak(size_t device_index) const { return state_[device_index].top; }
     // A block as the peak's rule reads it: when it was allocated, against that moment.
-    static PeakMember peak_member(const LiveAlloc& a, const PeakMoment& moment) {
+    PeakMember peak_member(const LiveAlloc& a, const PeakMoment& moment) const {
         PeakMember m;
         m.size = a.size;
         m.site = a.site;
         m.stack = a.stack;
+        if (!module_of_block_.empty()) [[unlikely]]
+            if (const auto at = module_of_block_.find(a.seq); at != module_of_block_.end()) m.module = at->second;
         m.alloc_step = a.step;
         m.alloc_phase = a.allocated_in();
         m.in_peak_phase = a.seq >= moment.phase_start_seq;
@@ -238,6 +240,10 @@ private:
     uint32_t step_ = 0;
     bool events_since_cut_ = false, started_ = false;
     PhaseClock phases_;
+    ModuleStack modules_;
+    // The module annotation each live block was allocated under, by its seq: only blocks allocated
+    // inside one, so a trace without module paths keeps none.
+    std::unordered_map<uint64_t, uint32_t> module_of_block_;
     uint64_t phase_start_seq_ = 0;         // seq_ when the phase in hand began
     uint32_t unit_ = 0;                    // units ended in the run in hand (within_step.h)
     uint32_t unit_run_ = 0;                // runs of units begun: a step's end or another unit begins one
@@ -285,6 +291,7 @@ private:
 }
 
 [[gnu::always_inline]] inline void Replay::released(const LiveAlloc& a) {
+    if (!module_of_block_.empty()) [[unlikely]] module_of_block_.erase(a.seq);
     SiteSeries& s = sites[a.site];
     note_unit(s, a.site);
     change(s, -int64_t(a.size));
@@ -311,6 +318,7 @@ private:
     const uint32_t site = site_of(e.device, e.stack);
     if (phases_.allocated(sites[site].no_python_frame)) [[unlikely]] phase_began();
     pool_[slot] = LiveAlloc{e.addr, e.size, seq_++, e.stack, site, step_, e.stream, e.device, false, uint8_t(phases_.now())};
+    if (const uint32_t module = modules_.now()) [[unlikely]] module_of_block_[seq_ - 1] = module;
     note_unit(sites[site], site);
     change(sites[site], int64_t(e.size));
     sites[site].last_stack = e.stack;

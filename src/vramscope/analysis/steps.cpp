@@ -17,6 +17,7 @@ AnnotationKinds::Kind AnnotationKinds::of(uint32_t name) {
                : text.starts_with("Optimizer.zero_grad#") ? zero_grad
                : text == kBackwardAnnotation              ? backward
                : text == kFirstForwardAnnotation          ? first_forward
+               : text.starts_with(kModuleAnnotationPrefix)  ? module
                                                           : other;
     }
     return Kind(kind);

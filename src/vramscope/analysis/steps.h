@@ -47,12 +47,15 @@ inline constexpr std::string_view kUnnamedStepUnit = "step";
 // writes from the pre-step hook (analysis/phases.h).
 inline constexpr std::string_view kFirstForwardAnnotation = "vramscope.forward";
 inline constexpr std::string_view kBackwardAnnotation = "vramscope.backward";
+// Opened and closed around each module call when a capture records module paths (opt-in), followed
+// by the module's instance path: "vramscope.module model.layers.3.mlp" (peak.h ModuleStack).
+inline constexpr std::string_view kModuleAnnotationPrefix = "vramscope.module ";
 
 // What an annotation's name says: torch wraps optimizer.step() and zero_grad() in
 // record_function("Optimizer.step#<Class>.step") and ("Optimizer.zero_grad#<Class>.zero_grad").
 class AnnotationKinds {
 public:
-    enum Kind : int8_t { other, optimizer_step, zero_grad, backward, first_forward };
+    enum Kind : int8_t { other, optimizer_step, zero_grad, backward, first_forward, module };
     explicit AnnotationKinds(const StackTable& names) : names_(names) {}
     Kind of(uint32_t name);  // by string id, each looked at once
 
