@@ -12,6 +12,7 @@
 #include "analysis/analyze.h"
 #include "analysis/live_sink.h"
 #include "findings/json.h"
+#include "trace/reader.h"
 #include "trace_builder.h"
 
 using namespace vramscope;
@@ -200,5 +201,39 @@ TEST(Pools, TheLiveMonitorAgreesWithTheAnalysisOnAPoolsCount) {
         // Its blocks, oldest first, for the owner search.
         ASSERT_GE(live[0].newest_blocks.size(), 2u);
         EXPECT_EQ(live[0].newest_blocks[0], f.leaks[0].live_blocks[0]);
+    }
+}
+
+// The recorded GPU runs (tests/data/real_runs: JAX keeping 16 MiB a step beside torch, its pool
+// doubling, or preallocated) replayed through the live sink step end by step end: it confirms the
+// leak once, never withdraws it, and its last word is the analysis' (site, rate: 16 MiB a step).
+TEST(Pools, TheRecordedJaxRunsAreOneLeakLiveAndOffline) {
+    for (const char* name : {"jax_arrays_kept", "jax_prealloc_kept"}) {
+        const std::string path = std::string(VRAMSCOPE_TEST_DATA) + "/real_runs/" + name + ".vscope";
+        const Trace t = read_trace(path);
+        ASSERT_TRUE(t.faults.empty()) << name;
+        const Findings f = analyze(t);
+        ASSERT_EQ(f.verdict, Verdict::leak) << name;
+        ASSERT_FALSE(f.leaks.empty()) << name;
+        const SiteFinding& l = f.leaks[0];
+        EXPECT_EQ(l.evidence, LeakEvidence::pool_in_use) << name;
+        EXPECT_NEAR(l.bytes_per_step, 16.0 * MiB, 0.01 * 16 * MiB) << name;
+        LiveSink sink;
+        feed_tables(sink, t);
+        std::vector<LiveFinding> said;
+        size_t from = 0;
+        for (size_t i = 0; i < t.events.size(); ++i)
+            if (t.events[i].kind == EventKind::step || i + 1 == t.events.size()) {
+                sink.events(std::span<const Event>(t.events).subspan(from, i + 1 - from));
+                from = i + 1;
+                for (LiveFinding& s : sink.take_said()) said.push_back(std::move(s));
+            }
+        ASSERT_EQ(said.size(), 1u) << name;
+        EXPECT_TRUE(is_leak(said[0].shape)) << name;
+        const std::vector<LiveFinding> live = sink.leaking();
+        ASSERT_EQ(live.size(), f.leaks.size()) << name;
+        EXPECT_EQ(live[0].site.line, l.site.line) << name;
+        EXPECT_EQ(live[0].evidence, LeakEvidence::pool_in_use) << name;
+        EXPECT_NEAR(live[0].bytes_per_step, l.bytes_per_step, 0.01 * l.bytes_per_step) << name;
     }
 }
