@@ -89,6 +89,8 @@ class LeakEvidence(enum.Enum):
 
     replaced_bigger = 1
 
+    pool_in_use = 2
+
     @property
     def spelling(self) -> str: ...
 
@@ -325,9 +327,9 @@ class Recorder:
 
     def marker(self, arg0: EventKind, arg1: str, /) -> None: ...
 
-    def end_step(self, unit: str = 'step') -> list:
+    def end_step(self, unit: str = 'step', pools: Sequence[tuple[int, str, int, int]] = []) -> list:
         """
-        Ends a step of this unit (its marker's name: 'optimizer step', 'eval batch', ...), queued: the worker thread drains it. Returns what the live monitor confirmed or withdrew since the last call, at the step ends drained so far: [{line, site, device, shape, evidence, bytes_per_step, since_step, projected_oom_step, blocks}].
+        Ends a step of this unit (its marker's name: 'optimizer step', 'eval batch', ...), queued: the worker thread drains it, with each library pool's reading at it (pools: (device, library as analysis/libraries.h spells it, bytes in use, the pool's bytes)). Returns what the live monitor confirmed or withdrew since the last call, at the step ends drained so far: [{line, site, device, shape, evidence, bytes_per_step, since_step, projected_oom_step, blocks}].
         """
 
     def said(self) -> list:

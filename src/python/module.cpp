@@ -3,6 +3,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include <algorithm>
@@ -127,6 +128,7 @@ void bind_vocabulary(nb::module_& m) {
         .def_prop_ro("spelling", [](NotLeakKind k) { return std::string(name(k)); });
     nb::enum_<LeakEvidence>(m, "LeakEvidence")
         .value("survivors", LeakEvidence::survivors).value("replaced_bigger", LeakEvidence::replaced_bigger)
+        .value("pool_in_use", LeakEvidence::pool_in_use)
         .def_prop_ro("spelling", [](LeakEvidence e) { return std::string(name(e)); });
     nb::enum_<LedgerPart>(m, "LedgerPart")
         .value("leak", LedgerPart::leak).value("bounded_cache", LedgerPart::bounded_cache)
@@ -343,13 +345,19 @@ void bind_capture(nb::module_& m) {
              [](LiveCapture& c, uint64_t handle, const std::string& label) { c.recorder.name_stream(handle, label); })
         .def("marker", [](LiveCapture& c, EventKind kind, const std::string& name) { c.recorder.marker(kind, name); })
         .def("end_step",
-             [](LiveCapture& c, const std::string& unit) {
-                 c.recorder.end_step(unit);
+             [](LiveCapture& c, const std::string& unit,
+                const std::vector<std::tuple<uint8_t, std::string, uint64_t, uint64_t>>& pools) {
+                 std::vector<capture::PoolReading> readings;
+                 for (const auto& [device, library, in_use, pool] : pools)
+                     readings.push_back(capture::PoolReading{device, library, in_use, pool});
+                 c.recorder.end_step(unit, readings);
                  return live_findings(c.monitor.take_said());
              },
              nb::arg("unit") = std::string(kUnnamedStepUnit),
+             nb::arg("pools") = std::vector<std::tuple<uint8_t, std::string, uint64_t, uint64_t>>{},
              "Ends a step of this unit (its marker's name: 'optimizer step', 'eval batch', ...), queued: the "
-             "worker thread drains it. Returns what the live monitor confirmed or withdrew since the last call, "
+             "worker thread drains it, with each library pool's reading at it (pools: (device, library as "
+             "analysis/libraries.h spells it, bytes in use, the pool's bytes)). Returns what the live monitor confirmed or withdrew since the last call, "
              "at the step ends drained so far: [{line, site, device, shape, evidence, bytes_per_step, "
              "since_step, projected_oom_step, blocks}].")
         .def("said",

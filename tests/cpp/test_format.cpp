@@ -119,6 +119,9 @@ TEST(TraceFormat, EveryKindOfMemoryOutsideTorchRoundTrips) {
         add(EventKind::device_usage, 0, (uint64_t(40) << 30) + s * 12345, 0, device);
         if (s > 0) add(EventKind::external_free, 0x7f10'0000'0003 + (s - 1) * 0x10'0000, 999 + s, 0, uint8_t((s - 1) % 2));
         if (s > 0) add(EventKind::pinned_free, 0x5555'0000'0000 + (s - 1) * 8192, 4096 * (s - 1) + 7, 0, uint8_t((s - 1) % 2));
+        // A library pool's reading (version 4): its name, its pool's bytes and those in use, any value.
+        add(EventKind::pool_usage, (uint64_t(1) << 40) + s * 1001, (s * 16 << 20) + 3, 0, device);
+        events.back().name = t.stacks.intern_string(s % 3 ? "JAX/XLA" : "CuPy");
     }
     // Interleaved with torch's: each new event after every second of the sample's.
     std::vector<Event> mixed;
@@ -136,6 +139,7 @@ TEST(TraceFormat, EveryKindOfMemoryOutsideTorchRoundTrips) {
         EXPECT_TRUE(back.warnings.empty() && back.faults.empty());
         expect_same_events(t, back);
         for (size_t i = 0; i < t.events.size(); ++i) {
+            if (is_pool_reading(t.events[i].kind)) EXPECT_EQ(t.stacks.string(t.events[i].name), back.stacks.string(back.events[i].name)) << i;
             if (!is_external_alloc(t.events[i].kind)) continue;
             const std::vector<uint32_t> a = t.stacks.frames_of(t.events[i].stack), b = back.stacks.frames_of(back.events[i].stack);
             ASSERT_EQ(a.size(), b.size()) << i;
@@ -149,7 +153,7 @@ TEST(TraceFormat, EveryKindOfMemoryOutsideTorchRoundTrips) {
     }
 }
 
-// Every kind has one tag and back; a tag past the last kind (31) is no event's.
+// Every kind has one tag and back; the 5 bits of a tag hold no more kinds (31, pool_usage, is the last).
 TEST(TraceFormat, EachKindHasOneTagAndNoTagNamesAKindThatIsNot) {
     for (int kind = 0; kind < kEventKindCount; ++kind) EXPECT_EQ(format::kind_of_tag(format::tag_of_kind(uint8_t(kind))), kind);
     for (int tag = 0; tag < 32; ++tag) {
@@ -157,7 +161,40 @@ TEST(TraceFormat, EachKindHasOneTagAndNoTagNamesAKindThatIsNot) {
         EXPECT_LT(kind, kEventKindCount) << tag;
         if (kind >= 0) EXPECT_EQ(format::tag_of_kind(uint8_t(kind)), tag);
     }
-    EXPECT_EQ(format::kind_of_tag(31), -1);
+    EXPECT_EQ(format::kind_of_tag(31), int(EventKind::pool_usage));
+}
+
+// A pool reading came with version 4: in a version-3 file its tag is damage; a version-3 file
+// without one still reads.
+TEST(TraceFormat, APoolReadingIsDamageInAVersion3File) {
+    TraceBuilder b;
+    b.step();
+    b.pool("JAX/XLA", 16 << 20, 34 << 20);
+    const std::string path = temp_trace("v3_pool");
+    write_trace(b.t, path);
+    const Bytes file = read_file(path);
+    std::remove(path.c_str());
+    std::string bytes(file.begin(), file.end());
+    const Trace v4 = parse_trace(bytes, "v4.vscope");
+    ASSERT_EQ(v4.events.size(), 2u);
+    EXPECT_EQ(v4.events[1].kind, EventKind::pool_usage);
+    EXPECT_EQ(v4.events[1].size, 16u << 20);
+    EXPECT_EQ(v4.events[1].addr, 34u << 20);
+    EXPECT_EQ(v4.stacks.string(v4.events[1].name), "JAX/XLA");
+    bytes[8] = 3;
+    const Trace v3 = parse_trace(bytes, "v3.vscope");
+    ASSERT_EQ(v3.faults.size(), 1u);
+    EXPECT_NE(v3.faults[0].find("unknown record tag"), std::string::npos) << v3.faults[0];
+    TraceBuilder old;
+    old.step();
+    write_trace(old.t, path);
+    const Bytes plain = read_file(path);
+    std::remove(path.c_str());
+    std::string v3_bytes(plain.begin(), plain.end());
+    v3_bytes[8] = 3;
+    const Trace read_back = parse_trace(v3_bytes, "v3.vscope");
+    EXPECT_TRUE(read_back.faults.empty());
+    EXPECT_EQ(read_back.events.size(), 1u);
 }
 
 // Their tags came with version 3: in a file that says version 2 they are damage, not events.

@@ -39,6 +39,18 @@ public:
         t.events.push_back(e);
     }
 
+    // A library pool's reading (EventKind::pool_usage): its bytes in use and its pool's.
+    void pool(const char* library, uint64_t in_use, uint64_t pool_bytes, uint8_t device = 0) {
+        Event e;
+        e.kind = EventKind::pool_usage;
+        e.time_us = (time += 3);
+        e.name = t.stacks.intern_string(library);
+        e.size = in_use;
+        e.addr = pool_bytes;
+        e.device = device;
+        t.events.push_back(e);
+    }
+
     Trace t;
     int64_t time = 1000;
 

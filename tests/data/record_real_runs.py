@@ -16,7 +16,12 @@ truth taken from torch's own counters or the objects that leak.
 - two_processes: a loop keeping 8 MiB a step while another process holds 1 GiB on the same GPU:
   NVML must still read this process's own figure;
 - hf_eval_in_training: hf_eval_gather's evaluation run inside Trainer.train() every 2 optimizer
-  steps: its eval batches are units inside the step, and the leak is one inside the step.
+  steps: its eval batches are units inside the step, and the leak is one inside the step;
+- jax_arrays_kept: JAX beside torch keeping a 16 MiB array every step, XLA's pool growing in
+  doublings (XLA_PYTHON_CLIENT_PREALLOCATE=false): the driver sees the doublings, JAX's own
+  bytes_in_use the leak (issue 38 item 5);
+- jax_prealloc_kept: the same with JAX's default preallocation: the pool is taken once, flat, and
+  only bytes_in_use shows the leak.
 
 Each scenario runs in a fresh process started from the checkout with this file's relative path (so
 frames name tests/data/record_real_runs.py), under vramscope's live capture, and writes into <out>:
@@ -44,7 +49,7 @@ import sys
 import time
 
 SCENARIOS = ["hf_eval_gather", "kv_cache_turns", "exceptions_kept", "lru_cache_masks", "lru_cache_bounded",
-             "optimizer_rebuilt", "two_processes", "hf_eval_in_training"]
+             "optimizer_rebuilt", "two_processes", "hf_eval_in_training", "jax_arrays_kept", "jax_prealloc_kept"]
 MiB = 1 << 20
 HERE = os.path.dirname(os.path.abspath(__file__))
 CHECKOUT = os.path.dirname(os.path.dirname(HERE))
@@ -330,6 +335,43 @@ def scenario_two_processes(truth: Truth):
     finally:
         other.stdin.close()
         other.wait(timeout=60)
+
+
+def jax_arrays_kept(truth: Truth, preallocate: bool):
+    """torch trains while JAX keeps a 16 MiB array a step in a list; the truth is JAX's own count."""
+    os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "true" if preallocate else "false"  # read when JAX starts
+    torch = truth.torch
+    import jax
+    import jax.numpy as jnp
+
+    model = torch.nn.Linear(1024, 1024).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    kept = []
+    with capture(truth):  # steps from the optimizer; JAX starts (and preallocates) inside the capture
+        for step in range(40):
+            x = torch.randn(256, 1024, device="cuda")
+            model(x).square().mean().backward()
+            y = jnp.full((4 * MiB,), float(step), jnp.float32) + 1.0  # MARK: jax_keep
+            y.block_until_ready()
+            kept.append(y)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            stats = jax.local_devices()[0].memory_stats()
+            truth.step(kept=stats["bytes_in_use"], end_step=False, arrays=len(kept) * 16 * MiB,
+                       pool_bytes=stats.get("pool_bytes"), bytes_reserved=stats.get("bytes_reserved"))
+    return kept
+
+
+def scenario_jax_arrays_kept(truth: Truth):
+    jax_arrays_kept(truth, preallocate=False)
+    truth.write("JAX arrays kept beside torch, XLA's pool growing in doublings", "leak", "jax_keep",
+                owner_contains=["local 'kept'["], evidence="pool-in-use")
+
+
+def scenario_jax_prealloc_kept(truth: Truth):
+    jax_arrays_kept(truth, preallocate=True)
+    truth.write("JAX arrays kept beside torch in a pool preallocated at once", "leak", "jax_keep",
+                owner_contains=["local 'kept'["], evidence="pool-in-use")
 
 
 # --------------------------------------------------------------------------

@@ -102,3 +102,18 @@ def test_nvml_reads_this_process_beside_another():
     assert len(readings) >= len(steps) // 2
     # This process's own figure, never the device's (the other process holds 1 GiB).
     assert max(readings) < steps[-1]["nvml_used"] + 256 * (1 << 20)
+
+
+@pytest.mark.parametrize("name", ["jax_arrays_kept", "jax_prealloc_kept"])
+def test_a_library_pools_leak_is_judged_by_its_own_count(name):
+    """XLA's pool grows in doublings, or was taken at once: the leak is JAX's bytes in use, and the
+    usage ledger splits JAX's part into in use and cached by its count."""
+    run = Recording(name)
+    leak = top_leak(run)
+    assert leak["evidence"] == run.expected["evidence"] == "pool-in-use", leak["evidence"]
+    assert (leak["memory"], leak["library"]) == ("external", "JAX/XLA")
+    jax = [lib for u in run.findings["usage"] if u.get("device") == leak["device"] for lib in u["libraries"]
+           if lib["library"] == "JAX/XLA"]
+    assert jax and "in_use" in jax[0] and "cached" in jax[0], jax
+    last = run.truth["steps"][-1]
+    assert abs(jax[0]["in_use"] - last["kept"]) <= 0.10 * last["kept"], (jax[0], last)

@@ -109,7 +109,11 @@ class LiveReporter:
         else:
             text = "".join(f"vramscope: {f['line']}\n" for f in leaking)
             # The monitor's line is a leak as the findings spell one (its memory and library too).
-            leaks = [{**f, "live_blocks": [list(b) for b in reversed(f["blocks"])]} for f in leaking]
+            from ..ownership.targets import pooled
+
+            # A pool's blocks come oldest first, as the findings keep them; the others newest first.
+            leaks = [{**f, "live_blocks": [list(b) for b in (f["blocks"] if pooled(f) else reversed(f["blocks"]))]}
+                     for f in leaking]
         if (leaks or self.within_owners) and self.explain:
             self._write_owners(path, leaks, end_searches)
         if print_it:

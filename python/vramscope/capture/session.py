@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, ContextManager, Literal
 
 from .. import _core
 from . import describe as described, naming, torch_hooks
+from .pools import PoolCounters
 from .describe import describe
 from .reporter import LiveReporter
 from .say import say, warn
@@ -129,6 +130,7 @@ class Capture:
         self._tensors: LiveTensors | None = None  # the live-tensor source, when that is what is recorded
         self._undo: list[Callable[[], object]] = []
         self._oom_reported = False
+        self._pools = PoolCounters()  # JAX's and CuPy's own counts, read at step ends (pools.py)
         self.off_reason = ""  # why this capture did not start, or stepped aside
 
     findings = _reported("findings", "The analysis at the end (docs/findings.md), owners joined; None before.")
@@ -367,7 +369,8 @@ class Capture:
         if recorder is None:
             return
         try:
-            said = recorder.end_step(unit.spelling)  # the monitor's word on the step ends before this one
+            # The monitor's word on the step ends before this one; the libraries' pools with this one.
+            said = recorder.end_step(unit.spelling, self._pools.read())
             fault = recorder.fault() or (self._tensors.fault if self._tensors is not None else "")
         except Exception as e:
             said, fault = [], f"capture stopped ({type(e).__name__}: {e})"

@@ -23,3 +23,20 @@ def in_blocks(blocks: Iterable[tuple[int, int]], candidates: Iterable[tuple[T, i
         if i >= 0 and ptr < spans[i][1] and spans[i] not in found and accept(obj):
             found[spans[i]] = obj
     return [found[(addr, addr + size)] for addr, size in dict.fromkeys(blocks) if (addr, addr + size) in found]
+
+
+def every_in_blocks(blocks: Iterable[tuple[int, int]], candidates: Iterable[tuple[T, int]]) -> list[T]:
+    """Every object whose memory starts inside a block, by the blocks' order, then lowest address
+    first (a pool's blocks, oldest first: what a pool sub-allocated first lies lowest in its block, and
+    was kept the longest). Each object once."""
+    order = {span: i for i, span in enumerate(dict.fromkeys((addr, addr + size) for addr, size in blocks))}
+    spans = sorted(order)
+    if not spans:
+        return []
+    firsts = [s for s, _ in spans]
+    found: dict[int, tuple[int, int, T]] = {}
+    for obj, ptr in candidates:
+        i = bisect.bisect_right(firsts, ptr) - 1
+        if i >= 0 and ptr < spans[i][1] and id(obj) not in found:
+            found[id(obj)] = (order[spans[i]], ptr, obj)
+    return [obj for _, _, obj in sorted(found.values(), key=lambda f: (f[0], f[1]))]

@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterable
 from .. import _core
 from .._core import format_bytes
 from .paths import OwnerPath, holders_of
-from .targets import memory_of, targets_of
+from .targets import memory_of, pooled, targets_of
 
 BLOCKS_TRIED = 8  # the newest live blocks of a leak: the ones its latest steps left
 
@@ -40,6 +40,8 @@ def owners_of_blocks(leak: dict[str, Any], blocks: Iterable[tuple[int, int]], *,
             if targets.known or not targets.objects:
                 return targets.known[:max_paths], targets.missing
             objects = _bulk(targets.objects, targets.nbytes)
+            if pooled(leak):  # a pool's arrays, oldest first: the longest kept, never the step's newest (the loop's locals)
+                objects = objects[:BLOCKS_TRIED]
             describe = targets.describe
             del targets
             skip = {id(sys._getframe())} | (skip_frames or set())
@@ -56,8 +58,11 @@ def owners_of_blocks(leak: dict[str, Any], blocks: Iterable[tuple[int, int]], *,
 def blocks_to_try(leak: dict[str, Any]) -> list[tuple[int, int]]:
     """A finding's live blocks in the order a search tries them: a buffer replaced by a bigger one
     every step, its largest first (what grows; the step's other blocks under the same line are a
-    batch in hand, a forward's outputs); else the newest first (what the latest steps left)."""
+    batch in hand, a forward's outputs); a pool's (evidence pool-in-use), oldest first; else the
+    newest first (what the latest steps left)."""
     blocks = [(int(b[0]), int(b[1])) for b in leak.get("live_blocks", [])]
+    if pooled(leak):  # a pool's blocks, oldest first: its longest-kept arrays lie in them
+        return blocks
     if leak.get("evidence") == "replaced-bigger":
         return sorted(blocks, key=lambda b: -b[1])
     return blocks[::-1]

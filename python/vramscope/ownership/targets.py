@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator
 
 from .. import _core
 from .._core import format_bytes
-from .blocks import in_blocks
+from .blocks import every_in_blocks, in_blocks
 from .paths import OwnerPath, describe_tensor
 
 Block = tuple[int, int]  # (address, size)
@@ -39,6 +39,13 @@ class Targets:
     known: list[OwnerPath] = field(default_factory=list)
 
 
+def pooled(leak: dict[str, Any]) -> bool:
+    """A leak the library's own count of its pool showed (evidence pool-in-use): its blocks are the
+    pool's, oldest first, and each holds many of the library's arrays."""
+    evidence = leak.get("evidence")
+    return str(getattr(evidence, "spelling", evidence)) == _core.LeakEvidence.pool_in_use.spelling
+
+
 def memory_of(leak: dict[str, Any]) -> str:
     """A leak's memory; findings and live lines from before memory outside torch's allocator was
     seen have none, and were torch's."""
@@ -52,10 +59,12 @@ def targets_of(leak: dict[str, Any], blocks: list[Block], device_type: str) -> T
         return torch_tensors(leak["device"], blocks, device_type)
     if library == NCCL:  # device buffers and pinned host memory alike: the communicators'
         return process_groups("nccl")
-    rule = {(_core.Memory.pinned.spelling, TORCH): pinned_tensors,
-            (_core.Memory.external.spelling, CUPY): cupy_arrays,
-            (_core.Memory.external.spelling, JAX): jax_arrays}.get((memory, library))
-    return rule(blocks) if rule is not None else own_allocations(library)
+    if memory == _core.Memory.external.spelling and library in (CUPY, JAX):
+        arrays = cupy_arrays if library == CUPY else jax_arrays
+        return arrays(blocks, every=pooled(leak))
+    if memory == _core.Memory.pinned.spelling and library == TORCH:
+        return pinned_tensors(blocks)
+    return own_allocations(library)
 
 
 def torch_tensors(device: int, blocks: list[Block], device_type: str = "cuda") -> Targets:
@@ -105,10 +114,11 @@ def pinned_tensors(blocks: list[Block]) -> Targets:
                    describe=lambda t: describe_tensor(t) + " pinned")
 
 
-def cupy_arrays(blocks: list[Block]) -> Targets:
+def cupy_arrays(blocks: list[Block], every: bool = False) -> Targets:
     """cupy.ndarray objects whose memory starts in a block: a block is what CuPy's memory pool took
     from the driver, and an array lies inside one. Device pointers are unique in the process (CUDA's
-    unified addressing), so the address alone says which block."""
+    unified addressing), so the address alone says which block. `every`: all of them, oldest first
+    (a leak its pool's count showed: every_in_blocks), else one a block."""
     cupy = sys.modules.get("cupy")
     if cupy is None:
         return Targets([], "CuPy is not imported in this process, so its arrays cannot be looked at")
@@ -121,15 +131,16 @@ def cupy_arrays(blocks: list[Block]) -> Targets:
                 except Exception:
                     continue
 
-    return Targets(in_blocks(blocks, candidates()),
+    return Targets((every_in_blocks if every else in_blocks)(blocks, candidates()),
                    "no live CuPy array of this leak was found from Python (freed since, or kept by CuPy's memory "
                    "pool: cupy.get_default_memory_pool().free_all_blocks() gives cached blocks back)",
                    describe=describe_cupy, nbytes=lambda a: int(a.nbytes))
 
 
-def jax_arrays(blocks: list[Block]) -> Targets:
+def jax_arrays(blocks: list[Block], every: bool = False) -> Targets:
     """jax.Array objects with a shard whose buffer starts in a block (jax.live_arrays(): every array
-    the client holds)."""
+    the client holds). `every`: all of them, oldest first (a leak its pool's count showed), else one a
+    block."""
     jax = sys.modules.get("jax")
     if jax is None:
         return Targets([], "JAX is not imported in this process, so its arrays cannot be looked at")
@@ -142,7 +153,7 @@ def jax_arrays(blocks: list[Block]) -> Targets:
             except Exception:  # deleted or donated since
                 continue
 
-    return Targets(in_blocks(blocks, candidates()),
+    return Targets((every_in_blocks if every else in_blocks)(blocks, candidates()),
                    "no live JAX array of this leak was found from Python (freed since, or kept by XLA's allocator)",
                    describe=describe_jax, nbytes=lambda a: int(a.nbytes))
 

@@ -13,6 +13,7 @@
 #include "analysis/judge.h"
 #include "analysis/ledger.h"
 #include "analysis/libraries.h"
+#include "analysis/pools.h"
 #include "analysis/replay.h"
 #include "analysis/sites.h"
 #include "analysis/step_cuts.h"
@@ -287,6 +288,74 @@ NotLeak warm_up(WarmUp& w, Memory memory, size_t s0) {
     return n;
 }
 
+// A library that counted its pool (analysis/pools.h): a leak where what is in use grows, its rate the
+// count's, at the site of the library's latest driver allocation on the device (where its pool last
+// grew); a pool that grew while what is in use did not, a cache that filled.
+void pool_findings(Replay& r, Findings& f, const Span& span, const std::vector<LiveAlloc>& live, std::vector<CountedPool>& pools,
+                   std::map<std::pair<uint16_t, Memory>, LineFit>& device_fit, SiteTotals& totals) {
+    const Trace& t = r.context;
+    const size_t S = span.S, s0 = span.s0, judged = span.judged();
+    for (CountedPool& c : pools) {
+        const PoolSeries& p = *c.series;
+        if (!c.judged.counts) continue;
+        const Judgement& j = c.judged.in_use;
+        const uint32_t site_index = c.holder ? c.holder->last_site : UINT32_MAX;
+        const SiteSeries* site = site_index < r.sites.size() ? &r.sites[site_index] : nullptr;
+        SiteFinding sf;
+        sf.device = p.device;
+        sf.memory = Memory::external;
+        sf.library = p.library;
+        if (site) {
+            sf.site = source_line(t.stacks, site->site_frame);
+            show_stack(t, sf, site->last_stack);
+        } else {  // the pool was taken before the capture began: no driver call of it was seen
+            sf.site = SourceLine{p.library + "'s pool", 0, ""};
+        }
+        const double cached = std::max(0.0, c.pool[S - 1] - c.in_use[S - 1]);
+        const std::string count_words = p.library + "'s pool (its own count of the bytes in use)";
+        if (c.judged.leaks() && j.rises >= 2) {
+            sf.evidence = LeakEvidence::pool_in_use;
+            sf.shape = j.shape;
+            sf.bytes_per_step = j.bytes_per_step;
+            sf.recent_bytes_per_step = j.recent_bytes_per_step;
+            sf.fit_r2 = j.r2;
+            sf.first_step = s0 + j.first_rise;
+            sf.held.assign(c.in_use.begin(), c.in_use.end());
+            sf.live_bytes = uint64_t(c.in_use[S - 1]);
+            sf.peak_bytes = uint64_t(*std::max_element(c.in_use.begin(), c.in_use.end()));
+            sf.recurrence = judged ? std::min(1.0, double(j.rises) / double(judged)) : 0;
+            sf.confidence = leak_confidence(j.r2, j.rises, judged);
+            const LineFit& dfit = device_fit[{p.device, Memory::external}];
+            sf.share_of_growth = dfit.slope > 0 ? std::min(1.0, j.bytes_per_step / dfit.slope) : 1;
+            // The pool's blocks, oldest first: the arrays that lie lowest in the oldest of them were
+            // kept the longest, and what keeps them is the leak's owner (the newest are still the loop's).
+            std::unordered_map<uint32_t, bool> of_library;
+            for (const LiveAlloc& a : live) {
+                const SiteSeries& s = r.sites[a.site];
+                if (s.memory != Memory::external || s.device != p.device || a.step >= S) continue;
+                auto [it, added] = of_library.try_emplace(a.site, false);
+                if (added) it->second = site_library(t, s) == p.library;
+                if (it->second && sf.live_blocks.size() < 4096) sf.live_blocks.emplace_back(a.addr, a.size);
+                if (it->second) ++sf.surviving_allocations;
+            }
+            if (confirmed(sf.confidence)) totals.leak_rate[p.device] += j.recent_bytes_per_step;
+            if (site_index < totals.leaking.size()) totals.leaking[site_index] = confirmed(sf.confidence);
+            f.leaks.push_back(std::move(sf));
+        } else if (c.driver_rose) {
+            NotLeak n;
+            n.kind = NotLeakKind::bounded_cache;
+            n.bytes = uint64_t(cached);
+            n.site = sf.site;
+            n.device = p.device;
+            n.why = "device memory of " + p.library + " outside torch's allocator: its pool grew to " + mib(c.pool[S - 1]) +
+                    " over steps " + std::to_string(s0) + ".." + std::to_string(S - 1) + " while " + count_words + " went from " +
+                    mib(c.in_use[std::min(s0, S - 1)]) + " to " + mib(c.in_use[S - 1]) + " (" + std::string(name(j.shape)) +
+                    "): " + mib(cached) + " it keeps for reuse, a cache that filled, not a leak";
+            f.not_leaks.push_back(std::move(n));
+        }
+    }
+}
+
 // Every site: judged on its survivors and on what it holds (analysis/judge.h); a leak becomes a
 // finding, a bounded cache or warm-up an explanation, and its growth goes to one ledger part.
 SiteTotals judge_sites(Replay& r, Findings& f, const Span& span, const std::vector<LiveAlloc>& live) {
@@ -316,8 +385,11 @@ SiteTotals judge_sites(Replay& r, Findings& f, const Span& span, const std::vect
     }
     std::vector<JudgedSite> series = sites_to_judge(r, span, live, totals, ledger_of);
     std::array<WarmUp, 3> warmups;  // by Memory
+    // A library that counted its pool: its device memory is judged by that count (pool_findings()).
+    std::vector<CountedPool> pools = count_pools(r, s0, S, span.min_steps);
     for (JudgedSite& js : series) {
         const SiteSeries& s = *js.s;
+        CountedPool* pool = pool_of(pools, t, s);
         // Made dense one site at a time: sites × steps never exist at once.
         const std::vector<double> held = dense_held(s, S);  // bytes from this site live at each full step's end
         const std::vector<double> aged = dense_aged(s.aged_deltas, S);  // of those, allocated `window` or more steps before
@@ -356,7 +428,10 @@ SiteTotals judge_sites(Replay& r, Findings& f, const Span& span, const std::vect
         sf.fit_r2 = j.r2;
         bool is_confirmed = false;
         const SourceLine site_line = sf.site;
-        if (site.leaks() && recurring >= 2) {
+        if (pool && (pool->judged.leaks() || (site.leaks() && recurring >= 2))) {
+            // The pool's count says what its growth is, a leak or a cache that filled: said once, for the pool.
+            pool->driver_rose |= site.leaks() && recurring >= 2;
+        } else if (site.leaks() && recurring >= 2) {
             sf.confidence = leak_confidence(j.r2, recurring, judged);
             is_confirmed = confirmed(sf.confidence);
             totals.leaking[size_t(js.s - r.sites.data())] = is_confirmed;
@@ -379,6 +454,7 @@ SiteTotals judge_sites(Replay& r, Findings& f, const Span& span, const std::vect
             totals.ledgers[ledger_of[s.device]].add(ledger_part(site, S - s0, is_confirmed), int64_t(held[S - 1] - held[0]),
                                                     site_line);
     }
+    pool_findings(r, f, span, live, pools, device_fit, totals);
     std::sort(f.leaks.begin(), f.leaks.end(),
               [](const SiteFinding& a, const SiteFinding& b) { return a.bytes_per_step > b.bytes_per_step; });
     for (const Memory memory : {Memory::torch, Memory::external, Memory::pinned})
@@ -616,7 +692,8 @@ Findings conclude(Replay& r, const Steps& steps, const AnalysisOptions& opt,
     Usage usage;
     if (span.S > 0) {
         for (HolderSeries& h : r.holders) h.record_held(uint32_t(span.S));
-        usage = usage_ledgers(r.devices, r.nvml, r.holders, span.s0, span.S - 1, span.judgeable);
+        for (PoolSeries& p : r.pools) p.in_use.record_held(uint32_t(span.S)), p.pool.record_held(uint32_t(span.S));
+        usage = usage_ledgers(r.devices, r.nvml, r.holders, span.s0, span.S - 1, span.judgeable, r.pools);
     }
     explain_devices(r, f, span, live, totals, usage, opt);
     within_step_leaks(r, f, totals);

@@ -54,6 +54,10 @@ SiteJudgement judge_site(std::span<const double> aged, std::span<const double> h
     return SiteJudgement{judge(aged, min_steps), judge(held, min_steps)};
 }
 
+PoolJudgement judge_pool(std::span<const double> in_use, double pool_growth, double driver_growth, size_t min_steps) {
+    return PoolJudgement{judge(in_use, min_steps), pool_counts_for(driver_growth, pool_growth)};
+}
+
 std::optional<uint64_t> projected_oom_step(uint64_t step, uint64_t capacity, uint64_t peak, double rate) {
     if (rate <= 0 || capacity == 0) return std::nullopt;
     const double headroom = capacity > peak ? double(capacity - peak) : 0;

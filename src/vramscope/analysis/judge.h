@@ -74,6 +74,27 @@ struct SiteJudgement {
 
 SiteJudgement judge_site(std::span<const double> aged, std::span<const double> held, size_t min_steps);
 
+// A library that sub-allocates from a pool of its own (XLA's allocator, CuPy's memory pool) takes
+// driver memory in doublings, or all at once: its driver calls show the pool, not its arrays. Where
+// the library's own count was read (its bytes in use at step ends), that count is judged instead,
+// as a site's `held` series is (it has no age to tell survivors by): a leak when it rises as one
+// and does not vary. It speaks for the library's memory on the device only where its pool accounts
+// for what the driver calls showed (pool_counts_for); else the driver's sites are judged as ever.
+struct PoolJudgement {
+    Judgement in_use;
+    bool counts = false;  // its pool accounts for the library's driver memory on the device
+    bool leaks() const { return counts && is_leak(in_use.shape) && !in_use.varies(); }
+};
+// The library's driver memory grew, over the judged steps, by no more than its pool says the pool
+// did, give or take an eighth and 4 MiB (page rounding, a workspace taken beside the pool). A
+// library allocating past its pool (CuPy with another allocator set) fails it.
+inline bool pool_counts_for(double driver_growth, double pool_growth) {
+    return driver_growth <= std::max(0.0, pool_growth) * 1.125 + double(4 << 20);
+}
+// `in_use`: its bytes in use at the judged step ends; the growth of its pool and of the library's
+// driver memory over the same steps.
+PoolJudgement judge_pool(std::span<const double> in_use, double pool_growth, double driver_growth, size_t min_steps);
+
 // How sure a leak is, 0..1: its fit's R² × how many steps showed it (kSureAfterSteps or more: full)
 // × how many steps were judged (kSureAfterJudged or more: full). Steps that showed it, not how
 // often: a leak that strikes every 10th step, as a steady staircase, is as sure as a ramp. A leak

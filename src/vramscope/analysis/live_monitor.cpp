@@ -11,9 +11,10 @@ LiveMonitor::LiveMonitor(const JudgeSettings& settings)
     : young_((settings.check(), settings.window)), window_(settings.window),
       warmup_(settings.warmup >= 0 ? size_t(settings.warmup) : kWarmupSteps), min_steps_(settings.min_steps) {}
 
-void LiveMonitor::alloc(uint8_t device, uint64_t addr, uint64_t size, uint32_t site, Memory memory) {
+void LiveMonitor::alloc(uint8_t device, uint64_t addr, uint64_t size, uint32_t site, Memory memory, uint16_t library) {
     release(device, addr, memory);  // a block never freed before its address came back: its free was missed
-    const Block block{addr, size, serial_++, step_, site, device, memory};
+    if (memory != Memory::external) library = 0;
+    const Block block{addr, size, serial_++, step_, site, library, device, memory};
     uint32_t slot;
     if (free_slots_.empty()) {
         slot = uint32_t(blocks_.size());
@@ -35,7 +36,18 @@ void LiveMonitor::alloc(uint8_t device, uint64_t addr, uint64_t size, uint32_t s
     } else {
         external_live_.put(external_key(memory == Memory::pinned, addr), slot);
         if (memory == Memory::external) d.external += int64_t(size);
+        if (library) {
+            library_bytes_[pool_key(device, library)] += int64_t(size);
+            latest_site_[pool_key(device, library)] = site;
+            site_library_[k] = library;
+        }
     }
+}
+
+void LiveMonitor::pool(uint8_t device, uint16_t library, uint64_t in_use, uint64_t pool_bytes) {
+    Pool& p = pools_[pool_key(device, library)];
+    p.in_use_now = in_use;
+    p.pool_now = pool_bytes;
 }
 
 void LiveMonitor::release(uint8_t device, uint64_t addr, Memory memory) {
@@ -49,6 +61,7 @@ void LiveMonitor::release(uint8_t device, uint64_t addr, Memory memory) {
     if (b.step + window_ > step_) young_[b.step % window_][k] -= int64_t(b.size);
     if (b.memory == Memory::torch) devices_[b.device].allocated -= int64_t(b.size);
     else if (b.memory == Memory::external) devices_[b.device].external -= int64_t(b.size);
+    if (b.library) library_bytes_[pool_key(b.device, b.library)] -= int64_t(b.size);
     free_slots_.push_back(slot);
 }
 
@@ -83,6 +96,20 @@ std::vector<std::pair<uint64_t, uint64_t>> LiveMonitor::newest_blocks(const Live
     std::vector<bool> free(blocks_.size());
     for (uint32_t slot : free_slots_) free[slot] = true;
     const bool replaced = leak.evidence == LeakEvidence::replaced_bigger;
+    if (leak.evidence == LeakEvidence::pool_in_use) {
+        // A pool's blocks, oldest first: the arrays lowest in the oldest were kept the longest, and
+        // what keeps them is the owner (the step's newest are still in the loop's locals).
+        for (size_t slot = 0; slot < blocks_.size(); ++slot) {
+            const auto& b = blocks_[slot];
+            if (!free[slot] && b.library == leak.pool_library && b.device == leak.device && b.memory == Memory::external)
+                mine.emplace_back(0, b.serial, slot);
+        }
+        const size_t n = std::min(mine.size(), kBlocksKept);
+        std::partial_sort(mine.begin(), mine.begin() + ptrdiff_t(n), mine.end());
+        std::vector<std::pair<uint64_t, uint64_t>> out;
+        for (size_t i = 0; i < n; ++i) out.emplace_back(blocks_[std::get<2>(mine[i])].addr, blocks_[std::get<2>(mine[i])].size);
+        return out;
+    }
     // Survivors: blocks that outlived a step end, as the judge counts them (the step in hand still
     // holds its newest blocks in loop locals, which would hide the container that keeps the old
     // ones), else any. A replaced buffer: the largest first, whatever their age.
@@ -157,8 +184,61 @@ std::vector<LiveLeak> LiveMonitor::rising_in_step() const {
     return out;
 }
 
+bool LiveMonitor::counted(uint8_t device, Memory memory, uint32_t site) const {
+    if (memory != Memory::external || pools_.empty()) return false;
+    const auto library = site_library_.find(site_key(device, memory, site));
+    if (library == site_library_.end()) return false;
+    const auto p = pools_.find(pool_key(device, library->second));
+    return p != pools_.end() && p->second.counts;
+}
+
+// Each pool's count at this step end, judged over the recent step ends as a site's are.
+void LiveMonitor::judge_pools(std::vector<LiveLeak>& found) {
+    for (auto& [k, p] : pools_) {
+        const auto device = uint8_t(k >> 16);
+        const auto library = uint16_t(k);
+        if (p.count == 0) p.count = std::min<size_t>(step_ - warmup_ - 1, kRecentSteps);  // zeros since warm-up, as offline
+        const auto bytes = library_bytes_.find(k);
+        const size_t at = p.count % kRecentSteps;
+        p.in_use[at] = double(p.in_use_now);
+        p.pool[at] = double(p.pool_now);
+        p.driver[at] = bytes == library_bytes_.end() ? 0 : double(std::max<int64_t>(0, bytes->second));
+        ++p.count;
+        const size_t n = std::min(p.count, kRecentSteps);
+        std::array<double, kRecentSteps> in_use;
+        for (size_t i = 0; i < n; ++i) in_use[i] = p.in_use[(p.count - n + i) % kRecentSteps];
+        const size_t first = (p.count - n) % kRecentSteps, last = (p.count - 1) % kRecentSteps;
+        const PoolJudgement pj = judge_pool(std::span<const double>(in_use.data(), n), p.pool[last] - p.pool[first],
+                                            p.driver[last] - p.driver[first], min_steps_);
+        p.counts = pj.counts;
+        if (p.count < min_steps_) continue;
+        const Judgement& j = pj.in_use;
+        const auto site = latest_site_.find(k);
+        const LiveLeak said{device, site == latest_site_.end() ? 0 : site->second, Memory::external, j.shape,
+                            LeakEvidence::pool_in_use, j.bytes_per_step, step_ - n + (pj.leaks() ? j.first_rise : j.last_high),
+                            std::nullopt, library, {}};
+        if (pj.leaks()) p.recent_rate = j.recent_bytes_per_step;
+        if (pj.leaks() && !p.reported) {
+            p.reported = true;
+            p.last = said;
+            found.push_back(said);
+        } else if (pj.leaks()) {
+            p.last.shape = j.shape;
+            p.last.bytes_per_step = j.bytes_per_step;
+        } else if (p.reported) {
+            p.reported = false;
+            found.push_back(said);
+        }
+    }
+}
+
 std::vector<LiveLeak> LiveMonitor::leaking() const {
     std::vector<LiveLeak> out;
+    for (const auto& [k, p] : pools_)
+        if (p.reported) {
+            out.push_back(p.last);
+            out.back().newest_blocks = newest_blocks(p.last);
+        }
     for (const auto& [k, s] : series_)
         if (s.reported) {
             out.push_back(s.last);
@@ -174,6 +254,7 @@ std::vector<LiveLeak> LiveMonitor::end_step() {
     ++unit_run_;
     std::vector<LiveLeak> found;
     if (step_ > warmup_) {
+        judge_pools(found);
         for (const auto& [k, all] : held_) {
             int64_t aged = all;
             for (const auto& recent : young_)
@@ -193,6 +274,11 @@ std::vector<LiveLeak> LiveMonitor::end_step() {
             s.held[s.count % kRecentSteps] = held_now;
             ++s.count;
             if (s.count < min_steps_) continue;
+            // A counted pool's memory: its count says what it is (judge_pools), never its driver calls.
+            if (counted(uint8_t(k >> 56), Memory(uint8_t(k >> 48)), uint32_t(k))) {
+                s.reported = false;
+                continue;
+            }
             // Step ends all alike have no rise, and the judge calls nothing without one a leak
             // (judge.h): a site not reported stays as it is, unjudged. Most sites of a training
             // run are such (parameters, optimizer state, a batch's buffers gone by the step end).
@@ -220,13 +306,16 @@ std::vector<LiveLeak> LiveMonitor::end_step() {
     for (Device& d : devices_) d.leak_rate = 0;
     for (const auto& [k, s] : series_)  // pinned memory is the host's: no device's OOM comes nearer
         if (s.reported && s.last.memory != Memory::pinned) devices_[s.last.device].leak_rate += s.recent_rate;
+    for (const auto& [k, p] : pools_)
+        if (p.reported) devices_[p.last.device].leak_rate += p.recent_rate;
     for (LiveLeak& leak : found) {
         if (!is_leak(leak.shape)) continue;
         const Device& d = devices_[leak.device];
         leak.projected_oom_step =
             vramscope::projected_oom_step(step_, d.capacity, uint64_t(std::max<int64_t>(0, d.peak + d.external)), d.leak_rate);
         leak.newest_blocks = newest_blocks(leak);
-        series_[site_key(leak.device, leak.memory, leak.site)].last = leak;
+        if (leak.evidence == LeakEvidence::pool_in_use) pools_[pool_key(leak.device, leak.pool_library)].last = leak;
+        else series_[site_key(leak.device, leak.memory, leak.site)].last = leak;
     }
     for (Device& d : devices_) {
         d.last_peak = d.peak;

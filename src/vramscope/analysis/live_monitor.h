@@ -9,6 +9,8 @@
 // filled) is withdrawn: the monitor's last word is the final table's. Memory outside torch's
 // allocator (a library's own device memory, pinned host memory) has sites of its own, judged alike;
 // its blocks are matched by address alone, as the replay matches them (importers/validate.h).
+// A library that counts its own pool (pool()) has that count judged instead of its driver memory
+// on the device, by judge.h's judge_pool, as the offline analysis does (analysis/pools.h).
 #pragma once
 #include <array>
 #include <cstdint>
@@ -35,6 +37,7 @@ struct LiveLeak {
     double bytes_per_step = 0;
     uint64_t first_step = 0;  // first step of the climb that was judged
     std::optional<uint64_t> projected_oom_step;  // of a leak inside a step (rising_in_step): the unit
+    uint16_t pool_library = 0;  // a pool's count (evidence pool_in_use): its library, as the caller numbered it
     // (address, size): survivors' newest first, a step old or more; a replaced buffer's largest first
     std::vector<std::pair<uint64_t, uint64_t>> newest_blocks;
 };
@@ -47,7 +50,12 @@ public:
     // while it goes, and warmup_steps() gives that for every run long enough to judge).
     explicit LiveMonitor(const JudgeSettings& settings = {});
 
-    void alloc(uint8_t device, uint64_t addr, uint64_t size, uint32_t site, Memory memory = Memory::torch);
+    // library: outside torch's allocator, the caller's number for the library that called the driver (0: none).
+    void alloc(uint8_t device, uint64_t addr, uint64_t size, uint32_t site, Memory memory = Memory::torch,
+               uint16_t library = 0);
+    // A library's own count of its pool on a device, read before the step end that follows
+    // (EventKind::pool_usage); library numbered as alloc()'s.
+    void pool(uint8_t device, uint16_t library, uint64_t in_use, uint64_t pool_bytes);
     void release(uint8_t device, uint64_t addr, Memory memory = Memory::torch);
     // A device's capacity and the bytes allocated on it before capture began: they count toward
     // its peak, as the offline replay counts the trace's baseline, or a model loaded before the
@@ -77,6 +85,7 @@ private:
     struct Block {
         uint64_t addr, size, serial, step;
         uint32_t site;
+        uint16_t library;  // outside torch's allocator: who called the driver (0: torch's, or none)
         uint8_t device;
         Memory memory;
     };
@@ -89,6 +98,20 @@ private:
         LiveLeak last;          // what was said when it was confirmed
         double recent_rate = 0;  // its recent slope while it leaks: the OOM projection's, as offline
     };
+    // A library's pool on a device: its count at the recent step ends, and the library's driver memory then.
+    struct Pool {
+        uint64_t in_use_now = 0, pool_now = 0;
+        std::array<double, kRecentSteps> in_use{}, pool{}, driver{};  // rings, as Series'
+        size_t count = 0;
+        bool counts = false;    // it speaks for the library's memory on the device (judge.h pool_counts_for)
+        bool reported = false;  // confirmed as a leak, not withdrawn since
+        LiveLeak last;
+        double recent_rate = 0;
+    };
+    static uint32_t pool_key(uint8_t device, uint16_t library) { return uint32_t(device) << 16 | library; }
+    // Judges the pools at a step end; true where a site's memory is a counted pool's.
+    void judge_pools(std::vector<LiveLeak>& found);
+    bool counted(uint8_t device, Memory memory, uint32_t site) const;
     struct Device {
         int64_t allocated = 0, peak = 0;  // torch's
         int64_t external = 0;             // a library's own device memory
@@ -117,6 +140,10 @@ private:
     const uint32_t window_;
     const size_t warmup_, min_steps_;
     std::unordered_map<uint64_t, Series> series_;  // by site_key(), once a step end saw bytes
+    std::unordered_map<uint32_t, Pool> pools_;     // by pool_key(), once read
+    std::unordered_map<uint32_t, int64_t> library_bytes_;  // by pool_key(): a library's driver memory on a device now
+    std::unordered_map<uint32_t, uint32_t> latest_site_;   // by pool_key(): the site of its latest driver allocation
+    std::unordered_map<uint64_t, uint16_t> site_library_;  // by site_key(): the library of its latest allocation
     std::array<Device, 256> devices_{};
     std::unordered_map<uint64_t, UnitSeries> units_;  // torch's sites, by site_key(): the run in hand's unit ends
     std::vector<uint64_t> touched_in_step_;           // sites with a unit series of the run in hand

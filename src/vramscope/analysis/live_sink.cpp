@@ -60,20 +60,39 @@ void LiveSink::stack(uint32_t stack, std::span<const SinkFrame> frames) {
     site_of_stack_[stack] = site;
 }
 
+void LiveSink::name(uint32_t id, std::string_view text) {
+    std::lock_guard lock(mutex_);
+    names_[id] = std::string(text);
+}
+
+uint16_t LiveSink::library_number(const std::string& library) {
+    auto [it, added] = library_numbers_.try_emplace(library, uint16_t(libraries_.size()));
+    if (added) {
+        if (libraries_.size() > 0xFFFF) return library_numbers_.erase(it), 0;  // more libraries than a capture meets
+        libraries_.push_back(library);
+    }
+    return it->second;
+}
+
 void LiveSink::events(std::span<const Event> events) {
     std::lock_guard lock(mutex_);
     for (const Event& e : events) {
         seen_memory_ |= is_memory_event(e.kind);
         if (e.kind == EventKind::alloc || is_external_alloc(e.kind)) {
             const uint32_t site = e.stack < site_of_stack_.size() ? site_of_stack_[e.stack] : 0;
-            monitor_.alloc(e.device, e.addr, e.size, site, memory_of(e.kind));
             if (is_external_alloc(e.kind)) {
-                const auto library = library_of_stack_.find(e.stack);
-                library_of_site_[library_key(e.device, memory_of(e.kind), site)] =
-                    library != library_of_stack_.end() ? library->second : library_name(kUnknownLibrary);
+                const auto found = library_of_stack_.find(e.stack);
+                const std::string& library = library_of_site_[library_key(e.device, memory_of(e.kind), site)] =
+                    found != library_of_stack_.end() ? found->second : library_name(kUnknownLibrary);
+                monitor_.alloc(e.device, e.addr, e.size, site, memory_of(e.kind), library_number(library));
+            } else {
+                monitor_.alloc(e.device, e.addr, e.size, site, memory_of(e.kind));
             }
         } else if (is_release(e.kind) || is_external_event(e.kind)) {  // external: its allocs are taken above
             monitor_.release(e.device, e.addr, memory_of(e.kind));
+        } else if (e.kind == EventKind::pool_usage && seen_memory_) {  // readings before are of steps the analysis forgets
+            const auto library = names_.find(e.name);
+            if (library != names_.end()) monitor_.pool(e.device, library_number(library->second), e.size, e.addr);
         } else if (e.kind == EventKind::microbatch) {
             monitor_.end_unit(e.name);
         } else if (e.kind == EventKind::step && seen_memory_) {  // the steps the analysis numbers
@@ -108,9 +127,14 @@ std::vector<LiveFinding> LiveSink::described(std::vector<LiveLeak> leaks) const 
     for (LiveLeak& leak : leaks) {
         auto site = site_lines_.find(leak.site);
         auto library = library_of_site_.find(library_key(leak.device, leak.memory, leak.site));
-        out.push_back(LiveFinding{site != site_lines_.end() ? site->second.site : SourceLine{kNoPythonFrame, 0, ""},
-                                  site != site_lines_.end() ? site->second.allocated_in : std::nullopt, leak.memory,
-                                  library != library_of_site_.end() ? library->second : "", leak.device, leak.shape, leak.evidence, leak.bytes_per_step, leak.first_step,
+        // A pool's count: its library's, at the site of its latest driver allocation, or (its pool
+        // taken before the capture began) the pool itself, as the offline analysis names it.
+        const std::string pool = leak.pool_library < libraries_.size() ? libraries_[leak.pool_library] : "";
+        const SourceLine where = site != site_lines_.end() ? site->second.site
+                                 : !pool.empty()           ? SourceLine{pool + "'s pool", 0, ""}
+                                                           : SourceLine{kNoPythonFrame, 0, ""};
+        out.push_back(LiveFinding{where, site != site_lines_.end() ? site->second.allocated_in : std::nullopt, leak.memory,
+                                  !pool.empty() ? pool : library != library_of_site_.end() ? library->second : "", leak.device, leak.shape, leak.evidence, leak.bytes_per_step, leak.first_step,
                                   leak.projected_oom_step, std::move(leak.newest_blocks)});
     }
     return out;

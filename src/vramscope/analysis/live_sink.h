@@ -20,6 +20,7 @@ public:
     explicit LiveSink(const JudgeSettings& settings = {}) : monitor_(settings) {}
     void device(uint8_t device, uint64_t capacity, uint64_t allocated_before) override;
     void stack(uint32_t stack, std::span<const SinkFrame> frames) override;
+    void name(uint32_t id, std::string_view text) override;
     void events(std::span<const Event> events) override;
 
     // What the monitor confirmed or withdrew at the step ends since the last call.
@@ -32,6 +33,7 @@ public:
 
 private:
     std::vector<LiveFinding> described(std::vector<LiveLeak> leaks) const;
+    uint16_t library_number(const std::string& library);  // the monitor's number for a library, from 1
 
     mutable std::mutex mutex_;
     LiveMonitor monitor_;
@@ -50,6 +52,9 @@ private:
     std::unordered_map<uint32_t, std::string> library_of_stack_;
     std::unordered_map<uint64_t, std::string> library_of_site_;
     std::unordered_map<uint32_t, int8_t> rank_of_frame_;   // a FrameRank, by frame id
+    std::unordered_map<uint32_t, std::string> names_;      // a pool reading's library, by its name id
+    std::unordered_map<std::string, uint16_t> library_numbers_;
+    std::vector<std::string> libraries_{""};               // by the monitor's number
     std::vector<LiveFinding> said_;
     bool seen_memory_ = false;  // step ends before the first memory event are not judged (is_memory_event)
 };

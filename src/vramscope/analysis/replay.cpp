@@ -313,6 +313,7 @@ void Replay::process(const Event& e) {
         nvml[i].push_back(NvmlReading{step_, e.size, state_[i].reserved, state_[i].external, state_[i].page_rounding});
         break;
     }
+    case EventKind::pool_usage: pool_reading(e); break;
     default: break;
     }
 }
@@ -332,7 +333,9 @@ void Replay::external_alloc(const Event& e) {
     note_unit(sites[site], site);
     change(sites[site], int64_t(e.size));
     sites[site].last_stack = e.stack;
-    change(holders[holder_of(e.device, memory, e.stack)], int64_t(e.size));
+    HolderSeries& holder = holders[holder_of(e.device, memory, e.stack)];
+    change(holder, int64_t(e.size));
+    holder.last_site = site;
     if (memory == Memory::pinned) s.pinned += int64_t(e.size);
     else s.external += int64_t(e.size), s.page_rounding += page_rounding(e.stack, e.size);
 }
@@ -354,6 +357,23 @@ void Replay::external_free(const Event& e) {
     released(block);
     free_slots_.push_back(a);
     if (checks_ && block.size != e.size) checks_->external_freed_other_size(), stop();  // after this event
+}
+
+// A library's count of its pool at this step's end. Readings before the first memory event are of
+// steps the replay forgets (forget_steps_before_memory), as the live monitor does.
+void Replay::pool_reading(const Event& e) {
+    if (!has_memory_events) return;
+    device_slot(e.device);
+    const std::string_view library = context.stacks.string(e.name);
+    auto it = std::find_if(pools.begin(), pools.end(), [&](const PoolSeries& p) { return p.device == e.device && p.library == library; });
+    if (it == pools.end()) {
+        if (pools.size() >= kMaxPools) return;  // a library per name: only a hostile file has more
+        it = pools.emplace(pools.end());
+        it->device = e.device;
+        it->library = std::string(library);
+    }
+    change(it->in_use, int64_t(e.size) - it->in_use.live);
+    change(it->pool, int64_t(e.addr) - it->pool.live);
 }
 
 void Replay::finish() {

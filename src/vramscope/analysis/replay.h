@@ -106,6 +106,16 @@ struct HolderSeries : HeldSeries {
     uint16_t device = 0;
     Memory memory = Memory::external;
     std::string library;
+    uint32_t last_site = UINT32_MAX;  // of its latest allocation (index into Replay::sites)
+};
+
+// A library's own pool on one device as the library counts it (EventKind::pool_usage), at step
+// ends: the last reading in each step (analysis/pools.h judges it).
+struct PoolSeries {
+    uint16_t device = 0;
+    std::string library;  // as analysis/libraries.h spells it
+    HeldSeries in_use;    // bytes its live arrays hold
+    HeldSeries pool;      // bytes the pool took from the driver
 };
 
 class Replay {
@@ -136,6 +146,8 @@ public:
     std::vector<DeviceSummary> devices;
     std::vector<SiteSeries> sites;
     std::vector<HolderSeries> holders;          // outside torch's allocator, by device, memory and holder
+    std::vector<PoolSeries> pools;              // libraries' own counts of their pools, by device and library
+    static constexpr size_t kMaxPools = 256;    // the rest of a file's (a handful: one per library and device)
     std::vector<std::vector<NvmlReading>> nvml;  // every NVML reading, by device in `devices`' order
     std::vector<LiveAlloc> live_allocs() const;  // blocks never freed, in allocation order
     // A device's highest moment (peak.h), by index in `devices`; bytes -1 where nothing was allocated.
@@ -193,6 +205,7 @@ private:
     // Rare beside torch's events: kept out of take_any()'s code.
     [[gnu::noinline]] void external_alloc(const Event& e);
     [[gnu::noinline]] void external_free(const Event& e);
+    [[gnu::noinline]] void pool_reading(const Event& e);
     void change(HeldSeries& s, int64_t bytes);
     void start();
     void cut();

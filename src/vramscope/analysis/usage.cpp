@@ -93,6 +93,21 @@ std::vector<LibraryBytes> holders_of(const std::vector<HolderSeries>& holders, s
     return out;
 }
 
+// A library that counted its pool: its part split into what its arrays hold and what the pool keeps
+// beyond them, as it counted them at the step end `at`. A pool taken before the capture began has
+// no driver bytes the capture saw: listed with none, its count alone.
+void split_pools(std::vector<LibraryBytes>& libraries, const std::vector<PoolSeries>& pools, uint16_t device, size_t at) {
+    for (const PoolSeries& p : pools) {
+        if (p.device != device || !p.in_use.ever_touched) continue;
+        auto it = std::find_if(libraries.begin(), libraries.end(), [&](const LibraryBytes& l) { return l.library == p.library; });
+        if (it == libraries.end()) it = libraries.insert(libraries.end(), LibraryBytes{p.library, 0, 0, {}, {}});
+        const auto in_use = uint64_t(std::max(0.0, p.in_use.at_end(at)));
+        const auto pool = uint64_t(std::max(0.0, p.pool.at_end(at)));
+        it->in_use = in_use;
+        it->cached = pool > in_use ? pool - in_use : 0;
+    }
+}
+
 }  // namespace
 
 uint64_t Usage::context(uint16_t device) const {
@@ -102,7 +117,8 @@ uint64_t Usage::context(uint16_t device) const {
 }
 
 Usage usage_ledgers(const std::vector<DeviceSummary>& devices, const std::vector<std::vector<NvmlReading>>& readings,
-                    const std::vector<HolderSeries>& holders, size_t first, size_t last, bool judged) {
+                    const std::vector<HolderSeries>& holders, size_t first, size_t last, bool judged,
+                    const std::vector<PoolSeries>& pools) {
     Usage u;
     first = std::min(first, last);
     for (size_t i = 0; i < devices.size(); ++i) {
@@ -117,6 +133,7 @@ Usage usage_ledgers(const std::vector<DeviceSummary>& devices, const std::vector
         l.step = at;
         l.torch_reserved = end.reserved;
         l.libraries = holders_of(holders, d.device, Memory::external, first, at);
+        split_pools(l.libraries, pools, d.device, at);
         const NvmlReading* base = base_reading(read, first, last);
         const int64_t context = base ? std::max<int64_t>(0, base->residual()) : 0;
         // What is checked against the context, each reading against its own allowance: the last

@@ -33,8 +33,11 @@ struct Usage {
 // `devices`' timelines, their NVML readings (Replay::nvml) and the replay's holders, written down to
 // the end (HeldSeries::record_held); `first`: the first judged step end, `last`: the last full
 // step's; `judged`: whether the steps between are judged (else no growth is held against the verdict).
+// `pools`: the libraries' own counts of their pools, written down alike: each splits its library's
+// part into what is in use and what its pool keeps cached (LibraryBytes::in_use, cached).
 Usage usage_ledgers(const std::vector<DeviceSummary>& devices, const std::vector<std::vector<NvmlReading>>& readings,
-                    const std::vector<HolderSeries>& holders, size_t first, size_t last, bool judged);
+                    const std::vector<HolderSeries>& holders, size_t first, size_t last, bool judged,
+                    const std::vector<PoolSeries>& pools = {});
 
 // What the input could not show of the process's memory, said plainly: a torch snapshot's, or a
 // capture's that says (trace meta "capture.driver", "capture.nvml") what it did not record.

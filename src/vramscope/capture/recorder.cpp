@@ -466,12 +466,15 @@ void Recorder::record(const Queued& q) {
 // events name is among them.
 void Recorder::hand_to_sinks() {
     std::vector<NewStack> stacks;
+    std::vector<std::pair<uint32_t, std::string>> names;
     {
         std::lock_guard lock(intern_mutex_);
         stacks.swap(new_stacks_);
+        names.swap(new_names_);
     }
     for (EventSink* sink : sinks_) {
         for (const NewStack& added : stacks) sink->stack(added.stack, added.frames);
+        for (const auto& [id, text] : names) sink->name(id, text);
         if (!batch_.empty()) sink->events(batch_);
     }
     batch_.clear();
@@ -483,6 +486,24 @@ Event Recorder::mark(EventKind kind, std::string_view name) {
     e.time_us = clock_.now_us();
     std::lock_guard lock(intern_mutex_);
     if (writer_) e.name = writer_->intern_string(name);
+    return e;
+}
+
+Event Recorder::pool_event(const PoolReading& r) {
+    Event e;
+    e.kind = EventKind::pool_usage;
+    e.device = r.device;
+    e.size = r.in_use;
+    e.addr = r.pool;
+    e.time_us = clock_.now_us();
+    std::lock_guard lock(intern_mutex_);
+    if (!writer_) return e;
+    auto [it, added] = pool_names_.try_emplace(r.library, 0);
+    if (added) {
+        it->second = writer_->intern_string(r.library);
+        new_names_.emplace_back(it->second, r.library);
+    }
+    e.name = it->second;
     return e;
 }
 
@@ -529,7 +550,7 @@ void Recorder::marker(EventKind kind, std::string_view name) {
     }
 }
 
-void Recorder::end_step(std::string_view unit) {
+void Recorder::end_step(std::string_view unit, const std::vector<PoolReading>& pools) {
     if (stopped_.load(std::memory_order_relaxed)) return;
     try {
         // The monitor's word on the step before reaches the caller at this one at the latest: when
@@ -542,6 +563,7 @@ void Recorder::end_step(std::string_view unit) {
                            step <= usage_through_step_.load(std::memory_order_relaxed) &&
                            (step > 0 || !cuts_now().empty());
         std::vector<Event> marks = usage_events(read_usage(asked));
+        for (const PoolReading& r : pools) marks.push_back(pool_event(r));
         marks.push_back(mark(EventKind::step, unit));
         if (enqueue_marks(marks)) steps_after_memory_.fetch_add(1, std::memory_order_relaxed);
         steps_.fetch_add(1, std::memory_order_relaxed);

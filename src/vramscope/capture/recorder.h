@@ -27,7 +27,8 @@
 // in an order of its own per device, merged with the allocator's by time. NVML's figure for the
 // process (device_usage.h) is queued before a step marker when a read is due (at most once per
 // 20 ms a device, and a thousandth of the run's time), when a device is first watched, and written
-// at close.
+// at close. A library pool's figures (PoolReading: what the capture read from JAX, CuPy) come with
+// the step end they were read at, queued after NVML's and before the marker.
 #pragma once
 #include <array>
 #include <atomic>
@@ -55,6 +56,14 @@
 #include "trace/writer.h"
 
 namespace vramscope::capture {
+
+// A library's own pool on one device, as the library counts it (python/vramscope/capture/pools.py).
+struct PoolReading {
+    uint8_t device = 0;
+    std::string library;  // as analysis/libraries.h spells it: "JAX/XLA", "CuPy"
+    uint64_t in_use = 0;  // bytes its live arrays hold
+    uint64_t pool = 0;    // bytes it took from the driver
+};
 
 class Recorder {
 public:
@@ -96,9 +105,10 @@ public:
 
     // Queues a marker (microbatch, annotation) after every event numbered before it.
     void marker(EventKind kind, std::string_view name);
-    // Queues NVML's figures, then the step marker, named by the step's unit ("optimizer step",
-    // "eval batch", ...: what Steps::unit reads back), after every event numbered before it.
-    void end_step(std::string_view unit);
+    // Queues NVML's figures and the pools' readings, then the step marker, named by the step's unit
+    // ("optimizer step", "eval batch", ...: what Steps::unit reads back), after every event
+    // numbered before it.
+    void end_step(std::string_view unit, const std::vector<PoolReading>& pools = {});
     // NVML read at each step end from `first` through `last`, due or not (a handful of reads a
     // run): the analysis takes what the CUDA context holds from the reading at the end of warm-up,
     // and one read earlier would count the modules warm-up loads after it as growth nobody
@@ -155,7 +165,7 @@ private:
     static constexpr size_t kLanes = kMarkerLane + 1;
     static constexpr bool is_mark(EventKind k) {
         return k == EventKind::step || k == EventKind::microbatch || k == EventKind::annotation_start ||
-               k == EventKind::annotation_end || k == EventKind::device_usage;
+               k == EventKind::annotation_end || k == EventKind::device_usage || k == EventKind::pool_usage;
     }
     static size_t lane(const Event& e) {
         return is_mark(e.kind) ? kMarkerLane : size_t(e.device) + (is_external_event(e.kind) ? 256 : 0);
@@ -219,6 +229,7 @@ private:
     // Each lane that numbered an event so far, with its next number: what a marker queued now follows.
     std::vector<Cut> cuts_now();
     Event mark(EventKind kind, std::string_view name);  // stamped now, its name interned
+    Event pool_event(const PoolReading& r);               // stamped now, its library named to the sinks once
     // NVML's figures now (asked outside the drain's lock: a read may take a millisecond), as events.
     std::vector<DeviceUsage::Reading> read_usage(bool every);
     std::vector<Event> usage_events(const std::vector<DeviceUsage::Reading>& readings);
@@ -294,6 +305,8 @@ private:
     std::unordered_map<const void*, CodeText> code_text_;
     std::unordered_map<const char*, SinkFrame> node_frames_;
     std::vector<NewStack> new_stacks_;                    // interned since the last drain
+    std::unordered_map<std::string, uint32_t> pool_names_;  // a pool's library -> its string id
+    std::vector<std::pair<uint32_t, std::string>> new_names_;  // met since the last drain, for the sinks
     struct LibraryFrame {
         std::string file, function;  // the views of `frame`
         SinkFrame frame;

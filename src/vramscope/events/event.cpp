@@ -10,7 +10,8 @@ constexpr std::array<std::string_view, kEventKindCount> kNames = {
     "alloc",         "free_requested", "free_completed", "segment_alloc",   "segment_free",
     "segment_map",   "segment_unmap",  "oom",            "step",            "microbatch",
     "annotation_start", "annotation_end", "snapshot",       "free",          "external_alloc",
-    "external_free", "pinned_alloc",   "pinned_free",    "device_usage"};
+    "external_free", "pinned_alloc",   "pinned_free",    "device_usage",
+    "pool_usage"};
 }  // namespace
 
 std::string_view event_kind_name(EventKind kind) { return kNames[size_t(kind)]; }

@@ -30,8 +30,13 @@ enum class EventKind : uint8_t {
                           // device: the context's that allocated it
     pinned_free = 17,     // given back; size as allocated
     device_usage = 18,    // what NVML says the process uses on the device: size = bytes (addr 0)
+    // A library's own pool as the library counts it (JAX's memory_stats(), CuPy's default pool),
+    // read at a step end: size = bytes in use (its live arrays), addr = the pool's bytes (taken
+    // from the driver), name = the library as analysis/libraries.h spells it ("JAX/XLA", "CuPy").
+    // A pool that sub-allocates hides its arrays from the driver's calls; this is what it holds.
+    pool_usage = 19,
 };
-constexpr int kEventKindCount = 19;
+constexpr int kEventKindCount = 20;
 
 // torch's snapshot `action` spelling to a kind; false if unknown.
 bool parse_event_kind(std::string_view name, EventKind& out);
@@ -56,6 +61,8 @@ constexpr bool is_memory_event(EventKind k) { return is_block_event(k) || is_seg
 constexpr bool carries_address(EventKind k) {
     return k <= EventKind::oom || k == EventKind::free || is_external_event(k) || k == EventKind::device_usage;
 }
+// A reading with a name (pool_usage) rather than an address: it carries its bytes in addr and size.
+constexpr bool is_pool_reading(EventKind k) { return k == EventKind::pool_usage; }
 // Kinds recorded with the stack that caused them; frees are identified by their alloc instead.
 constexpr bool has_stack(EventKind k) {
     return (k <= EventKind::oom && k != EventKind::free_requested && !is_release(k)) || is_external_alloc(k);
@@ -63,7 +70,7 @@ constexpr bool has_stack(EventKind k) {
 
 // One thing that happened, in 32 bytes (a run holds tens of millions). addr/size are bytes;
 // stack is an id in the trace's StackTable, name (for markers and annotations, which have no
-// stack) an id in its string table; 0 means none. stream indexes Trace::streams.
+// stack, and a pool reading's library) an id in its string table; 0 means none. stream indexes Trace::streams.
 struct Event {
     uint64_t addr = 0;
     uint64_t size = 0;

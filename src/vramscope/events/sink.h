@@ -28,6 +28,9 @@ public:
     // A stack met for the first time, innermost frame first (an autograd node outermost), before
     // any event that names it.
     virtual void stack(uint32_t stack, std::span<const SinkFrame> frames) = 0;
+    // A name an event will carry (a pool reading's library: EventKind::pool_usage) met for the
+    // first time, before any event that names it. Markers' names are ids only: no sink reads them.
+    virtual void name(uint32_t id, std::string_view text) { (void)id, (void)text; }
     // The next events, step markers among them (each named by its step's unit).
     virtual void events(std::span<const Event> events) = 0;
 };

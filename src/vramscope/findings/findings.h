@@ -147,6 +147,10 @@ struct LibraryBytes {
     std::string library;  // "NCCL", "CuPy", "JAX/XLA", "torch", or a .so by name (analysis/libraries.h)
     uint64_t bytes = 0;   // live at the last step end
     int64_t growth = 0;   // from the first judged step end to the ledger's
+    // A library that counts its own pool (JAX's memory_stats(), CuPy's default pool), as it counted
+    // it at the reading that stood for the ledger's step end: what its live arrays hold, and what
+    // the pool keeps beyond them for reuse (its pool's bytes less those). None: no count was read.
+    std::optional<uint64_t> in_use, cached;
 };
 
 // Everything the process holds on one device, or pinned on the host, at the last step end: what

@@ -130,6 +130,8 @@ void usage_array(Json& j, const std::vector<UsageLedger>& usage) {
             j.field("library", l.library);
             j.field("bytes", l.bytes);
             j.field("growth", l.growth);
+            if (l.in_use) j.field("in_use", *l.in_use);  // only where the library counted its pool
+            if (l.cached) j.field("cached", *l.cached);
             j.close('}');
         }
         j.close(']');

@@ -321,7 +321,7 @@ void FindingsReader::leak(const JsonValue& o, SiteFinding& l) const {
     stack(o, l.stack, l.stack_shown_from);
     if (const JsonValue* in = member(o, "allocated_in", T::object, "leaks.allocated_in")) source_line(*in, l.allocated_in.emplace());
     word(o, "shape", l.shape, Shape::too_short);
-    word(o, "evidence", l.evidence, LeakEvidence::replaced_bigger);
+    word(o, "evidence", l.evidence, LeakEvidence::pool_in_use);
     real(o, "recent_bytes_per_step", l.recent_bytes_per_step);
     whole(o, "device", l.device);
     whole(o, "stream", l.stream);
@@ -402,6 +402,8 @@ void FindingsReader::usage(const JsonValue& o, UsageLedger& u) const {
         text(l, "library", library.library);
         whole(l, "bytes", library.bytes);
         whole(l, "growth", library.growth);
+        optional_whole(l, "in_use", library.in_use);
+        optional_whole(l, "cached", library.cached);
     });
     optional_whole(o, "context", u.context);
     if (member(o, "page_rounding", T::number, "usage.page_rounding")) whole(o, "page_rounding", u.page_rounding.emplace());

@@ -50,6 +50,7 @@ std::string_view name(LeakEvidence e) {
     switch (e) {
     case LeakEvidence::survivors: return "survivors";
     case LeakEvidence::replaced_bigger: return "replaced-bigger";
+    case LeakEvidence::pool_in_use: return "pool-in-use";
     }
     return "?";
 }

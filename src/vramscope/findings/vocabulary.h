@@ -37,6 +37,8 @@ enum class NotLeakKind : uint8_t {
 enum class LeakEvidence : uint8_t {
     survivors,        // its blocks outlive their step and pile up
     replaced_bigger,  // each step frees its buffer and allocates a bigger one: nothing survives, yet it grows
+    pool_in_use,      // a library's pool counts its live arrays' bytes, and those grow (JAX's bytes_in_use, CuPy's
+                      // used_bytes()): the driver sees only the pool's doublings, or nothing of a pool taken at once
 };
 
 // Where a device's growth of allocated bytes at step ends went: every byte in exactly one part

@@ -58,6 +58,8 @@ public:
     bool check_fields(const Trace& t, const Event& e) {
         if (devices_seen_ < t.devices.size()) see_devices(t);
         if (e.time_us < 0 || e.time_us >= kLatestTime) fault("events with a time before 1970 or after 4253");
+        if (is_pool_reading(e.kind) && (e.size >= kImpossibleSize || e.addr >= kImpossibleSize))
+            fault("pool readings of 1 PiB or more (negative or corrupt)");
         if (!carries_address(e.kind)) return false;
         if (e.size >= kImpossibleSize) {
             fault("events with a size of 1 PiB or more (negative or corrupt)");

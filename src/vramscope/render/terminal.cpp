@@ -177,7 +177,9 @@ std::string render_usage(const Findings& f, const Style& st) {
         if (u.device) terms.push_back("torch reserved " + format_bytes(double(u.torch_reserved)));
         uint64_t libraries = 0;
         for (const LibraryBytes& b : u.libraries) {
-            terms.push_back(terminal_safe(b.library) + " " + format_bytes(double(b.bytes)));
+            std::string pool;  // a library that counted its pool: in use and cached, by its own count
+            if (b.in_use) pool = " (" + format_bytes(double(*b.in_use)) + " in use, " + format_bytes(double(b.cached.value_or(0))) + " cached)";
+            terms.push_back(terminal_safe(b.library) + " " + format_bytes(double(b.bytes)) + pool);
             libraries += b.bytes;
         }
         if (u.context) terms.push_back("CUDA context " + format_bytes(double(*u.context)));
@@ -345,6 +347,11 @@ std::string render_summary(const Findings& f, bool color, size_t max_leaks) {
                 o += "       " + wrap("each step frees its buffer and allocates a bigger one at " + where(l.site) +
                                         ": nothing here outlives its step, yet what it holds grows",
                                     7, 100) + "\n";
+            if (l.evidence == LeakEvidence::pool_in_use)
+                o += "       " + wrap(terminal_safe("in " + l.library + "'s pool (its own count of the bytes in use): its arrays "
+                                                    "grow while the pool takes driver memory in doublings, or took it at once; "
+                                                    "the site is where the pool last grew"),
+                                    7, 100) + "\n";
             if (l.shape == Shape::slowing)
                 o += "       " + wrap("slowing: " + per_step(l.recent_bytes_per_step) + " over the last steps, " +
                                         per_step(l.bytes_per_step) + " over the run; growth that slows is still a leak "
@@ -400,6 +407,7 @@ std::string render_live(const LiveFinding& live) {
                        format_count(live.since_step) + (live.shape == Shape::slowing ? ", slowing" : "") + ")";
     if (live.evidence == LeakEvidence::replaced_bigger)
         line += ": each step frees its buffer and allocates a bigger one there";
+    if (live.evidence == LeakEvidence::pool_in_use) line += ": in " + terminal_safe(live.library) + "'s pool (its bytes in use)";
     if (live.projected_oom_step) line += "; OOM projected at step " + format_count(*live.projected_oom_step);
     return line;
 }

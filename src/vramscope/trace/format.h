@@ -17,7 +17,7 @@
 namespace vramscope::format {
 
 inline constexpr char kMagic[8] = {'\x89', 'V', 'S', 'C', 'O', 'P', 'E', '\n'};
-inline constexpr uint16_t kVersion = 3;  // 3: the events of memory outside torch's allocator
+inline constexpr uint16_t kVersion = 4;  // 3: the events of memory outside torch's allocator; 4: pool readings
 inline constexpr uint16_t kOldestVersion = 1;  // no chunk numbers, no end record: read, with a note
 inline constexpr uint32_t kChunkMagic = 0x4B435356;  // "VSCK" read as little-endian u32
 inline constexpr size_t kHeaderBytes = 12;
@@ -42,10 +42,12 @@ enum Tag : uint8_t {
     tag_chunk_seq = 24,   // a chunk's first record (version 2): its number, 0, 1, 2, ...
     tag_end = 25,         // the writer finished: the number of events in the file (version 2)
     // 26..30: an event of kind 14..18 (memory outside torch's allocator, NVML's figure: version 3)
+    // 31: kind 19, a library pool's reading (version 4): Δtime, library string, pool bytes, bytes in use
     tag_later_kinds = 26,
 };
 inline constexpr uint8_t kFirstLaterKind = 14;
-inline constexpr uint8_t kLaterKinds = 5;  // 14..18: events/event.h holds them to it
+inline constexpr uint8_t kLaterKinds = 6;  // 14..19: events/event.h holds them to it
+inline constexpr uint8_t kVersion3Kinds = 5;  // 14..18: a version-3 file knows no other
 // An event kind's tag, and back (tags 14 and 15 were taken when kinds grew past 13).
 inline constexpr uint8_t tag_of_kind(uint8_t kind) {
     return kind < kFirstLaterKind ? kind : uint8_t(tag_later_kinds + (kind - kFirstLaterKind));

@@ -42,7 +42,7 @@ struct OverLimit {
 class ChunkDecoder {
 public:
     ChunkDecoder(Trace& t, const ReadLimits& limits, uint16_t version)
-        : t_(t), limits_(limits), later_kinds_(version >= 3), strings_(1, 0), frames_(1, 0), stacks_(1, 0), depth_(1, 0) {}
+        : t_(t), limits_(limits), later_kinds_(version >= 3), pool_readings_(version >= 4), strings_(1, 0), frames_(1, 0), stacks_(1, 0), depth_(1, 0) {}
 
     // The event count of the end record, once one was read.
     std::optional<uint64_t> end_events;
@@ -170,7 +170,7 @@ private:
             shift = 0;
         }
         static_assert(kFirstLaterKind + kLaterKinds == kEventKindCount, "a kind without a tag, or a tag without a kind");
-        static_assert(kEventKindCount == 19, "the cases below: a kind each");
+        static_assert(kEventKindCount == 20, "the cases below: a kind each");
         const State st{tag, shift, at, device, stream, last_addr};
         using K = EventKind;
         constexpr auto tag_of = [](EventKind k) { return tag_of_kind(uint8_t(k)); };
@@ -202,6 +202,8 @@ private:
             case tag_of(K::device_usage): return rare_event<K::device_usage>(st, p, end, time);
             default: break;
             }
+        // A library pool's reading came with version 4.
+        if (pool_readings_ && (tag & kTypeMask) == tag_of(K::pool_usage)) return pool_event(st, p, end, time);
         throw ChunkError{size_t(at - base_), "unknown record tag"};
     }
 
@@ -273,6 +275,22 @@ private:
         }
     }
 
+    // The mirror of TraceWriter::emit_locked's pool reading: Δtime, library, pool bytes, bytes in use.
+    [[gnu::noinline]] void pool_event(State st, const uint8_t*& p, const uint8_t* end, int64_t& time) {
+        if (st.tag & (kGuessed | kSizeKnown) || st.shift == 0) throw ChunkError{size_t(st.at - base_), "a pool reading with flags it cannot have"};
+        if (!st.last_addr) throw ChunkError{size_t(st.at - base_), "event before its device and stream"};
+        Event& e = t_.events.emplace_back();
+        --left_;
+        e.kind = EventKind::pool_usage;
+        e.device = st.device;
+        e.stream = st.stream;
+        if (!(st.tag & kSameTime)) time = wrapping_add(time, unzigzag(num(p, end, st.at)));
+        e.time_us = time;
+        e.name = ref(strings_, num(p, end, st.at), st.at);
+        e.addr = num(p, end, st.at);
+        e.size = num(p, end, st.at);
+    }
+
     template <EventKind kKind>
     [[gnu::noinline]] void rare_event(State st, const uint8_t*& p, const uint8_t* end, int64_t& time) {
         event<kKind, Form::plain>(st, p, end, time);
@@ -308,6 +326,7 @@ private:
     Trace& t_;
     const ReadLimits& limits_;
     const bool later_kinds_;  // event tags 26..30 (version 3)
+    const bool pool_readings_;  // event tag 31 (version 4)
     uint64_t string_bytes_ = 0;  // held for the string records decoded so far
     const uint8_t* base_ = nullptr;
     std::vector<uint32_t> strings_, frames_, stacks_;

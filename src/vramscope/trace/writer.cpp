@@ -229,6 +229,14 @@ void TraceWriter::emit_locked(const Event& e, const Event* completed) {
     }
     if (carries_address(e.kind)) {
         emit_block_locked(e, completed);
+    } else if (is_pool_reading(e.kind)) {  // its library's name, then its two byte counts, unshifted
+        const bool same_time = e.time_us == last_time_;
+        buf_.push_back(char(tag_of_kind(uint8_t(e.kind)) | (same_time ? kSameTime : 0)));
+        if (!same_time) put_varint(buf_, zigzag(e.time_us - last_time_));
+        last_time_ = e.time_us;
+        put_varint(buf_, e.name);
+        put_varint(buf_, e.addr);
+        put_varint(buf_, e.size);
     } else {
         const bool same_time = e.time_us == last_time_;
         buf_.push_back(char(tag_of_kind(uint8_t(e.kind)) | (same_time ? kSameTime : 0)));
