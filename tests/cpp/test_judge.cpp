@@ -15,6 +15,7 @@
 #include "analysis/sites.h"
 #include "analysis/steps.h"
 #include "importers/torch_snapshot.h"
+#include "live_sink_feed.h"
 #include "recorded_fixtures.h"
 #include "trace_builder.h"
 
@@ -215,14 +216,7 @@ TEST(Judge, LiveSinkAndOfflineAnalysisAgreeOnMemoryOutsideTorch) {
     const Findings f = analyze(t);
     ASSERT_EQ(f.leaks.size(), 3u);
     LiveSink sink;
-    for (uint32_t stack = 1; stack <= t.stacks.stack_count(); ++stack) {
-        std::vector<SinkFrame> frames;
-        for (uint32_t id : t.stacks.frames_of(stack)) {
-            const Frame& fr = t.stacks.frame(id);
-            frames.push_back(SinkFrame{id, t.stacks.string(fr.file), t.stacks.string(fr.function), fr.line});
-        }
-        sink.stack(stack, frames);
-    }
+    vramscope::testing::feed_stacks(sink, t.stacks);
     sink.events(t.events);
     std::map<std::tuple<uint16_t, std::string, Memory>, std::pair<std::string, double>> live, offline;
     for (const LiveFinding& l : sink.leaking())
@@ -257,14 +251,7 @@ TEST(Judge, LiveSinkNumbersStepsAsTheAnalysisWhenStepsEndBeforeMemory) {
             b.step();
         }
         LiveSink sink;
-        for (uint32_t stack = 1; stack <= b.t.stacks.stack_count(); ++stack) {
-            std::vector<SinkFrame> frames;
-            for (uint32_t id : b.t.stacks.frames_of(stack)) {
-                const Frame& fr = b.t.stacks.frame(id);
-                frames.push_back(SinkFrame{id, b.t.stacks.string(fr.file), b.t.stacks.string(fr.function), fr.line});
-            }
-            sink.stack(stack, frames);
-        }
+        vramscope::testing::feed_stacks(sink, b.t.stacks);
         sink.events(b.t.events);
         return std::pair(analyze(b.t), sink.leaking());
     };

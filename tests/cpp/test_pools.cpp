@@ -12,6 +12,7 @@
 #include "analysis/analyze.h"
 #include "analysis/live_sink.h"
 #include "findings/json.h"
+#include "live_sink_feed.h"
 #include "trace/reader.h"
 #include "trace_builder.h"
 
@@ -67,14 +68,7 @@ uint64_t kept_until_8(int s) { return uint64_t(std::min(s, 8) + 1) * 16 * MiB; }
 uint64_t none_kept(int) { return 0; }
 
 void feed_tables(LiveSink& sink, const Trace& t) {
-    for (uint32_t stack = 1; stack <= t.stacks.stack_count(); ++stack) {
-        std::vector<SinkFrame> frames;
-        for (uint32_t id : t.stacks.frames_of(stack)) {
-            const Frame& fr = t.stacks.frame(id);
-            frames.push_back(SinkFrame{id, t.stacks.string(fr.file), t.stacks.string(fr.function), fr.line});
-        }
-        sink.stack(stack, frames);
-    }
+    vramscope::testing::feed_stacks(sink, t.stacks);
     for (const Event& e : t.events)
         if (e.kind == EventKind::pool_usage) sink.name(e.name, t.stacks.string(e.name));
 }
