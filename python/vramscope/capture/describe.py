@@ -77,7 +77,7 @@ def driver_wanted(driver: bool | None) -> bool:
 
 def module_paths_wanted(module_paths: bool | None) -> bool:
     """Module instance paths are recorded when the caller or VRAMSCOPE_MODULE_PATHS=1 asks (a hook on
-    every module call: docs/benchmarks.md's module-paths figure is its cost)."""
+    every module call: docs/benchmarks.md's module-paths-cost is its cost)."""
     return module_paths if module_paths is not None else os.environ.get("VRAMSCOPE_MODULE_PATHS", "0") == "1"
 
 
