@@ -685,6 +685,34 @@ def test_a_search_keeps_nothing_a_running_frames_locals_held_once_they_let_go():
     assert gone() is None, [type(r).__name__ for r in gc.get_referrers(gone())]
 
 
+
+def test_a_search_leaves_none_of_its_frames_alive():
+    """The walk up each thread starts at this thread's top frame, the search's own: a name still
+    holding it when the search returned kept that frame, the frames below it and their locals (the
+    tensors the search looked at) alive in a cycle until gc ran, three steps later on the GPU, where a
+    buffer replaced by a bigger one then seemed to stop growing."""
+    import weakref
+
+    from vramscope.ownership.leaks import owners_of_blocks
+
+    package = str(Path(who_holds.__code__.co_filename).parents[1])
+    enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        kept = torch.randn(1024, 256)
+        gone = weakref.ref(kept)
+        found, _ = owners_of_blocks({"device": 0, "site": {}}, [(kept.data_ptr(), kept.nbytes)], device_type="cpu")
+        assert found and "local 'kept'" in found[0].path
+        del found, kept
+        assert gone() is None
+        frames = [o.f_code.co_name for o in gc.get_objects()
+                  if isinstance(o, types.FrameType) and o.f_code.co_filename.startswith(package)]
+        assert frames == []
+    finally:
+        if enabled:
+            gc.enable()
+
 WITHIN_STEP = textwrap.dedent("""
     import json, sys, torch
     from vramscope.capture.session import Capture, Source

@@ -42,6 +42,7 @@ def fake_jax(monkeypatch):
     bridge.backends_are_initialized = lambda: True
     monkeypatch.setitem(sys.modules, "jax", jax)
     monkeypatch.setitem(sys.modules, "jax._src.xla_bridge", bridge)
+    monkeypatch.delitem(sys.modules, "cupy", raising=False)  # a GPU test in this worker may have imported it
     return device, bridge
 
 

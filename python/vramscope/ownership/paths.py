@@ -99,8 +99,10 @@ def _roots(skip_frames: set[int], user_only: bool) -> Iterator[tuple[str, object
                 yield f"{name}.{key}", value
     if not user_only:
         return
-    for thread_id, top in sys._current_frames().items():
-        frame: types.FrameType | None = top
+    # No name may keep a frame once the walk up a thread ends: this thread's top frame is this
+    # generator's own, and a local holding it keeps it, and every frame below, alive in a cycle.
+    frame: types.FrameType | None
+    for frame in sys._current_frames().values():
         while frame is not None:
             # Module-level frames' locals are the module's globals, named above already (None).
             if id(frame) not in skip_frames and not frame.f_code.co_filename.startswith(_PACKAGE_DIR):
