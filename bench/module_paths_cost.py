@@ -51,13 +51,15 @@ for _ in range(3):
     timed(False), timed(True)
 ratios, off, on = [], [], []
 for cycle in range(a.cycles):
-    first = cycle % 2 == 0  # each side first in half the cycles
-    x = timed(not first)
-    y = timed(first)
-    t_off, t_on = (y, x) if first else (x, y)
+    if cycle % 2 == 0:  # each side first in half the cycles
+        t_off = timed(False)
+        t_on = timed(True)
+    else:
+        t_on = timed(True)
+        t_off = timed(False)
     off.append(t_off), on.append(t_on), ratios.append(t_on / t_off)
 ratios.sort()
 lo, hi = ratios[len(ratios) // 40], ratios[-1 - len(ratios) // 40]
 print(f"{a.device}, {a.layers} layers, {modules} module calls a forward: step {statistics.median(off) * 1e3:.1f} ms "
       f"without module paths, {statistics.median(on) * 1e3:.1f} ms with; paired ratio median "
-      f"x{statistics.median(ratios):.3f} [{lo:.3f}, {hi:.3f}] over {a.cycles} cycles")
+      f"x{statistics.median(ratios):.3f} over {a.cycles} cycles, their 95 % spread {lo:.3f}-{hi:.3f}")
