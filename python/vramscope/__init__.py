@@ -22,7 +22,7 @@ def __getattr__(name: str) -> Any:
     if name in ("who_holds", "explain"):
         import importlib
 
-        return getattr(importlib.import_module("vramscope.ownership"), name)
+        return getattr(importlib.import_module("vramscope.owners"), name)
     raise AttributeError(f"module 'vramscope' has no attribute {name!r}")
 
 

@@ -424,5 +424,5 @@ def frame_locals(frame: object) -> dict:
 
 def reference_walk(arg0: list, arg1: object, arg2: tuple, arg3: Callable, arg4: object, arg5: int, arg6: float, /) -> object:
     """
-    Breadth-first search of the object graph (explain/reference_walk.h): [(root label, [objects])].
+    Breadth-first search of the object graph (owners/reference_walk.h): [(root label, [objects])].
     """

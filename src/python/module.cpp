@@ -18,7 +18,7 @@
 #include "analysis/within_step.h"
 #include "capture/driver_calls.h"
 #include "capture/python_frames.h"
-#include "explain/reference_walk.h"
+#include "owners/reference_walk.h"
 #include "capture/recorder.h"
 #include "cli/cli.h"
 #include "cli/options.h"
@@ -467,7 +467,7 @@ void bind_capture(nb::module_& m) {
         "snapshot the frame keeps, with every object a local held when it was read).");
 }
 
-// Who holds a leak: the object graph walked in C++ (explain/).
+// Who holds a leak: the object graph walked in C++ (owners/).
 void bind_explain(nb::module_& m) {
     m.def(
         "reference_walk",
@@ -478,7 +478,7 @@ void bind_explain(nb::module_& m) {
             if (!r) throw nb::python_error();
             return nb::steal(r);
         },
-        "Breadth-first search of the object graph (explain/reference_walk.h): [(root label, [objects])].");
+        "Breadth-first search of the object graph (owners/reference_walk.h): [(root label, [objects])].");
 }
 
 }  // namespace

@@ -29,7 +29,7 @@ std::string read_text(const fs::path& p) {
 
 Findings analysed(const std::string& name) { return analyze_file((kData / name).string()); }
 
-// A TRACE.owners.json answer for one leak, as python/vramscope/ownership/leaks.py explained() writes it.
+// A TRACE.owners.json answer for one leak, as python/vramscope/owners/leaks.py explained() writes it.
 std::string owners_file(const SiteFinding& l) {
     return R"([{"site": {"file": ")" + l.site.file + R"(", "line": )" + std::to_string(l.site.line) + R"(, "function": ")" +
            l.site.function + R"("}, "device": 0, "bytes_per_step": 2097150.0, "owners": [{"path": "main() local 'cache'[3]",

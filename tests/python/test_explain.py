@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 torch = pytest.importorskip("torch")
-from vramscope.ownership import who_holds  # noqa: E402
+from vramscope.owners import who_holds  # noqa: E402
 
 
 def explain_in_fresh_process(code: str) -> list[str]:
@@ -85,7 +85,7 @@ def test_an_output_its_own_node_saved_is_no_cycle_through_autograd():
     tensor's own graph must not read as a cycle that is never freed."""
     import time
 
-    from vramscope.ownership.paths import _autograd_cycle
+    from vramscope.owners.paths import _autograd_cycle
 
     out = torch.exp(torch.randn(32, 64, requires_grad=True))
     assert out.grad_fn._saved_result.data_ptr() == out.data_ptr()
@@ -380,14 +380,14 @@ def test_a_cycle_left_when_the_training_function_returned_yields_to_the_owner_fo
     assert found[0]["at_step"] is not None, found
 
 
-# -- memory outside torch's allocator: each kind's targets (ownership/targets.py) ----------------
+# -- memory outside torch's allocator: each kind's targets (owners/targets.py) ----------------
 
 def owners_of_leak_in_fresh_process(code: str) -> dict:
     """Runs `code` as a script's __main__, then asks for the owners of LEAK (a finding's memory,
     library, device and blocks) as the capture would: prints {"owners": [...], "note": ...}."""
     script = textwrap.dedent(code) + textwrap.dedent("""
         import json, sys
-        from vramscope.ownership.leaks import owners_of_blocks
+        from vramscope.owners.leaks import owners_of_blocks
         owners, note = owners_of_blocks(LEAK, LEAK["live_blocks"])
         print(json.dumps({"owners": [str(o) for o in owners], "note": note, "modules": sorted(sys.modules)}))
     """)
@@ -406,7 +406,7 @@ def test_a_groups_memory_is_held_by_torch_distributeds_registry_a_real_root():
         for step in range(5):
             group = dist.new_group([0])
             dist.all_reduce(torch.ones(4), group=group)
-        from vramscope.ownership.targets import process_groups
+        from vramscope.owners.targets import process_groups
         (path,) = process_groups("gloo").known
         module, name = path.root.rsplit(".", 1)
         registry = vars(sys.modules[module])[name]
@@ -426,7 +426,7 @@ def test_the_registry_path_reads_like_the_others():
         dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
         for step in range(3):
             dist.all_reduce(torch.ones(4), group=dist.new_group([0]))
-        from vramscope.ownership.targets import process_groups
+        from vramscope.owners.targets import process_groups
         print(process_groups("gloo").known[0])
     """)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -436,7 +436,7 @@ def test_the_registry_path_reads_like_the_others():
 
 
 def test_an_extensions_own_allocations_are_said_plainly():
-    from vramscope.ownership.leaks import explained, owners_of_blocks, render_owners
+    from vramscope.owners.leaks import explained, owners_of_blocks, render_owners
 
     leak = {"site": {"file": "/x/train.py", "line": 42, "function": "step"}, "device": 0, "bytes_per_step": 2.0 * 2**20,
             "memory": "external", "library": "leaky_ext.so"}
@@ -468,7 +468,7 @@ class _FakeCupyArray:
 
 
 def test_cupy_arrays_inside_the_pools_blocks_are_found_by_address(monkeypatch):
-    from vramscope.ownership.leaks import owners_of_blocks
+    from vramscope.owners.leaks import owners_of_blocks
 
     monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(ndarray=_FakeCupyArray))
     block = (1 << 40, 4 << 20)
@@ -481,7 +481,7 @@ def test_cupy_arrays_inside_the_pools_blocks_are_found_by_address(monkeypatch):
 
 
 def test_torchs_memory_and_a_librarys_at_one_line_are_two_answers():
-    from vramscope.ownership.leaks import explained, same_site
+    from vramscope.owners.leaks import explained, same_site
 
     site = {"file": "t.py", "line": 3, "function": "f"}
     torch_leak = {"site": site, "device": 0, "bytes_per_step": 1.0}  # no memory: a finding from before
@@ -693,7 +693,7 @@ def test_a_search_leaves_none_of_its_frames_alive():
     buffer replaced by a bigger one then seemed to stop growing."""
     import weakref
 
-    from vramscope.ownership.leaks import owners_of_blocks
+    from vramscope.owners.leaks import owners_of_blocks
 
     package = str(Path(who_holds.__code__.co_filename).parents[1])
     enabled = gc.isenabled()

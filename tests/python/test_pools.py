@@ -12,7 +12,7 @@ import pytest
 import vramscope
 from vramscope import _core
 from vramscope.capture import pools
-from vramscope.ownership.blocks import every_in_blocks
+from vramscope.owners.blocks import every_in_blocks
 
 MiB = 1 << 20
 

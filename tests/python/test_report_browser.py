@@ -82,7 +82,7 @@ def test_report_of_a_live_trace_shows_who_holds_the_leak(tmp_path, browser):
     findings = json.loads(_core.summary(str(trace))[1])
     leak = findings["leaks"][0]
     owner = "train() local 'history'[29]  → Tensor 1.0 MiB f32 [262144] cuda:0"
-    (tmp_path / "live.vscope.owners.json").write_text(json.dumps([  # as ownership/leaks.py explained() writes it
+    (tmp_path / "live.vscope.owners.json").write_text(json.dumps([  # as owners/leaks.py explained() writes it
         {"site": leak["site"], "device": leak["device"], "bytes_per_step": leak["bytes_per_step"],
          "owners": [{"path": "train() local 'history'[29]", "root": "train() local 'history'", "edges": ["[29]"],
                      "target": "Tensor 1.0 MiB f32 [262144] cuda:0", "kind": "reachable"}], "owner_lines": [owner]}]))

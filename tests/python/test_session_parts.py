@@ -8,8 +8,8 @@ import pytest
 
 from vramscope.capture.reporter import LiveReporter
 from vramscope.capture.steps import StepSource, StepUnit
-from vramscope.ownership import leaks
-from vramscope.ownership.paths import OwnerPath
+from vramscope.owners import leaks
+from vramscope.owners.paths import OwnerPath
 
 SITE = {"file": "train.py", "line": 7, "function": "step"}
 

@@ -23,7 +23,7 @@ from .say import warn
 
 Reading = tuple[int, str, int, int]  # (device, library as analysis/libraries.cpp names it, in use, pool)
 
-# The holder names analysis/libraries.cpp gives them (ownership/targets.py spells them alike).
+# The holder names analysis/libraries.cpp gives them (owners/targets.py spells them alike).
 JAX, CUPY = "JAX/XLA", "CuPy"
 
 

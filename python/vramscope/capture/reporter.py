@@ -13,7 +13,7 @@ from .. import _core
 from .say import say, warn
 
 if TYPE_CHECKING:
-    from ..ownership.paths import OwnerPath
+    from ..owners.paths import OwnerPath
 
 
 class LiveReporter:
@@ -22,7 +22,7 @@ class LiveReporter:
         self.live_warnings = live_warnings
         self.explain = explain
         self.explain_budget = explain_budget  # seconds one owner search may take
-        self.live_owners: list[dict[str, Any]] = []  # ownership.leaks.explained(), one per site confirmed live
+        self.live_owners: list[dict[str, Any]] = []  # owners.leaks.explained(), one per site confirmed live
         self.within_owners: list[dict[str, Any]] = []  # the same, of leaks inside a step, found at their highest point
         self.within_told: list[dict[str, Any]] = []  # the leaks inside a step said so far, one per site
         self.findings: dict[str, Any] | None = None
@@ -48,7 +48,7 @@ class LiveReporter:
         run's own memory (`own_work`); the answer is kept for the end (when main()'s locals may be gone)."""
         if not self.explain:
             return
-        from ..ownership.leaks import explained, same_site
+        from ..owners.leaks import explained, same_site
 
         for live in confirmed:
             answer = explained(live, *self._search_live(live, own_work), step)
@@ -58,7 +58,7 @@ class LiveReporter:
 
     def tell_within_step(self, rising: list[dict[str, Any]]) -> None:
         """A leak inside a step, said the first time its site rises across a step's units."""
-        from ..ownership.leaks import same_site
+        from ..owners.leaks import same_site
 
         for live in rising:
             live["line"] = self.spoken(live)
@@ -74,7 +74,7 @@ class LiveReporter:
         analysis at the end names the leak, and these answers join it."""
         if not self.explain:
             return
-        from ..ownership.leaks import explained, same_site
+        from ..owners.leaks import explained, same_site
 
         for live in rising:
             if not any(same_site(e, live) for e in self.within_owners):
@@ -83,7 +83,7 @@ class LiveReporter:
     def _search_live(self, live: dict[str, Any],
                      own_work: Callable[[], ContextManager[None]]) -> tuple[list[OwnerPath], str]:
         """Who holds a live finding's blocks now, within the budget, outside the run's own memory."""
-        from ..ownership.leaks import owners_of_blocks
+        from ..owners.leaks import owners_of_blocks
 
         try:
             with own_work():
@@ -109,7 +109,7 @@ class LiveReporter:
         else:
             text = "".join(f"vramscope: {f['line']}\n" for f in leaking)
             # The monitor's line is a leak as the findings spell one (its memory and library too).
-            from ..ownership.targets import pooled
+            from ..owners.targets import pooled
 
             # A pool's blocks come oldest first, as the findings keep them; the others newest first.
             leaks = [{**f, "live_blocks": [list(b) for b in (f["blocks"] if pooled(f) else reversed(f["blocks"]))]}
@@ -117,7 +117,7 @@ class LiveReporter:
         if (leaks or self.within_owners) and self.explain:
             self._write_owners(path, leaks, end_searches)
         if print_it:
-            from ..ownership.leaks import render_owners
+            from ..owners.leaks import render_owners
 
             print(text + (render_owners(self.owners) if self.owners else ""), file=sys.stderr, end="", flush=True)
             say(f"trace written to {path}  (vramscope analyze {path})")
@@ -136,7 +136,7 @@ class LiveReporter:
         """Every leak's owners, largest first, as they are now; where none is found now (main() has
         returned) or the budget went to larger leaks, the answer found live, at the step the leak
         was confirmed. The searches together take at most `end_searches` budgets."""
-        from ..ownership.leaks import blocks_to_try, explained, owners_of_blocks, same_site
+        from ..owners.leaks import blocks_to_try, explained, owners_of_blocks, same_site
 
         deadline = time.monotonic() + end_searches * self.explain_budget
         out = []

@@ -135,7 +135,7 @@ class Capture:
 
     findings = _reported("findings", "The analysis at the end (docs/findings.md), owners joined; None before.")
     leaked = _reported("leaked", "Whether the analysis at the end found a leak; None: not analysed.")
-    owners = _reported("owners", "Who holds each leak at the end (ownership.leaks.explained()), largest first.")
+    owners = _reported("owners", "Who holds each leak at the end (owners.leaks.explained()), largest first.")
     live_owners = _reported("live_owners", "Who held each leak at the step it was confirmed, one per site.")
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -392,7 +392,7 @@ class Capture:
         if confirmed := [live for live in said if live["shape"].is_leak]:
             # Its blocks as they are now: the word may come a step late, and a leak that grows by
             # replacement (a state concatenated onto a copy of itself) has freed the ones it named.
-            from ..ownership.leaks import same_site
+            from ..owners.leaks import same_site
 
             now = recorder.leaking()
             for live in confirmed:

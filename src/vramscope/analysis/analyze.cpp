@@ -163,7 +163,7 @@ struct SiteTotals {
 
 // The sites judged: those that left survivors, in the order their first survivor was allocated,
 // then those whose holdings rose without any; the rest held still once warm-up was over, and their
-// growth is warm-up. With each, where its blocks never freed were allocated, and the ones explain
+// growth is warm-up. With each, where its blocks never freed were allocated, and the ones the owner search
 // maps to tensors: those the judge counted (a window old: the last steps' are still in loop
 // locals), else the newest.
 std::vector<JudgedSite> sites_to_judge(Replay& r, const Span& span, const std::vector<LiveAlloc>& live, SiteTotals& totals,
@@ -464,7 +464,7 @@ SiteTotals judge_sites(Replay& r, Findings& f, const Span& span, const std::vect
 
 // Per device: its streams, the projected OOM step, and growth that is not a leak (fragmentation,
 // activation peaks, free memory kept in torch's cache).
-void explain_devices(Replay& r, Findings& f, const Span& span, const std::vector<LiveAlloc>& live, SiteTotals& totals,
+void name_growth_not_leaking(Replay& r, Findings& f, const Span& span, const std::vector<LiveAlloc>& live, SiteTotals& totals,
                      const Usage& usage, const AnalysisOptions& opt) {
     const Trace& t = r.context;
     const size_t S = span.S, s0 = span.s0;
@@ -533,7 +533,7 @@ void explain_devices(Replay& r, Findings& f, const Span& span, const std::vector
 }
 
 // Memory the trace never saw allocated: a snapshot's state alone, or blocks from before its start.
-void explain_before_trace(Replay& r, Findings& f, const std::vector<LiveAlloc>& live, bool starts_mid_run) {
+void name_memory_before_trace(Replay& r, Findings& f, const std::vector<LiveAlloc>& live, bool starts_mid_run) {
     const Trace& t = r.context;
     if (!r.has_memory_events && !t.final_blocks.empty()) {
         const Holders h = largest_holders(t.final_blocks, r.resolver, t.stacks);
@@ -695,10 +695,10 @@ Findings conclude(Replay& r, const Steps& steps, const AnalysisOptions& opt,
         for (PoolSeries& p : r.pools) p.in_use.record_held(uint32_t(span.S)), p.pool.record_held(uint32_t(span.S));
         usage = usage_ledgers(r.devices, r.nvml, r.holders, span.s0, span.S - 1, span.judgeable, r.pools);
     }
-    explain_devices(r, f, span, live, totals, usage, opt);
+    name_growth_not_leaking(r, f, span, live, totals, usage, opt);
     within_step_leaks(r, f, totals);
     describe_peaks(r, f, totals, live);
-    explain_before_trace(r, f, live, starts_mid_run);
+    name_memory_before_trace(r, f, live, starts_mid_run);
     for (LedgerBuilder& l : totals.ledgers) f.ledger.push_back(l.finish());
     give_verdict(f, span, steps.unit.empty() ? "step" : steps.unit, usage);
     for (std::string& note : unseen_memory_notes(t)) f.notes.push_back(std::move(note));

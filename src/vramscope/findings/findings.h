@@ -78,7 +78,7 @@ struct DeviceSummary {
     std::optional<OomRequest> oom;          // its first
 };
 
-// One way a leak's memory was kept alive, as the live process found it (python/vramscope/ownership):
+// One way a leak's memory was kept alive, as the live process found it (python/vramscope/owners):
 // a root, the edges from it, and the object reached; kind "reachable" or the cycle it is in.
 struct Owner {
     std::string path;                // root and edges as one expression: "main() local 'cache'[3]"

@@ -16,7 +16,7 @@ std::string to_json(const std::vector<Findings>& runs, const RankComparison& ran
 std::string to_report_json(const std::vector<Findings>& runs, const RankComparison& ranks);
 
 // An owner as people read it: "main() local 'cache'[3]  → Tensor 8.0 MiB ..." and its kind
-// when it is not plainly reachable (python/vramscope/ownership/paths.py OwnerPath.__str__ says the same).
+// when it is not plainly reachable (python/vramscope/owners/paths.py OwnerPath.__str__ says the same).
 std::string owner_line(const Owner& o);
 
 // Whose memory a leak is, when not torch's caching allocator's ("device memory from NCCL

@@ -44,7 +44,7 @@ FindingsFile read_findings(std::string_view text, const std::string& name, const
 
 // Who held each leak joined to the findings: the one place owners meet leaks (terminal, JSON, HTML
 // and compare's root-cause chain all read the result). `owners_json` is a TRACE.owners.json, a
-// list of python/vramscope/ownership/leaks.py explained() answers; each goes to the leak of the
+// list of python/vramscope/owners/leaks.py explained() answers; each goes to the leak of the
 // same device and site. Throws naming the file when it is not such a list.
 void attach_owners(Findings& f, std::string_view owners_json, const std::string& name);
 

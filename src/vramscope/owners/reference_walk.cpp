@@ -1,4 +1,4 @@
-#include "explain/reference_walk.h"
+#include "owners/reference_walk.h"
 
 #include <chrono>
 #include <unordered_map>

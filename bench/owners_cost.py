@@ -5,7 +5,7 @@ instances) in user globals, and one target tensor reachable only through a deep 
 target held from a user global (the common case), and one held only from a library module
 (the whole process is walked).
 
-  python bench/ownership_cost.py
+  python bench/owners_cost.py
 """
 
 from __future__ import annotations

@@ -201,7 +201,7 @@ def _breadth_first(roots: Iterable[tuple[str, object]], target_ids: dict[int, An
     module_dicts = [_namespace(m) for m in list(sys.modules.values()) if m is not None]
     skip = {id(d) for d in module_dicts if d is not None} | {id(sys.modules), id(root_list), id(target_ids)}
     edges_of = _TargetEdges(target_ids if by_view else {})
-    # The binding returns [(root label, [objects])] (explain/reference_walk.h).
+    # The binding returns [(root label, [objects])] (owners/reference_walk.h).
     chains = cast("list[tuple[str, list[object]]]",
                   _core.reference_walk(root_list, set(target_ids), _EXTRA_TYPES, edges_of.children, skip, max_paths,
                                        max(0.0, deadline - time.monotonic())))
