@@ -45,9 +45,15 @@ def _start(config: dict[str, Any]) -> None:
         if source is Source.live_tensors and not _first_to_record_live_tensors():
             return
         launched_directly = os.getppid() == config.get("launcher")
-        capture = Capture(config["output"], summary=False, device_memory=config.get("device_memory", 0),
-                          shared_name=launched_directly, analyse_at_end=False, max_steps=config.get("max_steps", 0),
-                          warmup=config.get("warmup", -1), source=source)
+        options = {"device_memory": config.get("device_memory", 0), "shared_name": launched_directly,
+                   "warmup": config.get("warmup", -1), "source": source}
+        if config.get("armed", 0):  # each window is analysed here, as it ends: no launcher waits for it
+            from .capture.armed import Armed
+
+            Armed(config["output"], config["armed"], options).arm()
+            return
+        capture = Capture(config["output"], summary=False, analyse_at_end=False, max_steps=config.get("max_steps", 0),
+                          **options)
         capture.start()
         atexit.register(capture.stop)
     except Exception as e:
@@ -98,7 +104,8 @@ def _preload(modules: list[str]) -> None:
 
 
 # What `vramscope run` puts in VRAMSCOPE_RUN (launch.run_environment): each key's type.
-_CONFIG = {"output": str, "launcher": int, "device_memory": int, "max_steps": int, "warmup": int, "preload": list}
+_CONFIG = {"output": str, "launcher": int, "device_memory": int, "max_steps": int, "warmup": int, "preload": list,
+           "armed": int}
 
 
 def _config(text: str) -> dict[str, Any]:
@@ -113,6 +120,8 @@ def _config(text: str) -> dict[str, Any]:
             raise ValueError(f"{key} is not {kind.__name__}")
     if config.get("warmup", -1) < -1:
         raise ValueError("warmup is below -1")
+    if config.get("armed", 0) < 0:
+        raise ValueError("armed is below 0")
     if not all(isinstance(m, str) for m in config.get("preload", [])):
         raise ValueError("preload is not a list of module names")
     return config

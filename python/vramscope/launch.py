@@ -35,20 +35,24 @@ def why_no_trace(rc: int | None, output_of_command: str) -> str:
 
 
 def run_environment(output: Path, *, device_memory: int = 0, max_steps: int = 0, warmup: int = -1,
-                    preload: Iterable[str] = (), base: Mapping[str, str] | None = None) -> dict[str, Any]:
+                    preload: Iterable[str] = (), base: Mapping[str, str] | None = None,
+                    armed: int = 0) -> dict[str, Any]:
     """The environment under which vramscope_run.pth captures each Python process of a command
     started by this process; `warmup`: the analysis' (-1: the judge's default), so that the
-    capture reads NVML at its end and the live monitor judges the steps the analysis will."""
+    capture reads NVML at its end and the live monitor judges the steps the analysis will;
+    `armed` > 0: each process waits for an attach, then records that many steps (capture/armed.py)."""
     env = dict(os.environ if base is None else base)
     env["VRAMSCOPE_RUN"] = json.dumps({"output": str(output), "launcher": os.getpid(), "device_memory": device_memory,
-                                       "max_steps": max_steps, "warmup": warmup, "preload": list(preload)})
+                                       "max_steps": max_steps, "warmup": warmup, "preload": list(preload),
+                                       "armed": armed})
     return env
 
 
-def run(command: list[str], output: str, max_steps: int, options: _core.CommandOptions) -> int:
+def run(command: list[str], output: str, max_steps: int, options: _core.CommandOptions, armed: int = 0) -> int:
     """Runs the command under capture, then analyses its traces once with `options` (analyze's,
     typed: _core.CommandOptions): the summary and who holds each leak printed, the report page and
-    the findings JSON written whole or not at all."""
+    the findings JSON written whole or not at all. Armed (`armed` steps an attach), each process
+    analysed its windows itself, so they are only listed."""
     if not command:
         print("vramscope run: no command given (vramscope run -- python train.py)\nTry 'vramscope run --help'.",
               file=sys.stderr)
@@ -56,7 +60,8 @@ def run(command: list[str], output: str, max_steps: int, options: _core.CommandO
     if command[0].endswith(".py"):
         command = [sys.executable, *command]
     trace = Path(output).absolute()
-    env = run_environment(trace, device_memory=options.device_memory, max_steps=max_steps, warmup=options.warmup)
+    env = run_environment(trace, device_memory=options.device_memory, max_steps=max_steps, warmup=options.warmup,
+                          armed=armed)
     started = time.time() - 1  # file times have coarse resolution on some filesystems
     try:
         child = subprocess.Popen(command, env=env)
@@ -70,6 +75,10 @@ def run(command: list[str], output: str, max_steps: int, options: _core.CommandO
     finally:
         signal.signal(signal.SIGINT, previous)
     files = naming.run_files(trace, started)
+    if armed:
+        said = ", ".join(str(f) for f in files) if files else "none: no process was attached"
+        print(f"vramscope run: the attached windows' traces (each analysed as it ended): {said}", file=sys.stderr)
+        return rc
     if not files:
         print(f"vramscope run: {why_no_trace(rc, 'its output above')}", file=sys.stderr)
         return rc or (2 if options.fail_on_leak else 0)

@@ -38,11 +38,11 @@ def trace_path(base: str | os.PathLike[str], *, env: Mapping[str, str] = os.envi
 
 
 def run_files(base: str | os.PathLike[str], since: float) -> list[Path]:
-    """The traces a launched run wrote: the base name and its rank and pid variants, rank order."""
+    """The traces a launched run wrote: the base name and its rank, pid and attach variants, rank order."""
     base = Path(base)
     stem = base.name[: -len(SUFFIX)] if base.name.endswith(SUFFIX) else base.name
     found = [p for p in base.parent.glob(f"{stem}*{SUFFIX}")
-             if (p.name == stem + SUFFIX or p.name[len(stem):].startswith((".rank", ".pid")))
+             if (p.name == stem + SUFFIX or p.name[len(stem):].startswith((".rank", ".pid", ".attach")))
              and p.stat().st_mtime >= since]
 
     def order(p: Path) -> tuple[int, int]:

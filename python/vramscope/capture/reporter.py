@@ -28,6 +28,7 @@ class LiveReporter:
         self.findings: dict[str, Any] | None = None
         self.owners: list[dict[str, Any]] = []
         self.leaked: bool | None = None
+        self.text = ""  # the summary and owners as the end of the trace said them
 
     def spoken(self, live: dict[str, Any]) -> str:
         """The monitor's line, with the device spelled as this source records it."""
@@ -116,10 +117,11 @@ class LiveReporter:
                      for f in leaking]
         if (leaks or self.within_owners) and self.explain:
             self._write_owners(path, leaks, end_searches)
-        if print_it:
-            from ..owners.leaks import render_owners
+        from ..owners.leaks import render_owners
 
-            print(text + (render_owners(self.owners) if self.owners else ""), file=sys.stderr, end="", flush=True)
+        self.text = text + (render_owners(self.owners) if self.owners else "")
+        if print_it:
+            print(self.text, file=sys.stderr, end="", flush=True)
             say(f"trace written to {path}  (vramscope analyze {path})")
 
     def _write_owners(self, path: str, leaks: list[dict[str, Any]], end_searches: float) -> None:

@@ -94,7 +94,8 @@ class Capture:
                  summary: bool = True, live_warnings: bool = True, device_memory: int = 0, shared_name: bool = True,
                  explain: bool = True, explain_budget: float | None = None, analyse_at_end: bool = True,
                  source: Source | None = None, warmup: int = -1, optimizer_steps: bool = True,
-                 max_steps: int = 0, driver: bool | None = None, module_paths: bool | None = None):
+                 max_steps: int = 0, driver: bool | None = None, module_paths: bool | None = None,
+                 record_steps: int = 0, on_stop: Callable[[Capture], None] | None = None):
         self.requested_path = os.fspath(path)
         self.path: str | None = None  # the file actually written (rank in its name)
         self.fail_on_leak = fail_on_leak
@@ -108,6 +109,10 @@ class Capture:
         self.settings = _core.JudgeSettings()
         self.settings.warmup = warmup  # steps not judged at the start; -1: the judge's default
         self.max_steps = max_steps  # > 0: the process ends after this many steps (StepLimitReached)
+        # > 0: the capture stops after this many steps, its trace analysed and reported, and the run
+        # goes on (an armed run's window after an attach: armed.py).
+        self.record_steps = record_steps
+        self._on_stop = on_stop  # told once the capture stopped and reported
         # Memory outside torch's allocator through CUPTI (on unless driver=False or VRAMSCOPE_DRIVER=0).
         self.driver = described.driver_wanted(driver)
         # Each module call named by its instance path (model.layers.3.mlp) for the peak by module: off
@@ -137,6 +142,7 @@ class Capture:
     leaked = _reported("leaked", "Whether the analysis at the end found a leak; None: not analysed.")
     owners = _reported("owners", "Who holds each leak at the end (owners.leaks.explained()), largest first.")
     live_owners = _reported("live_owners", "Who held each leak at the step it was confirmed, one per site.")
+    text = _reported("text", "The summary and owners the end of the trace said (printed with summary=True).")
 
     # -- lifecycle ---------------------------------------------------------------------------
     def __enter__(self) -> Capture:
@@ -289,10 +295,11 @@ class Capture:
             fault = fault or f"could not finish the trace: {e}"
         if not fault and (self.path is None or not os.path.exists(self.path)):
             self.path = None  # never allocated (a compile or data worker): the recorder left no trace
-            return
+            return self._told_stopped()
         if fault:
             warn(f"{fault}; the trace {self.path} holds what came before")
         self._report(self.summary, leaking)
+        self._told_stopped()
         if raise_on_leak and self.fail_on_leak and self.leaked:
             leaked = "memory (live tensors)" if self.source is Source.live_tensors else "GPU memory"
             raise LeakError(f"vramscope: the run leaked {leaked} (trace: {self.path})")
@@ -312,6 +319,14 @@ class Capture:
         self._undo.clear()
         if _active is self:
             _active = None
+
+    def _told_stopped(self) -> None:
+        on_stop, self._on_stop = self._on_stop, None
+        if on_stop is not None:
+            try:
+                on_stop(self)
+            except Exception as e:
+                warn(f"could not say the capture stopped ({type(e).__name__}: {e})", "on-stop")
 
     def _retire(self, recorder: _core.Recorder) -> None:
         recorder.deactivate()
@@ -334,6 +349,7 @@ class Capture:
             except Exception:
                 pass
         self._teardown()
+        self._told_stopped()
 
     def _forked(self) -> None:
         """In a forked child (a DataLoader worker): the file and threads are the parent's."""
@@ -382,6 +398,8 @@ class Capture:
             say(f"step limit reached ({self.max_steps:,} steps): the run stops here")
             self.stop()
             raise StepLimitReached(0)
+        if self.record_steps and recorder.steps >= self.record_steps:
+            self.stop()
 
     def _heard(self, said: list[dict[str, Any]]) -> None:
         """What the live monitor said: told, and each leak it confirmed explained while it is held."""

@@ -100,13 +100,43 @@ def _all(undos: list[Undo]) -> Undo:
     return undo
 
 
-def on_optimizer_step(callback: Callable[[object], None]) -> Undo:
-    """torch.optim's global post-step hook: fires after every optimizer's step()."""
-    from torch.optim.optimizer import register_optimizer_step_post_hook
+class _OptimizerHook:
+    """One of torch.optim's global step hooks, registered once and never removed, calling what is
+    subscribed now. torch loops over the live dict of its hooks: a hook removed or added from inside
+    that loop (a capture that stops at a step end, an attach that starts one there) breaks the
+    user's optimizer.step() with "dictionary changed size during iteration"."""
 
-    handle = register_optimizer_step_post_hook(lambda optimizer, args, kwargs: callback(optimizer))
-    remove: Undo = handle.remove
-    return remove
+    def __init__(self, register_name: str):
+        self._register_name = register_name
+        self._callbacks: dict[int, Callable[[object], None]] = {}
+        self._next = 0
+
+    def subscribe(self, callback: Callable[[object], None]) -> Undo:
+        if not self._next:
+            import torch.optim.optimizer as optimizer_module
+
+            getattr(optimizer_module, self._register_name)(self._call)
+        self._next += 1
+        key = self._next
+        self._callbacks[key] = callback
+
+        def undo() -> None:
+            self._callbacks.pop(key, None)
+
+        return undo
+
+    def _call(self, optimizer: object, args: object, kwargs: object) -> None:
+        for callback in tuple(self._callbacks.values()):
+            callback(optimizer)
+
+
+_after_step = _OptimizerHook("register_optimizer_step_post_hook")
+_before_step = _OptimizerHook("register_optimizer_step_pre_hook")
+
+
+def on_optimizer_step(callback: Callable[[object], None]) -> Undo:
+    """After every optimizer's step()."""
+    return _after_step.subscribe(callback)
 
 
 def on_cuda_profiler_start(callback: Callable[[], None]) -> Undo:
@@ -131,12 +161,8 @@ def on_cuda_profiler_start(callback: Callable[[], None]) -> Undo:
 
 
 def on_optimizer_step_begins(callback: Callable[[object], None]) -> Undo:
-    """torch.optim's global pre-step hook: fires before every optimizer's step()."""
-    from torch.optim.optimizer import register_optimizer_step_pre_hook
-
-    handle = register_optimizer_step_pre_hook(lambda optimizer, args, kwargs: callback(optimizer))
-    remove: Undo = handle.remove
-    return remove
+    """Before every optimizer's step()."""
+    return _before_step.subscribe(callback)
 
 
 def on_first_forward(callback: Callable[[], bool]) -> Undo:

@@ -13,10 +13,10 @@ import sys
 from typing import NoReturn, Protocol
 
 from .. import __version__, _core
-from . import compare, demo, mcp, run
+from . import attach, compare, demo, mcp, run
 from .core import CoreCommand
 
-ORDER = ("analyze", "run", "report", "diff", "compare", "compare-table", "export", "convert", "demo", "mcp")
+ORDER = ("analyze", "run", "attach", "report", "diff", "compare", "compare-table", "export", "convert", "demo", "mcp")
 
 
 class Command(Protocol):
@@ -39,7 +39,7 @@ class Parser(argparse.ArgumentParser):
 
 def registry() -> dict[str, Command]:
     commands: dict[str, Command] = {c["name"]: CoreCommand(c) for c in _core.commands()}
-    commands.update({m.NAME: m for m in (run, compare, demo, mcp)})
+    commands.update({m.NAME: m for m in (run, attach, compare, demo, mcp)})
     return {name: commands[name] for name in ORDER}
 
 
