@@ -1,5 +1,6 @@
-"""Armed runs on a CPU (live tensors): a process waits for an attach, records the steps after it,
-reports them itself, and waits again; a process that was not armed is never signalled."""
+"""Armed runs: a process waits for an attach, records the steps after it, reports them itself, and
+waits again; a process that was not armed is never signalled. On a CPU (live tensors) and, where
+there is one, on a GPU (the allocator's capture) alike."""
 
 import os
 import signal
@@ -20,14 +21,15 @@ LEAKING_LOOP = textwrap.dedent("""
     import os, sys, time, torch
     KEPT = []
     def main(stop_file):
-        model = torch.nn.Linear(64, 64)
+        device = "cuda" if torch.cuda.is_available() else "cpu"  # the allocator's capture there, else live tensors
+        model = torch.nn.Linear(64, 64).to(device)
         opt = torch.optim.SGD(model.parameters(), lr=1e-3)
         step = 0
         while not os.path.exists(stop_file) and step < 100_000:
-            model(torch.randn(32, 64)).square().mean().backward()
+            model(torch.randn(32, 64, device=device)).square().mean().backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
-            KEPT.append(torch.empty(16 * 1024))
+            KEPT.append(torch.empty(16 * 1024, device=device))
             step += 1
             if step == 200:
                 print("READY", os.getpid(), flush=True)

@@ -2,9 +2,9 @@
 until asked, then records its next N steps, analyses and reports them, and waits again.
 
 How it is asked: SIGUSR2, which `vramscope attach PID` sends (or `kill -USR2 PID`). While it waits
-the run's path holds nothing of vramscope's (no allocator hook, no torch hook): only the signal
-handler, and a state file saying that this process is armed, how many windows it recorded and
-where. A window is a capture started mid-run, so memory from before it is "before trace", as in
+the run's path holds nothing of vramscope's (the allocator hook is built and loaded, not attached;
+no torch hook): only the signal handler, and a state file saying that this process is armed, how
+many windows it recorded and where. A window is a capture started mid-run, so memory from before it is "before trace", as in
 any trace that starts late; the judge needs no history before the attach.
 """
 
@@ -81,11 +81,26 @@ class Armed:
         if signal.getsignal(ATTACH_SIGNAL) not in (signal.SIG_DFL, None):
             warn(f"the run handles {ATTACH_SIGNAL.name} itself; this process is not armed", "armed")
             return False
+        self._build_hook_now()
         signal.signal(ATTACH_SIGNAL, self._on_signal)
         atexit.register(self._disarm)
         self._write_state("armed")
         say(f"armed: waiting for `vramscope attach {os.getpid()}` to record {self.steps:,} steps")
         return True
+
+    def _build_hook_now(self) -> None:
+        """The allocator hook built (first use of this torch) and loaded, not installed: an attach
+        must not stop the run for a build. A failure here is said again by the attach's capture."""
+        from .session import Source
+
+        if (self.capture_options.get("source") or Source.here()) is not Source.allocator:
+            return
+        from .hook import HookUnavailable, load_allocator_hook
+
+        try:
+            load_allocator_hook()
+        except HookUnavailable:
+            pass
 
     def _on_signal(self, signum: int, frame: object) -> None:
         """Runs on the main thread between two of the run's bytecodes: starts the window's capture,
