@@ -10,9 +10,9 @@ import time
 from ..capture import armed
 
 NAME = "attach"
-HELP = """Ask a process of `vramscope run --armed` to record its next steps (--steps-after-attach,
-default 50), analyse them and report; then it waits again. Prints that window's summary when it
-ends (the process prints it too). The process must be armed: an attach never starts one that is not."""
+HELP = """Ask an armed process to record its next steps, and print their summary. The process, started
+by `vramscope run --armed`, records --steps-after-attach steps (default 50), analyses and reports
+them, and waits again. An attach never signals a process that was not armed."""
 
 POLL_SECONDS = 0.2
 
