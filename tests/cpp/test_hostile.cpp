@@ -20,7 +20,7 @@
 #include "findings/json_writer.h"
 #include "importers/pickle.h"
 #include "importers/torch_snapshot.h"
-#include "importers/validate.h"
+#include "events/validate.h"
 #include "render/export.h"
 #include "trace/reader.h"
 #include "trace/writer.h"

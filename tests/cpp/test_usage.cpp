@@ -16,7 +16,7 @@
 #include "analysis/libraries.h"
 #include "findings/json.h"
 #include "findings/json_reader.h"
-#include "importers/validate.h"
+#include "events/validate.h"
 #include "render/terminal.h"
 #include "trace/reader.h"
 #include "trace/writer.h"

@@ -23,7 +23,7 @@
 #include "common/format.h"
 #include "common/read_ahead.h"
 #include "importers/torch_snapshot.h"
-#include "importers/validate.h"
+#include "events/validate.h"
 #include "trace/format.h"
 #include "trace/reader.h"
 
@@ -99,7 +99,7 @@ Findings cannot_judge(const Trace& t, uint64_t entries, bool allocated_any) {
     f.format = t.format;
     f.warnings = t.warnings;
     for (const auto& kv : t.meta) f.meta.push_back(kv);
-    // Input that cannot be trusted gets no verdict and no analysis (importers/validate.h says
+    // Input that cannot be trusted gets no verdict and no analysis (events/validate.h says
     // why): numbers from it would only mislead.
     f.verdict = Verdict::cannot_judge;
     f.input_faults = t.faults;

@@ -8,7 +8,7 @@
 
 #include "events/event.h"
 #include "findings/vocabulary.h"
-#include "importers/validate.h"
+#include "events/validate.h"
 
 namespace vramscope {
 

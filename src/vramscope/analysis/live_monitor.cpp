@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <tuple>
 
-#include "importers/validate.h"
+#include "events/validate.h"
 
 namespace vramscope {
 

@@ -8,7 +8,7 @@
 // reach the same shape. A site confirmed while it climbs and judged bounded later (a cache that
 // filled) is withdrawn: the monitor's last word is the final table's. Memory outside torch's
 // allocator (a library's own device memory, pinned host memory) has sites of its own, judged alike;
-// its blocks are matched by address alone, as the replay matches them (importers/validate.h).
+// its blocks are matched by address alone, as the replay matches them (events/validate.h).
 // A library that counts its own pool (pool()) has that count judged instead of its driver memory
 // on the device, by judge.h's judge_pool, as the offline analysis does (analysis/pools.h).
 #pragma once

@@ -20,7 +20,7 @@
 #include "common/address_map.h"
 #include "events/trace.h"
 #include "findings/findings.h"
-#include "importers/validate.h"
+#include "events/validate.h"
 
 namespace vramscope {
 

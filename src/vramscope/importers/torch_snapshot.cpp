@@ -13,7 +13,7 @@
 #include "importers/entry_decoder.h"
 #include "importers/pickle.h"
 #include "importers/snapshot_keys.h"
-#include "importers/validate.h"
+#include "events/validate.h"
 #include "trace/reader.h"
 
 namespace vramscope {

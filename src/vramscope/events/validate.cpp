@@ -1,4 +1,4 @@
-#include "importers/validate.h"
+#include "events/validate.h"
 
 
 namespace vramscope {
