@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <map>
+#include <memory>
 #include <optional>
 #include <unordered_map>
 #include <unordered_set>
@@ -713,6 +714,69 @@ Findings conclude(Replay& r, const Steps& steps, const AnalysisOptions& opt,
     return f;
 }
 
+// One read of a .vscope file: its replay, with the steps it cut and what it counted.
+struct FileRead {
+    Trace t;
+    EventValidator validator;
+    Replay r;
+    GuessedSteps guess;
+    StepFinder finder;
+    uint64_t entries = 0;
+    bool allocated_any = false;
+    explicit FileRead(const AnalysisOptions& opt)
+        : r(t, opt.judge.window, opt.last_step, &validator), guess(t.stacks), finder(t.stacks) {}
+};
+
+// Reads the file through, its steps cut where `placed` says, else guessed as the events pass while
+// the finder looks at every source. A chunk that fails to decode after handing on part of its
+// events (more of them than the reader's cache holds) is read whole: the file is read again from
+// its start, that chunk decoded in one piece.
+std::unique_ptr<FileRead> read_file(const std::string& path, const AnalysisOptions& opt, const ReadLimits& limits,
+                                    const Steps* placed) {
+    size_t whole_chunk = SIZE_MAX;
+    while (true) {
+        auto read = std::make_unique<FileRead>(opt);
+        Replay& r = read->r;
+        GuessedSteps& guess = read->guess;
+        StepFinder& finder = read->finder;
+        EventValidator& validator = read->validator;
+        std::optional<PlacedSteps> placed_cuts;
+        if (placed) placed_cuts.emplace(*placed);
+        uint64_t entries = 0;
+        bool allocated_any = false;
+        ReadAheadFile file(path, limits.max_decoded_bytes);
+        const std::optional<size_t> again = stream_trace({}, file, file.expected_bytes(), path, limits, read->t, [&](Trace& chunk) {
+            uint64_t frees = 0, block_events = 0;
+            for (const Event& e : chunk.events) {
+                frees += e.kind == EventKind::free;
+                block_events += is_block_event(e.kind);
+                // Nothing past a fault is analysed (its numbers could overflow), only checked.
+                if (!r.replaying()) {
+                    r.take(e);
+                    continue;
+                }
+                if (placed_cuts) {
+                    placed_cuts->feed(r, e);
+                } else {
+                    finder.see(e);
+                    guess.feed(r, e);
+                }
+            }
+            // Counted in locals, as the loop cannot keep a captured counter in a register.
+            entries += chunk.events.size() + frees;
+            allocated_any |= block_events > 0;
+            chunk.events.clear();
+            return validator.faulted() || r.wants_more();
+        }, kEventsInCache, whole_chunk);
+        if (!again) {
+            read->entries = entries;
+            read->allocated_any = allocated_any;
+            return read;
+        }
+        whole_chunk = *again;
+    }
+}
+
 }  // namespace
 
 Findings analyze(const Trace& t, const AnalysisOptions& opt) {
@@ -750,54 +814,17 @@ Findings analyze_file(const std::string& path, const AnalysisOptions& opt, const
     // The steps are guessed as the events pass (our markers, else the first optimizer's steps)
     // while a StepFinder looks at every source: only when its answer differs (no markers and no
     // optimizer annotations, or several optimizers) is the file read again, cut where it placed them.
-    std::optional<Steps> placed;
-    size_t whole_chunk = SIZE_MAX;  // a chunk that failed to decode after handing on part of itself
-    while (true) {
-        Trace t;
-        EventValidator validator;
-        Replay r(t, opt.judge.window, opt.last_step, &validator);
-        std::optional<PlacedSteps> placed_cuts;
-        if (placed) placed_cuts.emplace(*placed);
-        GuessedSteps guess(t.stacks);
-        StepFinder finder(t.stacks);
-        uint64_t entries = 0;
-        bool allocated_any = false;
-        ReadAheadFile file(path, limits.max_decoded_bytes);
-        const std::optional<size_t> again = stream_trace({}, file, file.expected_bytes(), path, limits, t, [&](Trace& chunk) {
-            uint64_t frees = 0, block_events = 0;
-            for (const Event& e : chunk.events) {
-                frees += e.kind == EventKind::free;
-                block_events += is_block_event(e.kind);
-                // Nothing past a fault is analysed (its numbers could overflow), only checked.
-                if (!r.replaying()) {
-                    r.take(e);
-                    continue;
-                }
-                if (placed_cuts) {
-                    placed_cuts->feed(r, e);
-                } else {
-                    finder.see(e);
-                    guess.feed(r, e);
-                }
-            }
-            // Counted in locals, as the loop cannot keep a captured counter in a register.
-            entries += chunk.events.size() + frees;
-            allocated_any |= block_events > 0;
-            chunk.events.clear();
-            return validator.faulted() || r.wants_more();
-        }, kEventsInCache, whole_chunk);
-        if (again) {
-            whole_chunk = *again;
-            continue;
-        }
-        if (!placed) guess.finish(r);  // the events it held are checked too
-        validator.finish(t);
-        if (!t.faults.empty()) return cannot_judge(t, entries, allocated_any);
-        if (placed) return conclude(r, *placed, opt, started);
-        Steps found = finder.finish();
-        if (!found.period_anchor && found.ends == guess.ends()) return conclude(r, found, opt, started);
-        placed = std::move(found);
-    }
+    std::unique_ptr<FileRead> guessed = read_file(path, opt, limits, nullptr);
+    guessed->guess.finish(guessed->r);  // the events it held are checked too
+    guessed->validator.finish(guessed->t);
+    if (!guessed->t.faults.empty()) return cannot_judge(guessed->t, guessed->entries, guessed->allocated_any);
+    const Steps found = guessed->finder.finish();
+    if (!found.period_anchor && found.ends == guessed->guess.ends()) return conclude(guessed->r, found, opt, started);
+    guessed.reset();  // one read in memory at a time
+    const std::unique_ptr<FileRead> placed = read_file(path, opt, limits, &found);
+    placed->validator.finish(placed->t);
+    if (!placed->t.faults.empty()) return cannot_judge(placed->t, placed->entries, placed->allocated_any);
+    return conclude(placed->r, found, opt, started);
 }
 
 }  // namespace vramscope
