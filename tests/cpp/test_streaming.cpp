@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "analysis/analyze.h"
+#include "cli/cli.h"
 #include "findings/json.h"
 #include "importers/torch_snapshot.h"
 #include "trace/reader.h"
@@ -142,4 +143,25 @@ TEST(Streaming, AStepRangeIsJudgedAsATraceThatEndsThere) {
     EXPECT_EQ(streamed.step_count, 25u);
     EXPECT_EQ(comparable(to_json(streamed)), comparable(to_json(analyze(read_trace(path.string()), middle))));
     fs::remove(path);
+}
+
+TEST(Streaming, InputsAnalysedSideBySideAreEachAsAnalysedAlone) {
+    std::vector<std::string> paths;
+    for (const fs::path& f : vramscope::testing::recorded_snapshots()) paths.push_back(f.string());
+    const CommandOptions options;
+    const Analysis together = analyze_inputs(paths, options);
+    ASSERT_EQ(together.runs.size(), paths.size());
+    for (size_t k = 0; k < paths.size(); ++k) {
+        EXPECT_EQ(together.files[k], paths[k]);
+        EXPECT_EQ(comparable(to_json(together.runs[k])), comparable(to_json(analyze_file(paths[k], options.analysis))))
+            << paths[k];
+    }
+    // The first failure by the inputs' order is the one said, whichever thread met it first.
+    const std::vector<std::string> broken{paths[0], (kData / "no_such_trace.vscope").string(), "/no/such/either.vscope"};
+    try {
+        analyze_inputs(broken, options);
+        ADD_FAILURE() << "analysed inputs that do not exist";
+    } catch (const std::exception& e) {
+        EXPECT_NE(std::string(e.what()).find("no_such_trace.vscope"), std::string::npos) << e.what();
+    }
 }

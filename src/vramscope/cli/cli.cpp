@@ -3,9 +3,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
+#include <exception>
 #include <iostream>
 #include <stdexcept>
+#include <thread>
 
 #include "analysis/analyze.h"
 #include "analysis/ranks.h"
@@ -67,6 +70,45 @@ Findings analyze_path(const std::string& path, const AnalysisOptions& opt, const
     }
 }
 
+// Several inputs (a run's ranks, compare's cells) analysed side by side on the machine's cores, each
+// in its own bounded memory, the findings in the inputs' order. The first input's reading shows
+// the progress line; the first failure, by the inputs' order, is the one reported.
+std::vector<Findings> analyze_paths(const std::vector<std::string>& paths, const AnalysisOptions& opt,
+                                    const ReadLimits& limits) {
+    std::vector<Findings> found(paths.size());
+    std::vector<std::exception_ptr> failed(paths.size());
+    Progress progress("reading " + (paths.size() == 1 ? paths[0] : paths[0] + " and " + format_count(paths.size() - 1) +
+                                                                       " more"),
+                      paths.empty() ? 0 : file_size(paths[0]));
+    const auto analyse = [&](size_t k) {
+        try {
+            found[k] = analyze_path(paths[k], opt, limits);
+        } catch (...) {
+            failed[k] = std::current_exception();
+        }
+    };
+    std::atomic<size_t> next{1};  // the first is this thread's, whose reports the line follows
+    const auto take_the_rest = [&] {
+        for (size_t k; (k = next.fetch_add(1)) < paths.size();) analyse(k);
+    };
+    const size_t workers = std::min<size_t>(paths.size(), std::max(1u, std::thread::hardware_concurrency()));
+    std::vector<std::thread> others;
+    for (size_t w = 1; w < workers; ++w)
+        others.emplace_back([&] {
+            const Progress::Reports silent(false);
+            take_the_rest();
+        });
+    if (!paths.empty()) analyse(0);
+    {
+        const Progress::Reports silent(false);
+        take_the_rest();
+    }
+    for (std::thread& t : others) t.join();
+    for (const std::exception_ptr& e : failed)
+        if (e) std::rethrow_exception(e);
+    return found;
+}
+
 // Every command that writes asks this first, with all it reads and all it will write (by
 // option; "" and "-" are no file): no output may be an input, nor two outputs one file.
 void refuse_overwriting(const std::vector<std::string>& inputs,
@@ -124,15 +166,15 @@ bool is_findings_json(const std::string& path) { return path.ends_with(".json");
 
 Analysis analyze_inputs(const std::vector<std::string>& files, const CommandOptions& options) {
     Analysis a;
-    for (const std::string& path : files) {
-        Progress progress("reading " + path, file_size(path));
-        Findings f = analyze_path(path, options.analysis, options.limits);
+    std::vector<Findings> analysed = analyze_paths(files, options.analysis, options.limits);
+    for (size_t k = 0; k < files.size(); ++k) {
+        Findings& f = analysed[k];
         if (options.skip_empty && !f.allocated_any) {
             ++a.skipped;
             continue;
         }
-        join_owners_beside(f, path);
-        a.files.push_back(path);
+        join_owners_beside(f, files[k]);
+        a.files.push_back(files[k]);
         a.runs.push_back(std::move(f));
     }
     if (a.runs.empty()) throw std::runtime_error("no trace holds any memory event");

@@ -11,7 +11,11 @@
 namespace vramscope {
 namespace {
 std::atomic<Progress*> g_current{nullptr};
-}
+thread_local bool t_reports_reach = true;
+}  // namespace
+
+Progress::Reports::Reports(bool reach) : was_(t_reports_reach) { t_reports_reach = reach; }
+Progress::Reports::~Reports() { t_reports_reach = was_; }
 
 // The label holds the input's name: escaped, so that a name cannot drive the terminal.
 Progress::Progress(std::string label, uint64_t total) : label_(terminal_safe(label)), total_(total) {
@@ -46,6 +50,7 @@ Progress::~Progress() {
 }
 
 void Progress::report(uint64_t done) {
+    if (!t_reports_reach) return;
     if (Progress* p = g_current.load(std::memory_order_relaxed)) p->done_.store(done, std::memory_order_relaxed);
 }
 

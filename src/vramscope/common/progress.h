@@ -22,6 +22,19 @@ public:
     // From the work: units (input bytes) done so far.
     static void report(uint64_t done);
 
+    // Whether this thread's reports reach the line: with several inputs read at once, only the
+    // thread reading the one the line names says how far it got.
+    class Reports {
+    public:
+        explicit Reports(bool reach);
+        ~Reports();
+        Reports(const Reports&) = delete;
+        Reports& operator=(const Reports&) = delete;
+
+    private:
+        bool was_;
+    };
+
 private:
     void draw(double seconds);
 
