@@ -16,7 +16,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     } catch (const std::runtime_error&) {
     }
     try {
-        report_page(report_data_from_findings({text}, {"fuzz.json"}));
+        report_page(report_data_from_findings({text}, {"fuzz.json"}), "fuzz");
     } catch (const std::runtime_error&) {
     }
     return 0;

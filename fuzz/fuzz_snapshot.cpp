@@ -24,8 +24,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         const Trace t = load_bytes(std::string_view(reinterpret_cast<const char*>(data), size), "fuzz.input", limits);
         const Findings f = analyze(t);
         render_summary(f, true);
-        render_html({f}, {}, {});
-        to_json(f);
+        render_html({f}, {});
+        to_json(f, limits.max_held_bytes);
         if (t.faults.empty()) {
             const Trace back = load_bytes(to_memory_viz_pickle(t), "fuzz.export.pickle", limits);
             analyze(back);

@@ -287,7 +287,7 @@ void bind_analysis(nb::module_& m) {
             AnalysisOptions opt;
             opt.judge = settings;
             opt.device_memory = device_memory;
-            return to_json(analyze_file(path, opt));
+            return to_json(analyze_file(path, opt), ReadLimits{}.max_held_bytes);
         },
         nb::arg("path"), nb::arg("settings") = JudgeSettings{}, nb::arg("device_memory") = 0,
         "Analyse a trace or torch snapshot; returns the findings JSON.");
@@ -299,7 +299,7 @@ void bind_analysis(nb::module_& m) {
             opt.device_memory = device_memory;
             opt.judge = settings;
             Findings f = analyze_file(path, opt);
-            return std::make_pair(render_summary(f, color), to_json(f));
+            return std::make_pair(render_summary(f, color), to_json(f, ReadLimits{}.max_held_bytes));
         },
         nb::arg("path"), nb::arg("device_memory") = 0, nb::arg("color") = false, nb::arg("settings") = JudgeSettings{},
         "Analyse a trace; returns (terminal summary, findings JSON).");

@@ -16,6 +16,7 @@
 #include "common/format.h"
 #include "common/gzip_stream.h"
 #include "common/read_ahead.h"
+#include "findings/json.h"
 #include "findings/json_reader.h"
 #include "findings/json_writer.h"
 #include "importers/pickle.h"
@@ -498,6 +499,35 @@ TEST(HostileAmplification, TimelinesOfManyDevicesOverManyStepsAreHeldToTheLimit)
     const std::string why = error_of([&] { analyze(b.t); });
     EXPECT_NE(why.find("synthetic: 256 devices over "), std::string::npos) << why;
     EXPECT_NE(why.find("more than 16 MiB (the limit; --max-memory raises it)"), std::string::npos) << why;
+}
+
+// The figure a refusal names is true: what was taken when it came is under the limit, each
+// growing vector at its growth charge (common/limits.h).
+TEST(HostileAmplification, ASnapshotOfManyDevicesOverManyStepsIsRefusedBeforeItsTimelinesPassTheLimit) {
+    ReadLimits limits;
+    limits.max_held_bytes = 64 << 20;
+    const std::string path = kHostile + "devices_times_steps.pickle.gz";
+    const Trace t = load_any(path, limits);
+    const std::string why = error_of([&] { analyze(t); });
+    EXPECT_NE(why.find(path + ": 256 devices over "), std::string::npos) << why;
+    EXPECT_NE(why.find("more than 64 MiB (the limit; --max-memory raises it)"), std::string::npos) << why;
+    const uint64_t steps = std::stoull(why.substr(why.find(" over ") + 6));
+    EXPECT_LE(kGrowthCharge * 256 * steps * sizeof(StepPoint), limits.max_held_bytes) << why;
+    EXPECT_GE(kGrowthCharge * 256 * (steps + 2) * sizeof(StepPoint), limits.max_held_bytes / 2) << "refused near the limit";
+}
+
+TEST(HostileAmplification, TheFindingsJsonOfManyDevicesOverManyStepsIsHeldToTheLimit) {
+    vramscope::testing::TraceBuilder b;
+    for (uint16_t d = 1; d < 256; ++d) b.t.device(d);
+    b.alloc(0x100000, 512, b.stack({{"train.py", 1, "step"}}));
+    for (int k = 0; k < 2000; ++k) b.step();
+    const Findings f = analyze(b.t);
+    const std::string json = to_json(f, 1 << 30);
+    EXPECT_GT(json.size(), size_t(32) << 20);  // 512,000 points of about 150 bytes
+    const std::string why = error_of([&] { to_json(f, 64 << 20); });
+    EXPECT_NE(why.find("synthetic: its findings JSON, 256 devices over 2000 steps, would hold more than 64 MiB "
+                       "(the limit; --max-memory raises it)"),
+              std::string::npos) << why;
 }
 
 TEST(HostileAmplification, PerfettoSamplesADeviceAtAStepEndOnlyWhenItChanged) {

@@ -402,3 +402,85 @@ TEST(Export, PerfettoOfALiveTensorTraceHasACpuCounterWithoutReserved) {
     const TraceBuilder gpu = kept_each_step(false);
     EXPECT_NE(to_perfetto_json(gpu.t, analyze(gpu.t)).find("\"name\":\"cuda:0 memory\""), std::string::npos);
 }
+
+namespace {
+
+// 60 leak sites, 2,000 bounded caches and 20 devices: more of each kind than any view shows.
+Findings of_many_entries() {
+    Findings f;
+    f.verdict = Verdict::leak;
+    f.step_count = 100;
+    for (int k = 0; k < 60; ++k) {
+        SiteFinding l;
+        l.site = {"train.py", uint32_t(100 + k), "step"};
+        l.stack = {l.site};
+        l.bytes_per_step = double(4096 * (60 - k));
+        l.held.assign(100, 0);
+        f.leaks.push_back(l);
+        f.leak_bytes_per_step += l.bytes_per_step;
+    }
+    for (int k = 0; k < 2000; ++k)
+        f.not_leaks.push_back({NotLeakKind::bounded_cache, uint64_t(1024 + k), "a cache", SourceLine{"cache.py", uint32_t(k), "f"}, 0});
+    f.not_leaks.push_back({NotLeakKind::warm_up, 1 << 20, "warm-up", std::nullopt, 0});
+    for (uint16_t d = 0; d < 20; ++d) {
+        DeviceSummary s;
+        s.device = d;
+        s.timeline.assign(100, StepPoint{});
+        f.devices.push_back(s);
+        DevicePeak p;
+        p.device = d;
+        p.bytes = uint64_t(d + 1) << 30;
+        p.categories[0] = p.bytes;
+        f.peaks.push_back(p);
+        DeviceLedger l;
+        l.device = d;
+        f.ledger.push_back(l);
+    }
+    return f;
+}
+
+size_t lines_of(const std::string& text) { return size_t(std::count(text.begin(), text.end(), '\n')); }
+
+}  // namespace
+
+TEST(Summary, ManyEntriesShowTheLargestOfEachKindAndCountTheRest) {
+    const Findings f = of_many_entries();
+    const std::string out = render_summary(f, false);
+    EXPECT_LE(lines_of(out), 120u) << out;
+    EXPECT_NE(out.find("and 55 more leak sites, +"), std::string::npos) << out;
+    // The rest are the smallest: 1,995 caches of 1,024 to 3,018 bytes.
+    EXPECT_NE(out.find("and 1,995 more bounded-cache sites, " + format_bytes(double((1024 + 3018) * 1995 / 2)) +
+                       " in all (--json lists them)"),
+              std::string::npos) << out;
+    EXPECT_NE(out.find("cache.py:1999"), std::string::npos) << "the largest cache is shown";
+    EXPECT_EQ(out.find("cache.py:0 "), std::string::npos) << "the smallest is not";
+    EXPECT_NE(out.find("warm-up"), std::string::npos) << "a kind under its cap is whole";
+    EXPECT_NE(out.find("and 16 more devices (--json lists them)"), std::string::npos) << out;
+    EXPECT_NE(out.find("cuda:19  20.0 GiB allocated"), std::string::npos) << "the highest peaks are shown";
+    EXPECT_EQ(out.find("cuda:0  1.0 GiB allocated"), std::string::npos) << out;
+}
+
+TEST(Summary, TheFindingsJsonKeepsEveryEntryAndTheReportCountsWhatItLeavesOut) {
+    const Findings f = of_many_entries();
+    const auto at = [](const JsonValue& v, std::string_view key) -> const JsonValue& {
+        const JsonValue* member = v.get(key);
+        if (!member) throw std::runtime_error("no " + std::string(key));
+        return *member;
+    };
+    const auto number = [](const JsonValue& v) { return std::stod(std::string(v.text)); };
+    const std::string file = to_json(f), report = to_report_json({f}, {});
+    const JsonValue all = parse_json(file, "findings", kMaxJsonDepth);
+    EXPECT_EQ(at(all, "leaks").items.size(), 60u);
+    EXPECT_EQ(at(all, "not_leaks").items.size(), 2001u);
+    EXPECT_EQ(at(all, "peak").items.size(), 20u);
+    EXPECT_EQ(all.get("not_shown"), nullptr);
+    const JsonValue page = parse_json(report, "report", kMaxJsonDepth);
+    const JsonValue& run = at(page, "runs").items.at(0);
+    EXPECT_EQ(at(run, "leaks").items.size(), kReportShown.leaks);
+    EXPECT_EQ(at(run, "not_leaks").items.size(), kReportShown.not_leaks_per_kind + 1);
+    EXPECT_EQ(at(run, "devices").items.size(), kReportShown.devices);
+    const JsonValue& rest = at(run, "not_shown");
+    EXPECT_EQ(number(at(at(rest, "leaks"), "count")), 60.0 - double(kReportShown.leaks));
+    EXPECT_EQ(number(at(at(rest, "not_leaks").items.at(0), "count")), 2000.0 - double(kReportShown.not_leaks_per_kind));
+    EXPECT_EQ(number(at(rest, "devices")), 20.0 - double(kReportShown.devices));
+}

@@ -2,6 +2,7 @@
 the chart is drawn, the verdict and leak rows are there, no console errors. Screenshots go to
 build/artifacts/ for a person to look at."""
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -109,6 +110,31 @@ def test_report_of_a_findings_json(tmp_path, browser):
     assert page.inner_text(".banner").startswith("LEAK")
     assert len(page.get_attribute(".chart polyline.allocated", "points").split()) >= 20
     assert page.locator("table.leaks tr.leakrow").count() >= 1
+    assert errors == []
+    page.close()
+
+
+def test_a_run_of_many_bounded_caches_shows_the_largest_and_counts_the_rest(tmp_path, browser):
+    """The page draws the largest entries of each kind (findings/shown.h: 40 of a kind) and one
+    line for the others; the findings JSON keeps them all."""
+    fixture = next(f for f in FIXTURES if truth(f)["expected"]["verdict"] == "leak")
+    findings = tmp_path / "findings.json"
+    vramscope("analyze", str(fixture), "--json", str(findings))
+    data = json.loads(findings.read_text())
+    data["not_leaks"] = [{"kind": "bounded-cache", "bytes": 1000 + k, "why": f"cache {k}", "device": 0,
+                          "site": {"file": "cache.py", "line": k, "function": "f"}} for k in range(100)]
+    findings.write_text(json.dumps(data))
+    page_file = tmp_path / "many.html"
+    vramscope("report", str(findings), "-o", str(page_file))
+    page = browser.new_page()
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(page_file.as_uri())
+    page.wait_for_selector(".banner")
+    rows = page.locator("table.notleaks tbody tr").all_inner_texts()
+    assert len(rows) == 40 and rows[-1].endswith("cache 99") and rows[0].endswith("cache 60"), rows
+    rest = page.inner_text(".rest")
+    assert rest == "and 60 more bounded-cache sites, 60.3 KiB in all (the findings JSON lists them)", rest
     assert errors == []
     page.close()
 

@@ -195,9 +195,10 @@ void Replay::peak_member_freed(DeviceState& s, const LiveAlloc& a) {
 
 
 // A point per device per step, each with its streams: 256 devices and a step marker every two
-// bytes would take gigabytes from a small file. They are held to what reading it could hold.
+// bytes would take gigabytes from a small file. They are held to what reading it could hold, with
+// the events it holds beside them (a snapshot's).
 void Replay::hold_timeline_bytes(uint64_t n) {
-    if ((timeline_bytes_ += n) > context.limits.max_held_bytes)
+    if ((timeline_bytes_ += kGrowthCharge * n) + kGrowthCharge * context.events.size() * sizeof(Event) > context.limits.max_held_bytes)
         throw std::runtime_error(context.source + ": " + std::to_string(devices.size()) + " devices over " + std::to_string(step_) +
                                  " steps: their timelines would hold more than " +
                                  std::to_string(context.limits.max_held_bytes >> 20) +

@@ -166,6 +166,7 @@ bool is_findings_json(const std::string& path) { return path.ends_with(".json");
 
 Analysis analyze_inputs(const std::vector<std::string>& files, const CommandOptions& options) {
     Analysis a;
+    a.limits = options.limits;
     std::vector<Findings> analysed = analyze_paths(files, options.analysis, options.limits);
     for (size_t k = 0; k < files.size(); ++k) {
         Findings& f = analysed[k];
@@ -184,6 +185,7 @@ Analysis analyze_inputs(const std::vector<std::string>& files, const CommandOpti
 
 Analysis read_findings_files(const std::vector<std::string>& files, const ReadLimits& limits) {
     Analysis a;
+    a.limits = limits;
     for (const std::string& path : files) {
         const Bytes text = read_file(path, std::min<uint64_t>(limits.max_decoded_bytes, 256 << 20));
         FindingsFile file = read_findings(view(text), path, limits);
@@ -207,7 +209,7 @@ std::string render_terminal(const Analysis& a, bool color) {
 
 std::string render_report(const Analysis& a) { return render_html(a.runs, a.ranks); }
 
-std::string findings_json(const Analysis& a) { return to_json(a.runs, a.ranks); }
+std::string findings_json(const Analysis& a) { return to_json(a.runs, a.ranks, a.limits.max_held_bytes); }
 
 int exit_code(const Analysis& a, bool fail_on_leak) {
     Verdict verdict = Verdict::no_leak;

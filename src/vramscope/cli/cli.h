@@ -18,6 +18,7 @@ struct Analysis {
     std::vector<Findings> runs;
     RankComparison ranks;
     size_t skipped = 0;  // processes that never allocated, left out under skip_empty
+    ReadLimits limits;   // what reading them was held to: writing them out is held to it too
 };
 
 // Traces and snapshots analysed, each joined to the owners beside it (TRACE.owners.json).

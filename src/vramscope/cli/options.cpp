@@ -124,7 +124,7 @@ const std::vector<Option>& options() {
          [](CommandOptions& o, const std::string& v) { o.chunk_bytes = size_with_unit(v, "--chunk-size", 1, kMaxChunkBytes); }},
         {"--max-decoded", "", "SIZE", "bytes read or inflated from gzip (default 16 GiB)",
          [](CommandOptions& o, const std::string& v) { o.limits.max_decoded_bytes = size_with_unit(v, "--max-decoded", 1, kNoMax); }},
-        {"--max-memory", "", "SIZE", "pickle values held at once, and events kept, each: from 1 MiB (default 2 GiB)",
+        {"--max-memory", "", "SIZE", "what an input makes us hold (pickle values, events, strings, timelines, an output): from 1 MiB (default 1 GiB; peak memory stays under it + 256 MiB)",
          [](CommandOptions& o, const std::string& v) { o.limits.max_held_bytes = size_with_unit(v, "--max-memory", kMinHeldBytes, kNoMax); }},
         {"--max-string", "", "SIZE", "one string in a pickle (default 16 MiB)",
          [](CommandOptions& o, const std::string& v) { o.limits.max_string_bytes = size_with_unit(v, "--max-string", 1, kNoMax); }},

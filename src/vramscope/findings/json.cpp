@@ -1,9 +1,13 @@
 #include "findings/json.h"
 
 #include <algorithm>
+#include <array>
 #include <map>
+#include <stdexcept>
 
+#include "common/limits.h"
 #include "findings/json_writer.h"
+#include "findings/shown.h"
 
 namespace vramscope {
 namespace {
@@ -81,10 +85,11 @@ void columns(Json& j, const DeviceSummary& d, const std::vector<size_t>& at, siz
 }
 
 // Each device's growth and where it went: the parts sum to `growth` exactly.
-void ledger_array(Json& j, const std::vector<DeviceLedger>& ledger) {
+void ledger_array(Json& j, const std::vector<DeviceLedger>& ledger, const ShownDevices& shown) {
     j.key("ledger");
     j.open('[');
     for (const DeviceLedger& l : ledger) {
+        if (!shown.shows(l.device)) continue;
         j.open('{');
         j.field("device", uint64_t(l.device));
         j.field("from_step", l.from_step);
@@ -114,10 +119,11 @@ void ledger_array(Json& j, const std::vector<DeviceLedger>& ledger) {
 
 // Everything the process holds at the last step end, by device and then the host: NVML's figure
 // and its parts (torch_reserved + libraries' bytes + context + page_rounding + unexplained = nvml_used).
-void usage_array(Json& j, const std::vector<UsageLedger>& usage) {
+void usage_array(Json& j, const std::vector<UsageLedger>& usage, const ShownDevices& shown) {
     j.key("usage");
     j.open('[');
     for (const UsageLedger& u : usage) {
+        if (u.device && !shown.shows(*u.device)) continue;
         j.open('{');
         optional_number(j, "device", u.device ? std::optional<uint64_t>(*u.device) : std::nullopt);
         j.field("step", u.step);
@@ -152,10 +158,11 @@ void stack_array(Json& j, const std::vector<SourceLine>& stack, size_t shown_fro
 }
 
 // Each device at its highest moment: the categories sum to `bytes` exactly (analysis/peak.h).
-void peaks_array(Json& j, const std::vector<DevicePeak>& peaks) {
+void peaks_array(Json& j, const std::vector<DevicePeak>& peaks, const ShownDevices& shown) {
     j.key("peak");
     j.open('[');
     for (const DevicePeak& p : peaks) {
+        if (!shown.shows(p.device)) continue;
         j.open('{');
         j.field("device", uint64_t(p.device));
         j.field("step", p.step);
@@ -208,10 +215,11 @@ void peaks_array(Json& j, const std::vector<DevicePeak>& peaks) {
 void owners_array(Json& j, const std::vector<Owner>& owners, const std::optional<uint64_t>& found_at_step, bool report);
 
 // Leaks inside a step (analysis/within_step.h), largest rate first.
-void within_step_array(Json& j, const std::vector<WithinStepLeak>& leaks, bool report) {
+void within_step_array(Json& j, const std::vector<WithinStepLeak>& leaks, const Shown& shown, bool report) {
     j.key("within_step");
     j.open('[');
-    for (const WithinStepLeak& l : leaks) {
+    for (const size_t i : shown.entries) {
+        const WithinStepLeak& l = leaks[i];
         j.open('{');
         j.key("site");
         source_line(j, l.site);
@@ -256,11 +264,19 @@ void owners_array(Json& j, const std::vector<Owner>& owners, const std::optional
 }
 
 // Every step of every device, the unfinished tail marked: the findings file's, not the report's.
-void timeline(Json& j, const Findings& f) {
+// 256 devices over many steps write gigabytes: the text, growing, and the timelines it is written
+// from are held to `max_held_bytes`.
+void timeline(Json& j, const Findings& f, uint64_t max_held_bytes) {
+    uint64_t timelines = 0;
+    for (const DeviceSummary& d : f.devices) timelines += kGrowthCharge * d.timeline.size() * sizeof(StepPoint);
     j.key("timeline");
     j.open('[');
     for (const DeviceSummary& d : f.devices)
         for (size_t k = 0; k < d.timeline.size(); ++k) {
+            if (k % 1024 == 0 && timelines + kGrowthCharge * j.out.size() > max_held_bytes)
+                throw std::runtime_error(f.source + ": its findings JSON, " + std::to_string(f.devices.size()) + " devices over " +
+                                         std::to_string(d.timeline.size()) + " steps, would hold more than " +
+                                         std::to_string(max_held_bytes >> 20) + " MiB (the limit; --max-memory raises it)");
             const StepPoint& p = d.timeline[k];
             j.open('{');
             j.field("step", uint64_t(k));
@@ -281,10 +297,12 @@ void timeline(Json& j, const Findings& f) {
 
 // The leak sites, largest first. sampled: the report's steps by device (its stacked areas draw
 // what each site held at them); null for the findings file, which keeps the live blocks instead.
-void leaks_array(Json& j, const std::vector<SiteFinding>& leaks, const std::map<uint16_t, std::vector<size_t>>* sampled) {
+void leaks_array(Json& j, const std::vector<SiteFinding>& leaks, const Shown& shown,
+                 const std::map<uint16_t, std::vector<size_t>>* sampled) {
     j.key("leaks");
     j.open('[');
-    for (const SiteFinding& l : leaks) {
+    for (const size_t i : shown.entries) {
+        const SiteFinding& l = leaks[i];
         j.open('{');
         j.bytes_field("bytes_per_step", l.bytes_per_step);
         j.key("site");
@@ -324,8 +342,44 @@ void leaks_array(Json& j, const std::vector<SiteFinding>& leaks, const std::map<
     j.close(']');
 }
 
-// report: the HTML report's data, column-oriented and at most kReportPoints steps a series.
-void findings_object(Json& j, const Findings& f, bool report = false) {
+// What the report leaves out (findings/shown.h), counted, for its lines "and 1,997 more ...".
+void not_shown_object(Json& j, const Shown& leaks, const Shown& within_step, const std::array<Shown, kNotLeakKinds>& not_leaks,
+                      const ShownDevices& devices) {
+    j.key("not_shown");
+    j.open('{');
+    j.key("leaks");
+    j.open('{');
+    j.field("count", uint64_t(leaks.rest));
+    j.bytes_field("bytes_per_step", leaks.rest_total);
+    j.close('}');
+    j.key("within_step");
+    j.open('{');
+    j.field("count", uint64_t(within_step.rest));
+    j.bytes_field("bytes_per_unit", within_step.rest_total);
+    j.close('}');
+    j.key("not_leaks");
+    j.open('[');
+    for (size_t k = 0; k < kNotLeakKinds; ++k) {
+        if (!not_leaks[k].rest) continue;
+        j.open('{');
+        j.field("kind", name(NotLeakKind(k)));
+        j.field("count", uint64_t(not_leaks[k].rest));
+        j.field("bytes", uint64_t(not_leaks[k].rest_total));
+        j.close('}');
+    }
+    j.close(']');
+    j.field("devices", uint64_t(devices.rest));
+    j.close('}');
+}
+
+// report: the HTML report's data, column-oriented and at most kReportPoints steps a series, of
+// the entries kReportShown picks; the findings file has every entry.
+void findings_object(Json& j, const Findings& f, bool report = false, uint64_t max_held_bytes = UINT64_MAX) {
+    constexpr ShownCaps kEvery{SIZE_MAX, SIZE_MAX, SIZE_MAX, SIZE_MAX};
+    const ShownCaps& caps = report ? kReportShown : kEvery;
+    const ShownDevices devices = shown_devices(f, caps.devices);
+    const Shown leaks = shown_leaks(f.leaks, caps.leaks), within_step = shown_within_step(f.within_step, caps.within_step);
+    const auto not_leaks = shown_not_leaks(f.not_leaks, caps.not_leaks_per_kind);
     std::map<uint16_t, std::vector<size_t>> sampled;
     if (report)
         for (const DeviceSummary& d : f.devices)  // full steps only: the unfinished tail would dip
@@ -351,10 +405,11 @@ void findings_object(Json& j, const Findings& f, bool report = false) {
     j.field("window", uint64_t(f.window));
     j.close('}');
     optional_number(j, "projected_oom_step", f.projected_oom_step);
-    if (!report) timeline(j, f);
+    if (!report) timeline(j, f, max_held_bytes);
     j.key("devices");
     j.open('[');
     for (const DeviceSummary& d : f.devices) {
+        if (!devices.shows(d.device)) continue;
         j.open('{');
         j.field("device", uint64_t(d.device));
         j.key("total_memory");
@@ -393,12 +448,14 @@ void findings_object(Json& j, const Findings& f, bool report = false) {
         j.close('}');
     }
     j.close(']');
-    leaks_array(j, f.leaks, report ? &sampled : nullptr);
-    within_step_array(j, f.within_step, report);
-    peaks_array(j, f.peaks);
+    leaks_array(j, f.leaks, leaks, report ? &sampled : nullptr);
+    within_step_array(j, f.within_step, within_step, report);
+    peaks_array(j, f.peaks, devices);
     j.key("not_leaks");
     j.open('[');
-    for (const NotLeak& n : f.not_leaks) {
+    for (size_t i = 0; i < f.not_leaks.size(); ++i) {
+        const NotLeak& n = f.not_leaks[i];
+        if (!not_leaks[size_t(n.kind)].shows(i)) continue;
         j.open('{');
         j.field("kind", name(n.kind));
         j.field("bytes", n.bytes);
@@ -410,8 +467,9 @@ void findings_object(Json& j, const Findings& f, bool report = false) {
         j.close('}');
     }
     j.close(']');
-    ledger_array(j, f.ledger);
-    usage_array(j, f.usage);
+    ledger_array(j, f.ledger, devices);
+    usage_array(j, f.usage, devices);
+    if (report) not_shown_object(j, leaks, within_step, not_leaks, devices);
     j.key("notes");
     j.open('[');
     for (const auto& n : f.notes) j.value(n);
@@ -482,15 +540,15 @@ std::string owner_line(const Owner& o) {
     return o.path + "  → " + o.target + (o.kind == "reachable" ? "" : "   (" + o.kind + ")");
 }
 
-std::string to_json(const Findings& f) {
+std::string to_json(const Findings& f, uint64_t max_held_bytes) {
     Json j;
-    findings_object(j, f);
+    findings_object(j, f, false, max_held_bytes);
     j.out.push_back('\n');
     return j.out;
 }
 
-std::string to_json(const std::vector<Findings>& runs, const RankComparison& ranks) {
-    if (runs.size() == 1) return to_json(runs.front());
+std::string to_json(const std::vector<Findings>& runs, const RankComparison& ranks, uint64_t max_held_bytes) {
+    if (runs.size() == 1) return to_json(runs.front(), max_held_bytes);
     Json j;
     j.open('{');
     j.field("schema", "vramscope.findings");
@@ -500,7 +558,7 @@ std::string to_json(const std::vector<Findings>& runs, const RankComparison& ran
     j.field("verdict", name(verdict));
     j.key("runs");
     j.open('[');
-    for (const Findings& f : runs) findings_object(j, f);
+    for (const Findings& f : runs) findings_object(j, f, false, max_held_bytes);
     j.close(']');
     ranks_object(j, ranks);
     j.close('}');

@@ -1,5 +1,6 @@
 // Findings as JSON (schema in docs/findings.md).
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -7,9 +8,11 @@
 
 namespace vramscope {
 
-std::string to_json(const Findings& f);
+// Every step of every device is written: a text that would hold more than `max_held_bytes`
+// (--max-memory) with the timelines it is written from is refused first, naming the limit.
+std::string to_json(const Findings& f, uint64_t max_held_bytes = UINT64_MAX);
 // Several inputs (ranks, runs): {"schema_version", "verdict": worst of them, "runs": [...]}.
-std::string to_json(const std::vector<Findings>& runs, const RankComparison& ranks = {});
+std::string to_json(const std::vector<Findings>& runs, const RankComparison& ranks = {}, uint64_t max_held_bytes = UINT64_MAX);
 // What the HTML report embeds: the same findings, each device's steps as columns (at most 1,500
 // points a series: the last step of each bucket, the highest peak in it), each leak's bytes held
 // per step on the same points, and no block lists.

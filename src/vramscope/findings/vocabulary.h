@@ -32,6 +32,7 @@ enum class NotLeakKind : uint8_t {
     cached_free,
     before_trace,   // live before the trace's first event (a ring buffer that wrapped, a late start)
 };
+inline constexpr size_t kNotLeakKinds = 6;
 
 // How a leak site's holdings at step ends grow (analysis/ledger.h tells them apart).
 enum class LeakEvidence : uint8_t {

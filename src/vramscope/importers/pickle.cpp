@@ -313,12 +313,14 @@ private:
         stack_.push_back(r);
         if (__builtin_expect((stack_.size() & 0xFFF) == 0, 0)) check_held();
     }
-    // The document, stack and memo together stay under the limit: a memo fan-out (one value
-    // referenced a million times) or a bomb of small values ends here, not in the allocator.
+    // The document, stack and memo together stay under the limit, at their growth charge: a memo
+    // fan-out (one value referenced a million times) or a bomb of small values ends here, not in
+    // the allocator.
     [[gnu::noinline]] void check_held() {
-        const uint64_t held = doc_.values_.size() * sizeof(Value) + doc_.items_.size() * sizeof(Ref) +
-                              doc_.text_.size() + doc_.batches_.size() * sizeof(Document::Batch) +
-                              (memo_.size() + stack_.size() + memo_log_.size()) * sizeof(Ref) + marks_.size() * sizeof(Mark);
+        const uint64_t held = kGrowthCharge * (doc_.values_.size() * sizeof(Value) + doc_.items_.size() * sizeof(Ref) +
+                                               doc_.text_.size() + doc_.batches_.size() * sizeof(Document::Batch) +
+                                               (memo_.size() + stack_.size() + memo_log_.size()) * sizeof(Ref) +
+                                               marks_.size() * sizeof(Mark));
         if (held > limits_.max_held_bytes)
             fail("the pickle's values take more than " + std::to_string(limits_.max_held_bytes >> 20) +
                  " MiB held at once (the limit; --max-memory raises it)");

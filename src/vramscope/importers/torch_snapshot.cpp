@@ -513,11 +513,13 @@ private:
     }
 
     // What reading keeps: events, annotations, the final live blocks and segments, the allocator's
-    // settings. Pickle's memo lets one list of blocks or annotations be referenced many times; each
-    // reference costs its expansion.
+    // settings, each growing vector at its growth charge. Pickle's memo lets one list of blocks or
+    // annotations be referenced many times; each reference costs its expansion.
     void check_held() {
-        const uint64_t held = (t_.events.size() + notes_.size()) * sizeof(Event) + t_.final_blocks.size() * sizeof(LiveBlock) +
-                              t_.final_segments.size() * sizeof(LiveSegment) + kept_settings_bytes_;
+        const uint64_t held = kGrowthCharge * ((t_.events.size() + notes_.size()) * sizeof(Event) +
+                                               t_.final_blocks.size() * sizeof(LiveBlock) +
+                                               t_.final_segments.size() * sizeof(LiveSegment)) +
+                              kept_settings_bytes_;
         if (held > limits_.max_held_bytes)
             throw std::runtime_error(name_ + ": offset " + std::to_string(offset_) + ": more than " +
                                      std::to_string(limits_.max_held_bytes >> 20) +

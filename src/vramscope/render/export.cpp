@@ -76,9 +76,10 @@ private:
 };
 
 // An export grows with the trace (a memory_viz entry carries its stack's frames, 4,096 deep at
-// most): it is held to what reading the trace could hold.
-void check_export_size(const Trace& t, size_t bytes, std::string_view what) {
-    if (bytes > t.limits.max_held_bytes)
+// most): it is held to what reading the trace could hold, with the trace's events and what else
+// the export holds (`beside`) counted in.
+void check_export_size(const Trace& t, size_t bytes, std::string_view what, uint64_t beside = 0) {
+    if (kGrowthCharge * (bytes + t.events.size() * sizeof(Event)) + beside > t.limits.max_held_bytes)
         throw std::runtime_error(t.source + ": its " + std::string(what) + " would be more than " +
                                  std::to_string(t.limits.max_held_bytes >> 20) + " MiB (the limit; --max-memory raises it)");
 }
@@ -498,8 +499,11 @@ std::string to_perfetto_json(const Trace& t, const Findings& f) {
     j.field("displayTimeUnit", "ms");
     j.key("traceEvents");
     j.open('[');
+    // The findings' timelines and each event's category are held while the export grows.
+    uint64_t beside = t.events.size();
+    for (const DeviceSummary& d : f.devices) beside += kGrowthCharge * d.timeline.size() * sizeof(StepPoint);
     auto event = [&](const char* ph, const std::string& name, int64_t ts, auto&& fill) {
-        check_export_size(t, j.out.size(), "Perfetto trace");
+        check_export_size(t, j.out.size(), "Perfetto trace", beside);
         j.open('{');
         j.field("ph", ph);
         j.field("name", name);

@@ -6,6 +6,7 @@
 
 #include "common/format.h"
 #include "findings/json.h"
+#include "findings/shown.h"
 
 namespace vramscope {
 namespace {
@@ -94,6 +95,17 @@ std::string unit_of(const Findings& f) { return f.step_unit.empty() ? "step" : t
 
 std::string signed_bytes(int64_t bytes) { return (bytes > 0 ? "+" : "") + format_bytes(double(bytes)); }
 
+// The line that stands for the entries not shown (findings/shown.h): "and 1,997 more bounded-cache
+// sites, 49.9 MiB in all (--json lists them)". `total` is in words already; empty, it is left out.
+std::string rest_line(size_t rest, const std::string& what, const std::string& total, const Style& st) {
+    return st.dim("  and " + format_count(rest) + " more " + what + (total.empty() ? "" : ", " + total + " in all") +
+                  " (--json lists them)") + "\n";
+}
+
+std::string devices_rest_line(const ShownDevices& shown, const Style& st) {
+    return shown.rest ? rest_line(shown.rest, shown.rest == 1 ? "device" : "devices", "", st) : "";
+}
+
 // A ledger is of torch's allocated memory: the leaks outside it (a library's own device memory,
 // pinned host memory) are named under it, a line each, or its "0 B" would read as no leak beside them.
 std::vector<std::string> outside_the_ledger(const Findings& f, uint16_t device) {
@@ -118,11 +130,12 @@ std::vector<std::string> outside_the_ledger(const Findings& f, uint16_t device) 
 }
 
 // Where each device's growth at step ends went: the parts sum to it, unexplained always shown.
-std::string render_ledger(const Findings& f, const Style& st) {
+std::string render_ledger(const Findings& f, const ShownDevices& shown, const Style& st) {
     if (f.ledger.empty()) return "";
     std::string o = "\n" + st.bold("Ledger") +
                     st.dim(" (growth of allocated memory at step ends, every byte in one part)") + "\n";
     for (const DeviceLedger& l : f.ledger) {
+        if (!shown.shows(l.device)) continue;
         o += "  " + f.device_name(l.device) + "  step " + std::to_string(l.from_step) + " -> " +
              std::to_string(l.to_step) + ": " + format_bytes(double(l.allocated_from)) + " -> " +
              format_bytes(double(l.allocated_to)) + "  (" + signed_bytes(l.growth) + ")\n";
@@ -138,7 +151,7 @@ std::string render_ledger(const Findings& f, const Style& st) {
         }
         for (const std::string& line : outside_the_ledger(f, l.device)) o += "    " + st.dim(wrap(line, 4, 100)) + "\n";
     }
-    return o;
+    return o + devices_rest_line(shown, st);
 }
 
 // A frame as the stack lines show it: a shared object's frame (line 0) has no line to name.
@@ -168,11 +181,12 @@ std::string sum_lines(const std::string& head, const std::vector<std::string>& t
 
 // Everything the process holds on each device, and pinned on the host, split by holder: NVML's
 // figure where it was read, and the libraries' own memory wherever the capture saw any.
-std::string render_usage(const Findings& f, const Style& st) {
+std::string render_usage(const Findings& f, const ShownDevices& shown, const Style& st) {
     std::string lines;
     uint64_t last = 0;  // the last full step end: the host's, and a device's where NVML read there or nowhere
     for (const UsageLedger& u : f.usage) last = std::max(last, u.step);
     for (const UsageLedger& u : f.usage) {
+        if (u.device && !shown.shows(*u.device)) continue;
         std::vector<std::string> terms;
         if (u.device) terms.push_back("torch reserved " + format_bytes(double(u.torch_reserved)));
         uint64_t libraries = 0;
@@ -201,7 +215,8 @@ std::string render_usage(const Findings& f, const Style& st) {
     }
     if (lines.empty()) return "";
     return "\n" + st.bold("Usage") +
-           st.dim(" (what the process holds at step " + format_count(last) + "'s end, by holder)") + "\n" + lines;
+           st.dim(" (what the process holds at step " + format_count(last) + "'s end, by holder)") + "\n" + lines +
+           devices_rest_line(shown, st);
 }
 
 // A stack as the summary shows it: at most `frames` lines from its first shown frame; between
@@ -222,7 +237,9 @@ std::string stack_block(const std::vector<SourceLine>& stack, size_t shown_from,
 // until its step ends.
 std::string render_within_step(const Findings& f, const Style& st) {
     std::string o;
-    for (const WithinStepLeak& l : f.within_step) {
+    const Shown shown = shown_within_step(f.within_step, kSummaryShown.within_step);
+    for (const size_t i : shown.entries) {
+        const WithinStepLeak& l = f.within_step[i];
         const std::string unit = terminal_safe(l.unit);
         o += st.red(wrap("LEAK INSIDE A STEP  " + signed_bytes(int64_t(l.bytes_per_unit)) + " per " + unit + " at " +
                              where(l.site) + " (" + f.device_name(l.device) + ")",
@@ -233,15 +250,17 @@ std::string render_within_step(const Findings& f, const Style& st) {
         why += l.oom_units ? "; at " + count_of(*l.oom_units, unit) + " per step: out of memory" : "";
         o += "    " + wrap(why, 4, 100) + "\n" + stack_block(l.stack, l.stack_shown_from, st);
     }
+    if (shown.rest)
+        o += rest_line(shown.rest, "leaks inside a step", "+" + format_bytes(shown.rest_total) + " per unit", st);
     return o.empty() ? "" : "\n" + o;
 }
 
 // Each device at its highest moment: every byte in one category, the largest sites, what torch
 // kept free then and what lay outside its allocator.
-std::string render_peak(const Findings& f, const Style& st) {
+std::string render_peak(const Findings& f, const ShownDevices& shown, const Style& st) {
     std::string o;
     for (const DevicePeak& p : f.peaks) {
-        if (p.bytes == 0) continue;
+        if (p.bytes == 0 || !shown.shows(p.device)) continue;
         std::string when = "step " + format_count(p.step) + ", " + std::string(name(p.phase));
         if (p.microbatch) when += " after " + count_of(p.microbatch, kMicrobatchUnit);
         if (!p.module.empty()) when += ", in " + terminal_safe(p.module);
@@ -287,13 +306,15 @@ std::string render_peak(const Findings& f, const Style& st) {
             if (k == 0) o += stack_block(s.stack, s.stack_shown_from, st, 3);
         }
     }
-    return o.empty() ? "" : "\n" + st.bold("Peak") + st.dim(" (allocated memory at its highest, every byte in one category)") + "\n" + o;
+    return o.empty() ? "" : "\n" + st.bold("Peak") + st.dim(" (allocated memory at its highest, every byte in one category)") + "\n" + o +
+                                devices_rest_line(shown, st);
 }
 
 }  // namespace
 
 std::string render_summary(const Findings& f, bool color, size_t max_leaks) {
     const Style st{color};
+    const ShownDevices devices = shown_devices(f, kSummaryShown.devices);
     std::string o;
     o += st.bold("vramscope") + "  " + terminal_safe(base_name(f.source)) + st.dim("  (" + f.format + ", " + format_count(f.event_count) + " events)") + "\n";
     o += st.dim(wrap("steps: " + format_count(f.step_count) + ", one per " + unit_of(f) + ", from " + std::string(describe(f.steps_source)) +
@@ -326,16 +347,12 @@ std::string render_summary(const Findings& f, bool color, size_t max_leaks) {
         o += st.red(head) + (last_line + 5 + oom.size() <= 100 ? "  ·  " : "\n      ");
         o += (f.projected_oom_step ? st.red(oom) : st.dim(oom)) + "\n\n";
         o += st.dim("  #  growth/step     site                                    stream            first  conf") + "\n";
-        size_t shown = 0;
-        for (const SiteFinding& l : f.leaks) {
-            if (shown == max_leaks) {
-                o += st.dim("  ... " + std::to_string(f.leaks.size() - shown) + " more in --json") + "\n";
-                break;
-            }
-            ++shown;
+        const Shown shown = shown_leaks(f.leaks, max_leaks);
+        for (const size_t i : shown.entries) {
+            const SiteFinding& l = f.leaks[i];
             char conf[16];
             std::snprintf(conf, sizeof conf, "%.2f", l.confidence);
-            o += "  " + fit(std::to_string(shown), 3) + fit(per_step(l.bytes_per_step), 16) + fit(where(l.site), 40) +
+            o += "  " + fit(std::to_string(i + 1), 3) + fit(per_step(l.bytes_per_step), 16) + fit(where(l.site), 40) +
                  fit(l.memory == Memory::pinned ? "host" : stream_label(l.stream), 18) + fit(std::to_string(l.first_step), 7) +
                  conf + "\n";
             if (l.memory != Memory::torch) o += "       " + wrap(terminal_safe(memory_words(l)), 7, 100) + "\n";
@@ -359,16 +376,18 @@ std::string render_summary(const Findings& f, bool color, size_t max_leaks) {
                                     7, 100) + "\n";
             o += stack_block(l.stack, l.stack_shown_from, st);
         }
+        if (shown.rest) o += rest_line(shown.rest, "leak sites", per_step(shown.rest_total), st);
         for (const DeviceSummary& d : f.devices)
             for (const StreamUsage& s : d.streams)
-                if (s.stream != 0 && s.leaked_bytes > 0)
+                if (s.stream != 0 && s.leaked_bytes > 0 && devices.shows(d.device))
                     o += "\n  " + wrap("side stream " + hex(s.stream) + stream_origin(f, s.stream) + " on " +
                                            f.device_name(d.device) + " holds " + format_bytes(double(s.leaked_bytes)) +
                                            " of leaked blocks: work on it may never have been synchronized "
                                            "or its tensors released",
                                        2, 100) + "\n";
         for (const DeviceSummary& d : f.devices)
-            if (f.step_count > 0 && d.timeline.size() >= f.step_count && d.timeline[f.step_count - 1].pending_free > 0)
+            if (devices.shows(d.device) && f.step_count > 0 && d.timeline.size() >= f.step_count &&
+                d.timeline[f.step_count - 1].pending_free > 0)
                 o += "\n  " + wrap(format_bytes(double(d.timeline[f.step_count - 1].pending_free)) + " on " +
                                        f.device_name(d.device) + " was freed by the program but still waits on "
                                        "another stream at the last step end (record_stream, or a side stream "
@@ -380,16 +399,23 @@ std::string render_summary(const Findings& f, bool color, size_t max_leaks) {
         o += st.green("NO LEAK") + "  no site leaks, and the ledger below accounts for the growth at step ends\n";
     }
     o += render_within_step(f, st);
-    o += render_ledger(f, st);
-    o += render_peak(f, st);
-    o += render_usage(f, st);
+    o += render_ledger(f, devices, st);
+    o += render_peak(f, devices, st);
+    o += render_usage(f, devices, st);
     if (!f.not_leaks.empty()) {
         o += "\n" + st.bold("Not leaks") + st.dim(" (growth you may see, explained)") + "\n";
-        for (const NotLeak& n : f.not_leaks) {
+        const auto shown = shown_not_leaks(f.not_leaks, kSummaryShown.not_leaks_per_kind);
+        for (size_t i = 0; i < f.not_leaks.size(); ++i) {
+            const NotLeak& n = f.not_leaks[i];
+            if (!shown[size_t(n.kind)].shows(i)) continue;
             // Warm-up names its sites in its text already.
             const std::string at = n.site && n.kind != NotLeakKind::warm_up ? " [" + where(*n.site) + "]" : "";
             o += "  " + fit(std::string(name(n.kind)), 17) + fit(format_bytes(double(n.bytes)), 11) + wrap(terminal_safe(n.why) + at, 30, 100) + "\n";
         }
+        for (size_t k = 0; k < kNotLeakKinds; ++k)
+            if (shown[k].rest)
+                o += rest_line(shown[k].rest, std::string(name(NotLeakKind(k))) + (NotLeakKind(k) == NotLeakKind::bounded_cache ? " sites" : " entries"),
+                               format_bytes(shown[k].rest_total), st);
     }
     // A verdict that cannot be given has said its first note as the reason already.
     const size_t first_note = f.verdict == Verdict::cannot_judge && f.input_faults.empty() && !f.notes.empty() ? 1 : 0;

@@ -3,10 +3,12 @@
 #include <string>
 
 #include "findings/findings.h"
+#include "findings/shown.h"
 
 namespace vramscope {
 
-std::string render_summary(const Findings& f, bool color, size_t max_leaks = 5);
+// The entries shown: findings/shown.h (kSummaryShown), max_leaks aside.
+std::string render_summary(const Findings& f, bool color, size_t max_leaks = kSummaryShown.leaks);
 // The ranks side by side, and what differs between them.
 std::string render_ranks(const RankComparison& ranks, bool color);
 // One line while the run goes on: a leak the live monitor confirmed, or one it withdrew.

@@ -148,13 +148,15 @@ public:
 private:
     // A string shares its predecessor's prefix: each the whole previous one plus a byte would make
     // strings quadratic in the file's size. What they decode to is held to the limits instead,
-    // twice (StackTable keeps each string and its index's key).
+    // twice (StackTable keeps each string and its index's key), with what the two cost beside
+    // their bytes (the string objects, their heap blocks, the index's node).
     void count_string_bytes(uint64_t n, const uint8_t* at) {
+        constexpr uint64_t kPerString = 128;
         if (n > limits_.max_string_bytes)
             throw OverLimit{size_t(at - base_), "a string of " + std::to_string(n) + " bytes, over the " +
                                                     std::to_string(limits_.max_string_bytes >> 20) +
                                                     " MiB limit (--max-string raises it)"};
-        if ((string_bytes_ += 2 * n) > limits_.max_held_bytes)
+        if ((string_bytes_ += 2 * n + kPerString) > limits_.max_held_bytes)
             throw OverLimit{size_t(at - base_), "strings decoding to more than " + std::to_string(limits_.max_held_bytes >> 20) +
                                                     " MiB (the limit; --max-memory raises it)"};
     }
@@ -478,7 +480,7 @@ std::optional<size_t> stream_trace(std::string_view first, ChunkSource& rest, ui
                                      ": " + e.why);
         }
         decoded += chunk_events;
-        if (trace.events.size() * sizeof(Event) > limits.max_held_bytes)
+        if (kGrowthCharge * trace.events.size() * sizeof(Event) > limits.max_held_bytes)
             throw std::runtime_error(name + ": offset " + std::to_string(off) + ": more than " +
                                      std::to_string(limits.max_held_bytes >> 20) +
                                      " MiB of events (the limit; --max-memory raises it)");

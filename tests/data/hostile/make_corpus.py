@@ -489,10 +489,10 @@ def amplifiers() -> None:
         "3,000 sites judged over 10,000 steps: sites x steps of work, bounded by the file")
     put("deep_stack_sites.vscope", deep_stack_sites(4000, 3000, 40), "judged",
         "3,000 sites under one 4,000-frame stack: each stack's frames walked once")
-    # Under --max-memory 256MiB: the analysis fits (256 x 10,000 timeline points of 88 bytes), its
-    # Perfetto export once sampled every device at every step end.
-    put("perfetto_devices_times_steps.vscope", vscope(devices + one_alloc + bytes([STEP_SAME_TIME, 0]) * 10_000, 10_001),
-        "judged", "256 devices x 10,000 step markers: a Perfetto sample per device that changed, not per device")
+    # Under --max-memory 256MiB: the analysis and its findings JSON fit (256 x 2,000 timeline points),
+    # its Perfetto export once sampled every device at every step end (test_hostile.cpp counts them).
+    put("perfetto_devices_times_steps.vscope", vscope(devices + one_alloc + bytes([STEP_SAME_TIME, 0]) * 2_000, 2_001),
+        "judged", "256 devices x 2,000 step markers: a Perfetto sample per device that changed, not per device")
     # Pickle's memo: one list of 2,650 blocks referenced by each of 2,650 segments (a memo
     # reference each, 2 bytes): 7 M live blocks, 280 MB, from 11 KB.
     frames = [{"filename": "loop.py", "name": "step", "line": 1}]
@@ -501,6 +501,14 @@ def amplifiers() -> None:
     put("segments_times_blocks_memo.pickle", pickle.dumps({"segments": [segment] * 2650, "device_traces": [[]]}, protocol=4),
         "error", "2,650 memo references to a segment holding 2,650 memo references to a block: 7 M blocks (--max-memory)")
     entry = {"action": "alloc", "addr": 512, "size": 512, "stream": 0, "time_us": 1, "frames": frames}
+    # The snapshot's form of devices x steps: an allocation on each of 256 devices, then one
+    # optimizer step's two annotations referenced 80,000 times (pickle's memo): a timeline point
+    # per device per step, 1.8 GB, from 2 KB.
+    step = [{"name": "Optimizer.step#Adam.step", "stage": stage, "device": 0, "time_us": 2} for stage in ("START", "END")]
+    traces = [[{**entry, "time_us": 1}] for _ in range(256)]
+    put("devices_times_steps.pickle.gz", gz(pickle.dumps({"segments": [], "device_traces": traces,
+                                                         "external_annotations": step * 80_000}, protocol=4)),
+        "over-limit", "256 devices x 80,000 optimizer steps (memo references to two annotations): 1.8 GB of timelines from 2 KB")
     # The device number that is device 0 once cut to 8 or 16 bits, and a capacity of 1 byte.
     put("device_256.vscope", vscope(bytes([DEVICE]) + varint(256) + varint(1 << 30) + b"\0\0" + one_alloc, 1),
         "cannot-judge", "device 256: device 0 once cut to 8 bits")
