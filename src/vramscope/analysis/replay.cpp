@@ -117,7 +117,7 @@ void Replay::age_survivors() {
         if (a.freed || a.seq != seq) continue;
         a.aged = true;
         SiteSeries& s = sites[a.site];
-        change(s.aged, int64_t(a.size));
+        change(s.aged, int64_t(a.size), log_number(a.site, true));
         s.add_survivor(a, judged_from_);
     }
     blocks.clear();
@@ -367,7 +367,7 @@ void Replay::external_alloc(const Event& e) {
     pool_[slot] = LiveAlloc{e.addr, e.size, seq_++, e.stack, site, step_, e.stream, e.device, false, uint8_t(phases_.now())};
     allocated_in_step_[allocated_now_].emplace_back(slot, seq_ - 1);
     note_unit(sites[site], site);
-    change(sites[site], int64_t(e.size));
+    change(sites[site], int64_t(e.size), log_number(site, false));
     sites[site].last_stack = e.stack;
     HolderSeries& holder = holders[holder_of(e.device, memory, e.stack)];
     change(holder, int64_t(e.size));
@@ -414,7 +414,22 @@ void Replay::pool_reading(const Event& e) {
     change(it->pool, int64_t(e.addr) - it->pool.live);
 }
 
+// The log's changes by series (a counting sort keeps each series' in order), then each series'.
+void Replay::write_logged_changes() {
+    changes_of_series_.assign(sites.size() * 2 + 1, 0);
+    for (const LoggedChange& c : changes_) ++changes_of_series_[c.series + 1];
+    for (size_t i = 1; i < changes_of_series_.size(); ++i) changes_of_series_[i] += changes_of_series_[i - 1];
+    sorted_changes_.resize(changes_.size());
+    for (const LoggedChange& c : changes_) sorted_changes_[changes_of_series_[c.series]++] = c;
+    for (const LoggedChange& c : sorted_changes_) {
+        SiteSeries& s = sites[c.series >> 1];
+        (c.series & 1 ? s.aged.held : s.held).write(c.step, c.value);
+    }
+    changes_.clear();
+}
+
 void Replay::finish() {
+    write_logged_changes();
     start();
     if (events_since_cut_) {
         // The unfinished step: shown in the timeline, never judged.

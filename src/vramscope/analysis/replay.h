@@ -61,13 +61,21 @@ static_assert(sizeof(LiveAlloc) == 40, "a live block's size bounds the replay's 
 // Bytes held at step ends, written down only when they change (analysis/step_series.h).
 struct HeldSeries {
     int64_t live = 0;                  // bytes live now
+    double written = 0;                // the value written down last
     uint32_t touched = 0;              // step of the last change to `live`
     bool ever_touched = false;
     StepSeries held;                   // bytes held at step ends (0 before the first change)
 
-    // Writes down the value held since the last change, before `step` changes it (or ends).
+    // Whether the value held since the last change is yet to be written down, before `step`
+    // changes it (or ends); if so, it is `written` from now on.
+    bool due(uint32_t step) {
+        if (!ever_touched || touched >= step || written == double(live)) return false;
+        written = double(live);
+        return true;
+    }
+    // Writes it down.
     void record_held(uint32_t step) {
-        if (ever_touched && touched < step && held.last_value() != double(live)) held.write(touched, double(live));
+        if (due(step)) held.write(touched, written);
     }
     // The bytes held at the end of step k, once written down up to there.
     double at_end(size_t k) const { return held.at_end(k); }
@@ -211,7 +219,12 @@ private:
     [[gnu::noinline]] void external_alloc(const Event& e);
     [[gnu::noinline]] void external_free(const Event& e);
     [[gnu::noinline]] void pool_reading(const Event& e);
-    void change(HeldSeries& s, int64_t bytes);
+    static constexpr uint32_t kNotLogged = UINT32_MAX;
+    // `logged`: the series' number in the change log (log_number()), or kNotLogged to write it down now.
+    void change(HeldSeries& s, int64_t bytes, uint32_t logged = kNotLogged);
+    static uint32_t log_number(uint32_t site, bool aged) { return site << 1 | uint32_t(aged); }
+    void log_change(uint32_t series, uint32_t step, double value);
+    void write_logged_changes();
     void start();
     void cut();
     void hold_timeline_bytes(uint64_t n);
@@ -243,6 +256,16 @@ private:
     // pool_, seq), those still live at the end of step + window are survivors.
     std::vector<std::vector<std::pair<uint32_t, uint64_t>>> allocated_in_step_;
     uint32_t allocated_now_ = 0;  // step_'s index in it
+    // The sites' changes in the order they came, handed to their series a batch at a time, each
+    // series' in one go: one site's state stays in cache for all its batch, not for one change.
+    struct LoggedChange {
+        uint32_t series;  // log_number()
+        uint32_t step;
+        double value;
+    };
+    static constexpr size_t kLoggedChanges = 1 << 20;
+    std::vector<LoggedChange> changes_, sorted_changes_;
+    std::vector<uint32_t> changes_of_series_;
     EventValidator* const checks_;
     bool stopped_ = false;  // and checks_, if any, keeps its own live blocks
     bool steady_ = false;   // started, block events seen, not stopped: take_block() may take them
@@ -279,6 +302,11 @@ private:
     std::vector<std::pair<uint32_t, WithinStepRecord>> rose_in_step_;
 };
 
+[[gnu::always_inline]] inline void Replay::log_change(uint32_t series, uint32_t step, double value) {
+    changes_.push_back(LoggedChange{series, step, value});
+    if (changes_.size() == kLoggedChanges) [[unlikely]] write_logged_changes();
+}
+
 // take()'s short path, inlined into the loops that call it: as a call, each event saved and
 // restored six registers (real trace: 3 % of `analyze`).
 
@@ -298,8 +326,11 @@ private:
 
 // What a site holds at step ends changes only when it allocates or frees: the value it had
 // since its last change is written down once, when it changes again in a later step.
-[[gnu::always_inline]] inline void Replay::change(HeldSeries& s, int64_t bytes) {
-    s.record_held(step_);
+[[gnu::always_inline]] inline void Replay::change(HeldSeries& s, int64_t bytes, uint32_t logged) {
+    if (s.due(step_)) {
+        if (logged == kNotLogged) s.held.write(s.touched, s.written);
+        else log_change(logged, s.touched, s.written);
+    }
     s.live += bytes;
     s.touched = step_;
     s.ever_touched = true;
@@ -318,8 +349,8 @@ private:
     if (!module_of_block_.empty()) [[unlikely]] module_of_block_.erase(a.seq);
     SiteSeries& s = sites[a.site];
     note_unit(s, a.site);
-    change(s, -int64_t(a.size));
-    if (a.aged) change(s.aged, -int64_t(a.size));
+    change(s, -int64_t(a.size), log_number(a.site, false));
+    if (a.aged) change(s.aged, -int64_t(a.size), log_number(a.site, true));
     a.freed = true;
 }
 
@@ -345,7 +376,7 @@ private:
     allocated_in_step_[allocated_now_].emplace_back(slot, seq_ - 1);
     if (const uint32_t module = modules_.now()) [[unlikely]] module_of_block_[seq_ - 1] = module;
     note_unit(sites[site], site);
-    change(sites[site], int64_t(e.size));
+    change(sites[site], int64_t(e.size), log_number(site, false));
     sites[site].last_stack = e.stack;
     if (e.size >= sites[site].largest) [[unlikely]] sites[site].largest = e.size, sites[site].largest_stack = e.stack;
     s.allocated += int64_t(e.size);

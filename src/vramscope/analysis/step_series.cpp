@@ -7,7 +7,7 @@
 namespace vramscope {
 
 // The recent fit (judge.h) reads the last kRecentSteps step ends: always runs, never a bucket.
-static_assert(StepSeries::kRecentRuns >= kRecentSteps);
+static_assert(StepSeries::kBucketRuns >= kRecentSteps);
 
 Stretch Stretch::run(uint32_t from, uint32_t to, double value) {
     Stretch s;
@@ -96,12 +96,68 @@ std::vector<Stretch> stretches_of(std::span<const double> values) {
     return out;
 }
 
+// Every run of a busy series comes through here: selects, not branches, on whether it rose.
+void StepSeries::OpenBucket::add(uint32_t from, uint32_t to, double value) {
+    const double steps = double(to) - double(from) + 1;
+    if (runs++ == 0) {
+        facts = Stretch::run(from, to, value);
+        return;
+    }
+    const double change = value - facts.last;
+    const bool rise = change > 0;
+    facts.rises += rise;
+    facts.gained += rise ? change : 0;
+    facts.given_back += rise ? 0 : -change;
+    if (rise && facts.first_rise == Stretch::kNone) [[unlikely]] facts.first_rise = from;
+    facts.last_rise = rise ? from : facts.last_rise;
+    facts.climb = rise && to == from ? facts.climb + 1 : 0;  // a longer run is flat inside
+    const bool high = value > facts.high;
+    facts.high = high ? value : facts.high;
+    facts.high_at = high ? from : facts.high_at;
+    facts.to = to;
+    facts.last = value;
+    const double d = value - facts.first;
+    sum += steps * d;
+    squares += steps * d * d;
+    products += steps * ((double(from) + double(to)) / 2 - double(facts.from)) * d;
+}
+
+Stretch StepSeries::OpenBucket::closed() const {
+    Stretch s = facts;
+    const double n = double(s.steps()), d = sum / n;
+    s.mean = s.first + d;
+    s.spread = std::max(0.0, squares - sum * d);
+    s.co = products - (n - 1) / 2 * sum;
+    return s;
+}
+
+void StepSeries::close_bucket() {
+    if (last_closed_) {
+        buckets_.push_back(*last_closed_);
+        ring_first_ += kBucketRuns;
+        if (buckets_.size() > kBuckets) {
+            size_t narrowest = 0;
+            for (size_t i = 1; i + 1 < buckets_.size(); ++i)
+                if (buckets_[i].steps() + buckets_[i + 1].steps() < buckets_[narrowest].steps() + buckets_[narrowest + 1].steps())
+                    narrowest = i;
+            buckets_[narrowest].append(buckets_[narrowest + 1]);
+            buckets_.erase(buckets_.begin() + ptrdiff_t(narrowest) + 1);
+        }
+    }
+    last_closed_ = open_.closed();
+    open_ = OpenBucket{};
+}
+
 double StepSeries::at_end(size_t k) const {
     const auto value_at = [k](const std::vector<Run>& runs) {
         const auto after = std::upper_bound(runs.begin(), runs.end(), k, [](size_t step, const Run& r) { return step < r.from; });
         return after == runs.begin() ? 0.0 : std::prev(after)->value;
     };
-    if (!recent_.empty() && k >= recent_.front().from) return value_at(recent_);
+    if (written_ && k >= recent_[ring_first_ % kRingRuns].from) {
+        double value = 0;
+        for (uint64_t i = ring_first_; i < written_ && recent_[i % kRingRuns].from <= k; ++i) value = recent_[i % kRingRuns].value;
+        return value;
+    }
     if (!buckets_.empty() && k >= buckets_.front().from) {
         const auto after = std::upper_bound(buckets_.begin(), buckets_.end(), k,
                                             [](size_t step, const Stretch& s) { return step < s.from; });
@@ -133,26 +189,13 @@ std::vector<Stretch> StepSeries::stretches(uint32_t a, uint32_t b) const {
         add(s);
         open = false;
     }
-    for (const Run& r : recent_) {
+    for (uint64_t i = ring_first_; i < written_; ++i) {
+        const Run& r = recent_[i % kRingRuns];
         if (r.from > b) break;
         take(r);
     }
     close(uint64_t(b) + 1);
     return out;
-}
-
-void StepSeries::fold() {
-    Stretch bucket = Stretch::run(recent_[0].from, recent_[1].from - 1, recent_[0].value);
-    for (size_t i = 1; i < kRecentRuns; ++i) bucket.append(Stretch::run(recent_[i].from, recent_[i + 1].from - 1, recent_[i].value));
-    recent_.erase(recent_.begin(), recent_.begin() + kRecentRuns);
-    buckets_.push_back(bucket);
-    if (buckets_.size() <= kBuckets) return;
-    size_t narrowest = 0;
-    for (size_t i = 1; i + 1 < buckets_.size(); ++i)
-        if (buckets_[i].steps() + buckets_[i + 1].steps() < buckets_[narrowest].steps() + buckets_[narrowest + 1].steps())
-            narrowest = i;
-    buckets_[narrowest].append(buckets_[narrowest + 1]);
-    buckets_.erase(buckets_.begin() + ptrdiff_t(narrowest) + 1);
 }
 
 }  // namespace vramscope

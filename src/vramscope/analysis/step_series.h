@@ -1,14 +1,14 @@
 // A series of bytes held at step ends, kept as what changes: a value changes only when one of its
 // blocks is allocated or freed, so a series costs its changes, never its steps.
 //
-// Its change points are exact. Past 2 × kRecentRuns of them, the oldest kRecentRuns (never those
+// Its change points are exact. Past 2 × kBucketRuns of them, the oldest kBucketRuns (never those
 // in its head, the steps up to exact_until) fold into a bucket, and past kBuckets buckets the two
 // neighbours spanning fewest steps merge into one: memory stays bounded however often it changes,
 // and buckets stay about alike in span. A bucket keeps what the judge reads of its steps whole
 // (Stretch): its first and last values, its high and where it was first reached, its rises, the
 // gains and falls, its final climb, and the moments a line is fitted from. So every figure the
 // judge gives is exact (to the rounding of a sum) however much was folded, the recent steps
-// (kRecentRuns ≥ kRecentSteps step ends) and the head included, with one exception:
+// (at least kBucketRuns ≥ kRecentSteps step ends) and the head included, with one exception:
 // - a fit over part of a bucket (the early and late halves of judge.h's slowing test, split at the
 //   judged range's middle) reads that part at the bucket's mean. Each half's slope is then off by at
 //   most 6·Δ·L / (m² − 1) bytes/step (Δ: the highest minus the lowest value the bucket held, L: its
@@ -18,6 +18,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -67,21 +68,25 @@ std::vector<Stretch> cut(std::span<const Stretch> pieces, uint32_t a, uint32_t b
 
 class StepSeries {
 public:
-    static constexpr size_t kRecentRuns = 128;  // folded this many at a time, at twice as many
+    static constexpr size_t kBucketRuns = 128;  // runs a bucket folds
     static constexpr size_t kBuckets = 32;
 
     // Runs starting at steps up to `step` are never folded: where judging may begin.
     void keep_exact_until(uint32_t step) { exact_until_ = step; }
     // Holds `value` from the end of `step` on; steps only increase.
     void write(uint32_t step, double value) {
-        auto& runs = step <= exact_until_ ? head_ : recent_;
-        runs.push_back(Run{step, value});
-        if (recent_.size() >= 2 * kRecentRuns) [[unlikely]] fold();
+        last_value_ = value;
+        if (step <= exact_until_) return head_.push_back(Run{step, value});
+        if (written_) [[likely]] open_.add(pending_.from, step - 1, pending_.value);
+        if (open_.runs == kBucketRuns) [[unlikely]] close_bucket();
+        pending_ = Run{step, value};
+        if (recent_.size() < kRingRuns) [[unlikely]] recent_.push_back(pending_);
+        else recent_[ring_at_] = pending_;
+        ring_at_ = ring_at_ + 1 == kRingRuns ? 0 : ring_at_ + 1;
+        ++written_;
     }
     // The value written last (0 before any).
-    double last_value() const {
-        return !recent_.empty() ? recent_.back().value : !buckets_.empty() ? buckets_.back().last : head_.empty() ? 0 : head_.back().value;
-    }
+    double last_value() const { return last_value_; }
     // Held at the end of step k (0 before the first change; a bucket's mean inside one).
     double at_end(size_t k) const;
     // Step ends a..b as stretches (0 before the first change), in order.
@@ -93,11 +98,31 @@ private:
         uint32_t from;
         double value;
     };
-    void fold();
-    std::vector<Run> head_;       // never folded
-    std::vector<Stretch> buckets_;
-    std::vector<Run> recent_;
+    // A bucket filled as its runs are written: the facts as a Stretch keeps them, the moments as
+    // sums about its first step and value, without a division per run.
+    struct OpenBucket {
+        Stretch facts;
+        double sum = 0, squares = 0, products = 0;  // of held − first; its squares; × (step − from)
+        uint32_t runs = 0;
+        void add(uint32_t from, uint32_t to, double value);
+        Stretch closed() const;
+    };
+    // The runs since the last bucket but one was folded: that bucket's and the open one's.
+    static constexpr size_t kRingRuns = 2 * kBucketRuns + 1;
+    void close_bucket();
+    // Cheap to update as each run is written, so the site's hot state stays small: the runs
+    // themselves are only stored, in the ring, and read back when judged.
+    Run pending_{0, 0};            // the last run written after the head; its end is not known yet
+    uint64_t written_ = 0;         // runs written after the head
+    uint32_t ring_at_ = 0;         // written_ % kRingRuns
+    double last_value_ = 0;
+    OpenBucket open_;
     uint32_t exact_until_ = 0;
+    uint64_t ring_first_ = 0;      // the first run the ring still holds (written_ counts them)
+    std::vector<Run> head_;        // never folded
+    std::vector<Stretch> buckets_;
+    std::optional<Stretch> last_closed_;  // the latest bucket, its runs still in the ring
+    std::vector<Run> recent_;      // the ring of runs ring_first_..written_ − 1, by index % kRingRuns
 };
 
 }  // namespace vramscope
