@@ -1,6 +1,7 @@
 #include "analysis/step_series.h"
 
 #include <algorithm>
+#include <array>
 
 #include "analysis/judge.h"
 
@@ -96,42 +97,44 @@ std::vector<Stretch> stretches_of(std::span<const double> values) {
     return out;
 }
 
-// Every run of a busy series comes through here: selects, not branches, on whether it rose.
-void StepSeries::OpenBucket::add(uint32_t from, uint32_t to, double value) {
-    const double steps = double(to) - double(from) + 1;
-    if (runs++ == 0) {
-        facts = Stretch::run(from, to, value);
-        return;
+// The facts in one pass, the moments in a second about their mean: no division per run, as
+// append() has, for every run of a busy series comes through here.
+Stretch StepSeries::bucket_of(std::span<const Run> runs) {
+    const size_t n = runs.size() - 1;
+    Stretch s = Stretch::run(runs[0].from, runs[n].from - 1, runs[0].value);
+    double sum = 0;
+    for (size_t i = 0; i < n; ++i) {
+        const double value = runs[i].value;
+        const uint32_t from = runs[i].from, steps = runs[i + 1].from - from;
+        sum += double(steps) * value;
+        if (i == 0) continue;
+        const double change = value - s.last;
+        const bool rise = change > 0;
+        s.rises += rise;
+        s.gained += rise ? change : 0;
+        s.given_back += rise ? 0 : -change;
+        if (rise && s.first_rise == Stretch::kNone) [[unlikely]] s.first_rise = from;
+        s.last_rise = rise ? from : s.last_rise;
+        s.climb = rise && steps == 1 ? s.climb + 1 : 0;  // a longer run is flat inside
+        const bool high = value > s.high;
+        s.high = high ? value : s.high;
+        s.high_at = high ? from : s.high_at;
+        s.last = value;
     }
-    const double change = value - facts.last;
-    const bool rise = change > 0;
-    facts.rises += rise;
-    facts.gained += rise ? change : 0;
-    facts.given_back += rise ? 0 : -change;
-    if (rise && facts.first_rise == Stretch::kNone) [[unlikely]] facts.first_rise = from;
-    facts.last_rise = rise ? from : facts.last_rise;
-    facts.climb = rise && to == from ? facts.climb + 1 : 0;  // a longer run is flat inside
-    const bool high = value > facts.high;
-    facts.high = high ? value : facts.high;
-    facts.high_at = high ? from : facts.high_at;
-    facts.to = to;
-    facts.last = value;
-    const double d = value - facts.first;
-    sum += steps * d;
-    squares += steps * d * d;
-    products += steps * ((double(from) + double(to)) / 2 - double(facts.from)) * d;
-}
-
-Stretch StepSeries::OpenBucket::closed() const {
-    Stretch s = facts;
-    const double n = double(s.steps()), d = sum / n;
-    s.mean = s.first + d;
-    s.spread = std::max(0.0, squares - sum * d);
-    s.co = products - (n - 1) / 2 * sum;
+    s.mean = sum / double(s.steps());
+    const double middle = s.middle();
+    for (size_t i = 0; i < n; ++i) {
+        const double dy = runs[i].value - s.mean, steps = double(runs[i + 1].from - runs[i].from);
+        s.spread += steps * dy * dy;
+        s.co += steps * ((double(runs[i].from) + double(runs[i + 1].from - 1)) / 2 - middle) * dy;
+    }
     return s;
 }
 
-void StepSeries::close_bucket() {
+void StepSeries::close_bucket(uint32_t end) {
+    std::array<Run, kBucketRuns + 1> runs;
+    for (size_t i = 0, at = open_first_ % kRingRuns; i < kBucketRuns; ++i, at = at + 1 == kRingRuns ? 0 : at + 1) runs[i] = recent_[at];
+    runs[kBucketRuns] = Run{end + 1, 0};
     if (last_closed_) {
         buckets_.push_back(*last_closed_);
         ring_first_ += kBucketRuns;
@@ -144,8 +147,8 @@ void StepSeries::close_bucket() {
             buckets_.erase(buckets_.begin() + ptrdiff_t(narrowest) + 1);
         }
     }
-    last_closed_ = open_.closed();
-    open_ = OpenBucket{};
+    last_closed_ = bucket_of(runs);
+    open_first_ += kBucketRuns;
 }
 
 double StepSeries::at_end(size_t k) const {

@@ -77,11 +77,9 @@ public:
     void write(uint32_t step, double value) {
         last_value_ = value;
         if (step <= exact_until_) return head_.push_back(Run{step, value});
-        if (written_) [[likely]] open_.add(pending_.from, step - 1, pending_.value);
-        if (open_.runs == kBucketRuns) [[unlikely]] close_bucket();
-        pending_ = Run{step, value};
-        if (recent_.size() < kRingRuns) [[unlikely]] recent_.push_back(pending_);
-        else recent_[ring_at_] = pending_;
+        if (written_ - open_first_ == kBucketRuns) [[unlikely]] close_bucket(step - 1);
+        if (recent_.size() < kRingRuns) [[unlikely]] recent_.push_back(Run{step, value});
+        else recent_[ring_at_] = Run{step, value};
         ring_at_ = ring_at_ + 1 == kRingRuns ? 0 : ring_at_ + 1;
         ++written_;
     }
@@ -98,26 +96,18 @@ private:
         uint32_t from;
         double value;
     };
-    // A bucket filled as its runs are written: the facts as a Stretch keeps them, the moments as
-    // sums about its first step and value, without a division per run.
-    struct OpenBucket {
-        Stretch facts;
-        double sum = 0, squares = 0, products = 0;  // of held − first; its squares; × (step − from)
-        uint32_t runs = 0;
-        void add(uint32_t from, uint32_t to, double value);
-        Stretch closed() const;
-    };
     // The runs since the last bucket but one was folded: that bucket's and the open one's.
     static constexpr size_t kRingRuns = 2 * kBucketRuns + 1;
-    void close_bucket();
-    // Cheap to update as each run is written, so the site's hot state stays small: the runs
-    // themselves are only stored, in the ring, and read back when judged.
-    Run pending_{0, 0};            // the last run written after the head; its end is not known yet
+    // The open bucket's runs, the last ending at `end`, become the latest bucket.
+    void close_bucket(uint32_t end);
+    // kBucketRuns runs and where the run after them begins, as one stretch.
+    static Stretch bucket_of(std::span<const Run> runs);
+    // A write only stores its run: a bucket is made once its runs are all written, from the ring.
     uint64_t written_ = 0;         // runs written after the head
     uint32_t ring_at_ = 0;         // written_ % kRingRuns
     double last_value_ = 0;
-    OpenBucket open_;
     uint32_t exact_until_ = 0;
+    uint64_t open_first_ = 0;      // the open bucket's first run
     uint64_t ring_first_ = 0;      // the first run the ring still holds (written_ counts them)
     std::vector<Run> head_;        // never folded
     std::vector<Stretch> buckets_;
