@@ -44,20 +44,11 @@ struct JudgedSite {
     std::vector<std::pair<uint64_t, uint64_t>> young_blocks;  // younger: a replaced buffer's newest
 };
 
-// A run-length or delta series as one value per step end (0..S-1).
-std::vector<double> dense_held(const SiteSeries& s, size_t S) {
-    std::vector<double> out(S, 0);
-    for (size_t i = 0; i < s.held.size(); ++i) {
-        const size_t to = i + 1 < s.held.size() ? std::min<size_t>(s.held[i + 1].first, S) : S;
-        for (size_t k = s.held[i].first; k < to; ++k) out[k] = s.held[i].second;
-    }
-    return out;
-}
-std::vector<double> dense_aged(const std::vector<std::pair<uint32_t, double>>& deltas, size_t S) {
-    std::vector<double> out(S + 1, 0);
-    for (const auto& [k, d] : deltas) out[std::min<size_t>(k, S)] += d;
-    for (size_t k = 1; k <= S; ++k) out[k] += out[k - 1];
-    out.resize(S);
+// A series' step ends 0..S-1 one by one, for the report's drawing of a leak: its stretches over
+// them (a bucket drawn at its mean).
+std::vector<uint64_t> values_at_step_ends(std::span<const Stretch> series, size_t S) {
+    std::vector<uint64_t> out(S, 0);
+    for (const Stretch& p : series) std::fill(out.begin() + p.from, out.begin() + p.to + 1, uint64_t(p.mean));
     return out;
 }
 
@@ -120,15 +111,7 @@ struct Span {
 };
 
 // Whether a site held more at some judged step end than at the one before.
-bool rises_after(const SiteSeries& s, size_t s0, size_t S) {
-    double before = s.at_end(s0);
-    for (const auto& [k, bytes] : s.held) {
-        if (k <= s0 || k >= S) continue;
-        if (bytes > before) return true;
-        before = bytes;
-    }
-    return false;
-}
+bool rises_after(const SiteSeries& s, size_t s0, size_t S) { return merged(s.held.stretches(uint32_t(s0), uint32_t(S - 1))).rises > 0; }
 
 void note_steps(Findings& f, const Replay& r, const Steps& steps, const Span& span) {
     const Trace& t = r.context;
@@ -204,8 +187,8 @@ void show_stack(const Trace& t, SiteFinding& sf, uint32_t stack) {
 }
 
 // What the findings say of a judged site whatever its verdict: where, its stack and stream, what
-// it holds at each step end.
-SiteFinding describe_site(const Trace& t, JudgedSite& js, const std::vector<double>& held) {
+// it holds (`held`: all its step ends as one stretch).
+SiteFinding describe_site(const Trace& t, JudgedSite& js, const Stretch& held) {
     const SiteSeries& s = *js.s;
     SiteFinding sf;
     sf.device = s.device;
@@ -224,10 +207,9 @@ SiteFinding describe_site(const Trace& t, JudgedSite& js, const std::vector<doub
     for (const auto& [stream, bytes] : js.stream_bytes)
         if (bytes > stream_best) stream_best = bytes, sf.stream = stream;
     sf.surviving_allocations = s.surviving_allocations;
-    sf.live_bytes = uint64_t(held.back());
-    sf.peak_bytes = uint64_t(*std::max_element(held.begin(), held.end()));
+    sf.live_bytes = uint64_t(held.last);
+    sf.peak_bytes = uint64_t(held.high);
     sf.live_blocks = js.live_blocks.empty() ? std::move(js.young_blocks) : std::move(js.live_blocks);
-    sf.held.assign(held.begin(), held.end());
     return sf;
 }
 
@@ -312,7 +294,8 @@ void pool_findings(Replay& r, Findings& f, const Span& span, const std::vector<L
         } else {  // the pool was taken before the capture began: no driver call of it was seen
             sf.site = SourceLine{p.library + "'s pool", 0, ""};
         }
-        const double cached = std::max(0.0, c.pool[S - 1] - c.in_use[S - 1]);
+        const double in_use_now = p.in_use.at_end(S - 1), pool_now = p.pool.at_end(S - 1);
+        const double cached = std::max(0.0, pool_now - in_use_now);
         const std::string count_words = p.library + "'s pool (its own count of the bytes in use)";
         if (c.judged.leaks() && j.rises >= 2) {
             sf.evidence = LeakEvidence::pool_in_use;
@@ -321,9 +304,10 @@ void pool_findings(Replay& r, Findings& f, const Span& span, const std::vector<L
             sf.recent_bytes_per_step = j.recent_bytes_per_step;
             sf.fit_r2 = j.r2;
             sf.first_step = s0 + j.first_rise;
-            sf.held.assign(c.in_use.begin(), c.in_use.end());
-            sf.live_bytes = uint64_t(c.in_use[S - 1]);
-            sf.peak_bytes = uint64_t(*std::max_element(c.in_use.begin(), c.in_use.end()));
+            const std::vector<Stretch> in_use = p.in_use.held.stretches(0, uint32_t(S - 1));
+            sf.held = values_at_step_ends(in_use, S);
+            sf.live_bytes = uint64_t(in_use_now);
+            sf.peak_bytes = uint64_t(merged(in_use).high);
             sf.recurrence = judged ? std::min(1.0, double(j.rises) / double(judged)) : 0;
             sf.confidence = leak_confidence(j.r2, j.rises, judged);
             const LineFit& dfit = device_fit[{p.device, Memory::external}];
@@ -348,9 +332,9 @@ void pool_findings(Replay& r, Findings& f, const Span& span, const std::vector<L
             n.bytes = uint64_t(cached);
             n.site = sf.site;
             n.device = p.device;
-            n.why = "device memory of " + p.library + " outside torch's allocator: its pool grew to " + mib(c.pool[S - 1]) +
+            n.why = "device memory of " + p.library + " outside torch's allocator: its pool grew to " + mib(pool_now) +
                     " over steps " + std::to_string(s0) + ".." + std::to_string(S - 1) + " while " + count_words + " went from " +
-                    mib(c.in_use[std::min(s0, S - 1)]) + " to " + mib(c.in_use[S - 1]) + " (" + std::string(name(j.shape)) +
+                    mib(p.in_use.at_end(std::min(s0, S - 1))) + " to " + mib(in_use_now) + " (" + std::string(name(j.shape)) +
                     "): " + mib(cached) + " it keeps for reuse, a cache that filled, not a leak";
             f.not_leaks.push_back(std::move(n));
         }
@@ -365,9 +349,7 @@ SiteTotals judge_sites(Replay& r, Findings& f, const Span& span, const std::vect
     SiteTotals totals;
     totals.leaking.assign(r.sites.size(), false);
     if (!span.judgeable) return totals;
-    for (const LiveAlloc& a : live)
-        if (a.step <= span.last_judged) r.sites[a.site].add_survivor(a, uint32_t(span.w), uint32_t(S));
-    for (SiteSeries& s : r.sites) s.record_held(uint32_t(S));
+    for (SiteSeries& s : r.sites) s.record_held(uint32_t(S)), s.aged.record_held(uint32_t(S));
     std::vector<size_t> ledger_of(256, 0);
     // For each leak's share of the growth: of torch's allocated bytes, or of its own memory's.
     std::map<std::pair<uint16_t, Memory>, LineFit> device_fit;
@@ -391,21 +373,14 @@ SiteTotals judge_sites(Replay& r, Findings& f, const Span& span, const std::vect
     for (JudgedSite& js : series) {
         const SiteSeries& s = *js.s;
         CountedPool* pool = pool_of(pools, t, s);
-        // Made dense one site at a time: sites × steps never exist at once.
-        const std::vector<double> held = dense_held(s, S);  // bytes from this site live at each full step's end
-        const std::vector<double> aged = dense_aged(s.aged_deltas, S);  // of those, allocated `window` or more steps before
-        std::vector<double> survived(S, 0);  // bytes allocated in step k still live at the end of k+window
-        for (const auto& [k, bytes] : s.survived) survived[k] += double(bytes);
-        SiteFinding sf = describe_site(t, js, held);
-        size_t recurring = 0;
-        bool first_set = false;
-        for (size_t k = 0; k <= span.last_judged; ++k) {
-            if (survived[k] <= 0) continue;
-            if (!first_set) sf.first_step = k, first_set = true;
-            if (k >= s0) ++recurring;
-        }
-        const SiteJudgement site = judge_site(std::span<const double>(aged).subspan(s0), std::span<const double>(held).subspan(s0),
-                                               span.min_steps);
+        const std::vector<Stretch> held = s.held.stretches(0, uint32_t(S - 1));  // what it held at each full step's end
+        const Stretch whole = merged(held);
+        SiteFinding sf = describe_site(t, js, whole);
+        // Steps whose allocations here outlived the window: the judged ones recur.
+        size_t recurring = s.survivor_steps_from(s0);
+        if (s.survivor_steps) sf.first_step = s.first_survivor_step;
+        const SiteJudgement site =
+            judge_site(s.aged.held.stretches(uint32_t(s0), uint32_t(S - 1)), cut(held, uint32_t(s0), uint32_t(S - 1)), span.min_steps);
         const Judgement& j = site.leak();
         sf.evidence = site.evidence();
         if (sf.evidence == LeakEvidence::replaced_bigger) {
@@ -415,12 +390,7 @@ SiteTotals judge_sites(Replay& r, Findings& f, const Span& span, const std::vect
             if (s.largest) show_stack(t, sf, s.largest_stack);
             // Nothing survives: what recurs is the rise, from its first step on.
             recurring = j.rises;
-            sf.first_step = s0;
-            for (size_t k = 1; k < S; ++k)
-                if (held[k] > held[k - 1]) {
-                    sf.first_step = k;
-                    break;
-                }
+            sf.first_step = whole.first_rise != Stretch::kNone ? whole.first_rise : s0;
         }
         sf.recurrence = judged ? std::min(1.0, double(recurring) / double(judged)) : 0;
         sf.shape = j.shape;
@@ -442,6 +412,7 @@ SiteTotals judge_sites(Replay& r, Findings& f, const Span& span, const std::vect
             if (s.memory != Memory::pinned) totals.leak_rate[s.device] += j.recent_bytes_per_step;
             if (s.memory == Memory::torch)  // streams are torch's allocator's
                 for (const auto& [stream, bytes] : js.stream_bytes) totals.leaked_by_stream[s.device][stream] += bytes;
+            sf.held = values_at_step_ends(held, S);
             f.leaks.push_back(std::move(sf));
         } else if (s.surviving_allocations && (recurring == 0 || site.aged.shape == Shape::warm_up) &&
                    ledger_part(site, S - s0, false) == LedgerPart::warm_up) {
@@ -452,7 +423,7 @@ SiteTotals judge_sites(Replay& r, Findings& f, const Span& span, const std::vect
             f.not_leaks.push_back(bounded_cache(sf, site.aged, span, recurring));
         }
         if (s.memory == Memory::torch)  // the ledger is torch's allocated bytes; the usage ledger has the rest
-            totals.ledgers[ledger_of[s.device]].add(ledger_part(site, S - s0, is_confirmed), int64_t(held[S - 1] - held[0]),
+            totals.ledgers[ledger_of[s.device]].add(ledger_part(site, S - s0, is_confirmed), int64_t(whole.last - whole.first),
                                                     site_line);
     }
     pool_findings(r, f, span, live, pools, device_fit, totals);
@@ -657,6 +628,13 @@ void describe_peaks(Replay& r, Findings& f, const SiteTotals& totals, const std:
     }
 }
 
+// The latest step conclude() may begin judging at, whatever the run's length (a trace that starts
+// mid-run is judged from step 1 at the earliest).
+uint32_t latest_judged_from(const AnalysisOptions& opt) {
+    const int64_t from = opt.judged_from();
+    return uint32_t(std::clamp<int64_t>(from >= 0 ? from : int64_t(kWarmupSteps), 1, UINT32_MAX));
+}
+
 Findings conclude(Replay& r, const Steps& steps, const AnalysisOptions& opt,
                   std::chrono::steady_clock::time_point started) {
     const Trace& t = r.context;
@@ -724,7 +702,9 @@ struct FileRead {
     uint64_t entries = 0;
     bool allocated_any = false;
     explicit FileRead(const AnalysisOptions& opt)
-        : r(t, opt.judge.window, opt.last_step, &validator), guess(t.stacks), finder(t.stacks) {}
+        : r(t, opt.judge.window, opt.last_step, latest_judged_from(opt), &validator),
+          guess(t.stacks),
+          finder(t.stacks) {}
 };
 
 // Reads the file through, its steps cut where `placed` says, else guessed as the events pass while
@@ -787,7 +767,7 @@ Findings analyze(const Trace& t, const AnalysisOptions& opt) {
                             }));
     const Steps steps = find_steps(t);
     opt.judge.check();
-    Replay r(t, opt.judge.window, opt.last_step);
+    Replay r(t, opt.judge.window, opt.last_step, latest_judged_from(opt));
     PlacedSteps cuts(steps);
     for (const Event& e : t.events) {
         if (!r.wants_more()) break;

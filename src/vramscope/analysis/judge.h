@@ -10,6 +10,8 @@
 //   quarter of slope × span, and reached a new high in its last flat_tail(n) step ends;
 // - `bounded`: it rose in at least 2 steps, but held no new high in its last flat_tail(n) step
 //   ends: flat at the end, or falling. Growth that merely slows is not a bound.
+// A series is read as stretches of step ends (analysis/step_series.h), so the offline analysis
+// judges a site's change points and the live monitor its last step ends by one reading.
 // A site is judged on two series (judge_site): the bytes of its blocks a window old or more at
 // each step end (what steps leave behind), and all the bytes it holds then (a buffer freed and
 // replaced by a bigger one every step leaves nothing behind, yet grows). It leaks when either
@@ -22,6 +24,7 @@
 #include <optional>
 #include <span>
 
+#include "analysis/step_series.h"
 #include "findings/vocabulary.h"
 
 namespace vramscope {
@@ -52,7 +55,9 @@ struct Judgement {
     bool varies() const { return given_back > kGivesBack * gained; }
 };
 
-// min_steps: fewer step ends than this are too short to call a shape (JudgeSettings).
+// min_steps: fewer step ends than this are too short to call a shape (JudgeSettings). `held`: the
+// judged step ends, consecutive.
+Judgement judge(std::span<const Stretch> held, size_t min_steps = kMinSteps);
 Judgement judge(std::span<const double> held, size_t min_steps = kMinSteps);
 
 // True when a judged series of n step ends made a new high in its last flat_tail(n) of them.
@@ -72,6 +77,7 @@ struct SiteJudgement {
     const Judgement& leak() const { return evidence() == LeakEvidence::survivors ? aged : held; }
 };
 
+SiteJudgement judge_site(std::span<const Stretch> aged, std::span<const Stretch> held, size_t min_steps);
 SiteJudgement judge_site(std::span<const double> aged, std::span<const double> held, size_t min_steps);
 
 // A library that sub-allocates from a pool of its own (XLA's allocator, CuPy's memory pool) takes
@@ -93,6 +99,7 @@ inline bool pool_counts_for(double driver_growth, double pool_growth) {
 }
 // `in_use`: its bytes in use at the judged step ends; the growth of its pool and of the library's
 // driver memory over the same steps.
+PoolJudgement judge_pool(std::span<const Stretch> in_use, double pool_growth, double driver_growth, size_t min_steps);
 PoolJudgement judge_pool(std::span<const double> in_use, double pool_growth, double driver_growth, size_t min_steps);
 
 // How sure a leak is, 0..1: its fit's R² × how many steps showed it (kSureAfterSteps or more: full)

@@ -12,17 +12,13 @@ std::vector<CountedPool> count_pools(Replay& r, size_t s0, size_t S, size_t min_
         c.series = &p;
         p.in_use.record_held(uint32_t(S));
         p.pool.record_held(uint32_t(S));
-        for (size_t k = 0; k < S; ++k) {
-            c.in_use.push_back(p.in_use.at_end(k));
-            c.pool.push_back(p.pool.at_end(k));
-        }
         for (HolderSeries& h : r.holders)
             if (h.device == p.device && h.memory == Memory::external && h.library == p.library) c.holder = &h;
         if (c.holder) c.holder->record_held(uint32_t(S));
         const size_t from = std::min(s0, S - 1);
         const double driver_growth = c.holder ? c.holder->at_end(S - 1) - c.holder->at_end(from) : 0;
-        c.judged = judge_pool(std::span<const double>(c.in_use).subspan(from), c.pool[S - 1] - c.pool[from], driver_growth,
-                              min_steps);
+        c.judged = judge_pool(p.in_use.held.stretches(uint32_t(from), uint32_t(S - 1)), p.pool.at_end(S - 1) - p.pool.at_end(from),
+                              driver_growth, min_steps);
         out.push_back(std::move(c));
     }
     return out;

@@ -16,7 +16,6 @@ struct CountedPool {
     PoolSeries* series = nullptr;
     HolderSeries* holder = nullptr;  // the library's driver memory on the device, where the capture saw some
     PoolJudgement judged;            // its bytes in use at the judged step ends
-    std::vector<double> in_use, pool;  // at each full step end
     bool driver_rose = false;        // a site of its driver memory would have been judged a leak on its own
 };
 

@@ -10,8 +10,9 @@
 
 namespace vramscope {
 
-Replay::Replay(const Trace& t, uint32_t window, uint64_t last_step, EventValidator* checks)
-    : context(t), resolver(t.stacks), window_(window), last_step_(last_step), checks_(checks), live_(4096), phases_(t.stacks), modules_(t.stacks) {
+Replay::Replay(const Trace& t, uint32_t window, uint64_t last_step, uint32_t judged_from, EventValidator* checks)
+    : context(t), resolver(t.stacks), window_(window), last_step_(last_step), judged_from_(judged_from),
+      allocated_in_step_(size_t(window) + 1), checks_(checks), live_(4096), phases_(t.stacks), modules_(t.stacks) {
     slot_of_device_.fill(-1);
 }
 
@@ -52,6 +53,8 @@ uint32_t Replay::find_site(uint8_t device, uint32_t stack, Memory memory) {
         sites.back().site_frame = frame;
         sites.back().via_frame = key.via;
         sites.back().no_python_frame = !frame || is_cpp_file(context.stacks.string(context.stacks.frame(frame).file));
+        sites.back().held.keep_exact_until(judged_from_);
+        sites.back().aged.held.keep_exact_until(judged_from_);
     }
     if (cached) {
         if (stack >= site_of_stack_.size()) site_of_stack_.resize(std::max<size_t>(stack + 1, site_of_stack_.size() * 2), UINT32_MAX);
@@ -73,6 +76,7 @@ uint32_t Replay::holder_of(uint8_t device, Memory memory, uint32_t stack) {
         holders.back().device = device;
         holders.back().memory = memory;
         holders.back().library = library;
+        holders.back().held.keep_exact_until(UINT32_MAX);  // a holder per library and device: never folded
     }
     return it->second = holder->second;
 }
@@ -91,13 +95,32 @@ uint32_t Replay::placed_again(AddressMap& map, uint64_t key, uint32_t slot, uint
     }
     // Unchecked: the older block is forgotten, as a map would.
     free_slots_.back() = old;
+    pool_[old].freed = true;
     return slot;
 }
 
 void Replay::end_step() {
     start();
+    age_survivors();
     cut();
+    allocated_now_ = allocated_now_ == window_ ? 0 : allocated_now_ + 1;
     if (!wants_more()) stop();
+}
+
+// The blocks of step step_ − window still live at this full step's end are survivors: from this
+// step end on, their bytes are in their sites' `aged` series until they are freed.
+void Replay::age_survivors() {
+    const uint32_t next = allocated_now_ == window_ ? 0 : allocated_now_ + 1;  // step_ − window's
+    std::vector<std::pair<uint32_t, uint64_t>>& blocks = allocated_in_step_[next];
+    for (const auto& [slot, seq] : blocks) {
+        LiveAlloc& a = pool_[slot];
+        if (a.freed || a.seq != seq) continue;
+        a.aged = true;
+        SiteSeries& s = sites[a.site];
+        change(s.aged, int64_t(a.size), log_number(a.site, true));
+        s.add_survivor(a, judged_from_);
+    }
+    blocks.clear();
 }
 
 void Replay::cut() {
@@ -222,13 +245,25 @@ void Replay::forget_steps_before_memory() {
     }
 }
 
-void SiteSeries::add_survivor(const LiveAlloc& a, uint32_t window, uint32_t until) {
-    if (a.size) survived.emplace_back(a.step, a.size);
-    bytes_by_stack[a.stack] += a.size;
+void SiteSeries::add_survivor(const LiveAlloc& a, uint32_t head) {
+    if (a.size && a.step != last_survivor_step) {
+        if (!survivor_steps) first_survivor_step = a.step;
+        last_survivor_step = a.step;
+        ++survivor_steps;
+        if (a.step <= head) survivor_steps_in_head.push_back(a.step);
+    }
+    if (!last_stack_bytes || a.stack != last_survivor_stack) {
+        last_survivor_stack = a.stack;
+        last_stack_bytes = &bytes_by_stack[a.stack];
+    }
+    *last_stack_bytes += a.size;
     ++surviving_allocations;
     first_survivor = std::min(first_survivor, a.seq);
-    aged_deltas.emplace_back(a.step + window, double(a.size));
-    aged_deltas.emplace_back(until, -double(a.size));
+}
+
+size_t SiteSeries::survivor_steps_from(size_t s0) const {
+    const auto before = std::lower_bound(survivor_steps_in_head.begin(), survivor_steps_in_head.end(), s0);
+    return survivor_steps - size_t(before - survivor_steps_in_head.begin());
 }
 
 // The devices the trace declared come first, with their baselines.
@@ -331,8 +366,9 @@ void Replay::external_alloc(const Event& e) {
     DeviceState& s = state_[device_slot(e.device)];
     const uint32_t site = find_site(e.device, e.stack, memory);
     pool_[slot] = LiveAlloc{e.addr, e.size, seq_++, e.stack, site, step_, e.stream, e.device, false, uint8_t(phases_.now())};
+    allocated_in_step_[allocated_now_].emplace_back(slot, seq_ - 1);
     note_unit(sites[site], site);
-    change(sites[site], int64_t(e.size));
+    change(sites[site], int64_t(e.size), log_number(site, false));
     sites[site].last_stack = e.stack;
     HolderSeries& holder = holders[holder_of(e.device, memory, e.stack)];
     change(holder, int64_t(e.size));
@@ -349,7 +385,7 @@ void Replay::external_free(const Event& e) {
         if (checks_) checks_->external_freed_unknown(), stop();
         return;
     }
-    const LiveAlloc& block = pool_[a];
+    LiveAlloc& block = pool_[a];
     const Memory memory = sites[block.site].memory;
     DeviceState& s = state_[device_slot(block.device)];
     if (memory == Memory::pinned) s.pinned -= int64_t(block.size);
@@ -372,12 +408,29 @@ void Replay::pool_reading(const Event& e) {
         it = pools.emplace(pools.end());
         it->device = e.device;
         it->library = std::string(library);
+        it->in_use.held.keep_exact_until(UINT32_MAX);  // a pool per library and device: never folded
+        it->pool.held.keep_exact_until(UINT32_MAX);
     }
     change(it->in_use, int64_t(e.size) - it->in_use.live);
     change(it->pool, int64_t(e.addr) - it->pool.live);
 }
 
+// The log's changes by series (a counting sort keeps each series' in order), then each series'.
+void Replay::write_logged_changes() {
+    changes_of_series_.assign(sites.size() * 2 + 1, 0);
+    for (const LoggedChange& c : changes_) ++changes_of_series_[c.series + 1];
+    for (size_t i = 1; i < changes_of_series_.size(); ++i) changes_of_series_[i] += changes_of_series_[i - 1];
+    sorted_changes_.resize(changes_.size());
+    for (const LoggedChange& c : changes_) sorted_changes_[changes_of_series_[c.series]++] = c;
+    for (const LoggedChange& c : sorted_changes_) {
+        SiteSeries& s = sites[c.series >> 1];
+        (c.series & 1 ? s.aged.held : s.held).write(c.step, c.value);
+    }
+    changes_.clear();
+}
+
 void Replay::finish() {
+    write_logged_changes();
     start();
     if (events_since_cut_) {
         // The unfinished step: shown in the timeline, never judged.

@@ -16,6 +16,7 @@
 #include "analysis/peak.h"
 #include "analysis/phases.h"
 #include "analysis/sites.h"
+#include "analysis/step_series.h"
 #include "analysis/within_step.h"
 #include "common/address_map.h"
 #include "events/trace.h"
@@ -51,29 +52,33 @@ struct LiveAlloc {
     uint8_t device;
     uint8_t requested : 1;  // free_requested seen
     uint8_t phase : 2;      // the Phase it was allocated in
+    uint8_t aged : 1;       // a survivor: counted in its site's `aged` series
+    uint8_t freed : 1;      // its slot is free
     Phase allocated_in() const { return Phase(phase); }
 };
 static_assert(sizeof(LiveAlloc) == 40, "a live block's size bounds the replay's memory");
 
-// Bytes held at step ends, written down only when they change.
+// Bytes held at step ends, written down only when they change (analysis/step_series.h).
 struct HeldSeries {
     int64_t live = 0;                  // bytes live now
+    double written = 0;                // the value written down last
     uint32_t touched = 0;              // step of the last change to `live`
     bool ever_touched = false;
-    // Bytes held at step ends, run-length: from step .first on, .second (0 before the first).
-    std::vector<std::pair<uint32_t, double>> held;
+    StepSeries held;                   // bytes held at step ends (0 before the first change)
 
-    // Writes down the value held since the last change, before `step` changes it (or ends).
+    // Whether the value held since the last change is yet to be written down, before `step`
+    // changes it (or ends); if so, it is `written` from now on.
+    bool due(uint32_t step) {
+        if (!ever_touched || touched >= step || written == double(live)) return false;
+        written = double(live);
+        return true;
+    }
+    // Writes it down.
     void record_held(uint32_t step) {
-        if (ever_touched && touched < step && (held.empty() ? live != 0 : held.back().second != double(live)))
-            held.emplace_back(touched, double(live));
+        if (due(step)) held.write(touched, written);
     }
     // The bytes held at the end of step k, once written down up to there.
-    double at_end(size_t k) const {
-        const auto after = std::upper_bound(held.begin(), held.end(), k,
-                                            [](size_t step, const std::pair<uint32_t, double>& e) { return step < e.first; });
-        return after == held.begin() ? 0 : std::prev(after)->second;
-    }
+    double at_end(size_t k) const { return held.at_end(k); }
 };
 
 // One allocation site on one device, of one memory (torch's and a library's own at one line stay
@@ -87,17 +92,24 @@ struct SiteSeries : HeldSeries {
     bool no_python_frame = false;      // its frame is C++ or none: the autograd engine's thread (phases.h)
     uint64_t largest = 0;              // its largest allocation, and that one's stack: a buffer
     uint32_t largest_stack = 0;        // replaced by a bigger one every step is its latest
-    // Survivors (allocated in step k, still live at the end of k + window):
-    std::vector<std::pair<uint32_t, double>> aged_deltas;  // + at k + window, - where freed
-    std::vector<std::pair<uint32_t, uint64_t>> survived;   // (k, bytes)
+    // Survivors: blocks allocated in step k and still live at the end of k + window, each counted
+    // there, at a full step's end (Replay::age_survivors()).
+    HeldSeries aged;                       // their bytes, from k + window until freed
     std::map<uint32_t, uint64_t> bytes_by_stack;
+    uint32_t last_survivor_stack = 0;
+    uint64_t* last_stack_bytes = nullptr;  // bytes_by_stack's entry of last_survivor_stack (its node stays put)
     uint64_t surviving_allocations = 0;
     uint64_t first_survivor = UINT64_MAX;  // seq of the earliest-allocated survivor
+    uint32_t survivor_steps = 0;           // steps k that left a survivor of some bytes
+    uint32_t first_survivor_step = 0, last_survivor_step = UINT32_MAX;  // the first and latest of them
+    std::vector<uint32_t> survivor_steps_in_head;  // those up to where judging may begin (StepSeries::keep_exact_until)
     UnitSeries units;                      // at the unit ends of the run in hand (within_step.h)
     std::optional<WithinStepRecord> within;  // its worst step, where it leaked inside one
 
-    // A block allocated in a judged step and still live `window` steps later, until `until`.
-    void add_survivor(const LiveAlloc& a, uint32_t window, uint32_t until);
+    // A block still live `window` steps after its own; `head`: the latest step judging may begin at.
+    void add_survivor(const LiveAlloc& a, uint32_t head);
+    // Steps from s0 on (s0 at most `head`) that left a survivor of some bytes.
+    size_t survivor_steps_from(size_t s0) const;
 };
 
 // What one holder (analysis/libraries.h) keeps outside torch's allocator on one device: the usage
@@ -122,8 +134,9 @@ class Replay {
 public:
     // With `checks`, the events are validated as they are replayed, its live blocks the replay's
     // (one lookup for both): the replay stops at the first fault, and from there, or once the step
-    // range has ended, `checks` goes on alone with a copy of the live blocks.
-    Replay(const Trace& context, uint32_t window, uint64_t last_step, EventValidator* checks = nullptr);
+    // range has ended, `checks` goes on alone with a copy of the live blocks. `judged_from`: the
+    // latest step judging may begin at; the sites' series are exact up to there (step_series.h).
+    Replay(const Trace& context, uint32_t window, uint64_t last_step, uint32_t judged_from, EventValidator* checks = nullptr);
     // The next event: replayed, or once the replay has stopped, only checked. The context's tables
     // (stacks, streams, devices) hold what it refers to. Inline: once a run is under way, its
     // allocations and frees (nearly all its events) go straight to their own short path.
@@ -206,7 +219,12 @@ private:
     [[gnu::noinline]] void external_alloc(const Event& e);
     [[gnu::noinline]] void external_free(const Event& e);
     [[gnu::noinline]] void pool_reading(const Event& e);
-    void change(HeldSeries& s, int64_t bytes);
+    static constexpr uint32_t kNotLogged = UINT32_MAX;
+    // `logged`: the series' number in the change log (log_number()), or kNotLogged to write it down now.
+    void change(HeldSeries& s, int64_t bytes, uint32_t logged = kNotLogged);
+    static uint32_t log_number(uint32_t site, bool aged) { return site << 1 | uint32_t(aged); }
+    void log_change(uint32_t series, uint32_t step, double value);
+    void write_logged_changes();
     void start();
     void cut();
     void hold_timeline_bytes(uint64_t n);
@@ -220,7 +238,8 @@ private:
     void request(const Event& e);
     void release(const Event& e);
     void stop();
-    void released(const LiveAlloc& a);
+    void released(LiveAlloc& a);
+    void age_survivors();
     void note_unit(SiteSeries& s, uint32_t site);
     [[gnu::noinline]] void units_begin(SiteSeries& s, uint32_t site);
     [[gnu::noinline]] void new_peak(DeviceState& s, uint32_t stack);
@@ -232,6 +251,21 @@ private:
 
     const uint32_t window_;
     const uint64_t last_step_;
+    const uint32_t judged_from_;
+    // The blocks allocated in each of the last window + 1 steps, by step % (window + 1): (slot in
+    // pool_, seq), those still live at the end of step + window are survivors.
+    std::vector<std::vector<std::pair<uint32_t, uint64_t>>> allocated_in_step_;
+    uint32_t allocated_now_ = 0;  // step_'s index in it
+    // The sites' changes in the order they came, handed to their series a batch at a time, each
+    // series' in one go: one site's state stays in cache for all its batch, not for one change.
+    struct LoggedChange {
+        uint32_t series;  // log_number()
+        uint32_t step;
+        double value;
+    };
+    static constexpr size_t kLoggedChanges = 1 << 20;
+    std::vector<LoggedChange> changes_, sorted_changes_;
+    std::vector<uint32_t> changes_of_series_;
     EventValidator* const checks_;
     bool stopped_ = false;  // and checks_, if any, keeps its own live blocks
     bool steady_ = false;   // started, block events seen, not stopped: take_block() may take them
@@ -268,6 +302,11 @@ private:
     std::vector<std::pair<uint32_t, WithinStepRecord>> rose_in_step_;
 };
 
+[[gnu::always_inline]] inline void Replay::log_change(uint32_t series, uint32_t step, double value) {
+    changes_.push_back(LoggedChange{series, step, value});
+    if (changes_.size() == kLoggedChanges) [[unlikely]] write_logged_changes();
+}
+
 // take()'s short path, inlined into the loops that call it: as a call, each event saved and
 // restored six registers (real trace: 3 % of `analyze`).
 
@@ -287,8 +326,11 @@ private:
 
 // What a site holds at step ends changes only when it allocates or frees: the value it had
 // since its last change is written down once, when it changes again in a later step.
-[[gnu::always_inline]] inline void Replay::change(HeldSeries& s, int64_t bytes) {
-    s.record_held(step_);
+[[gnu::always_inline]] inline void Replay::change(HeldSeries& s, int64_t bytes, uint32_t logged) {
+    if (s.due(step_)) {
+        if (logged == kNotLogged) s.held.write(s.touched, s.written);
+        else log_change(logged, s.touched, s.written);
+    }
     s.live += bytes;
     s.touched = step_;
     s.ever_touched = true;
@@ -303,13 +345,13 @@ private:
     }
 }
 
-[[gnu::always_inline]] inline void Replay::released(const LiveAlloc& a) {
+[[gnu::always_inline]] inline void Replay::released(LiveAlloc& a) {
     if (!module_of_block_.empty()) [[unlikely]] module_of_block_.erase(a.seq);
     SiteSeries& s = sites[a.site];
     note_unit(s, a.site);
-    change(s, -int64_t(a.size));
-    // Freed after its window: a survivor. It was allocated in a full step, so it is judged.
-    if (step_ > uint64_t(a.step) + window_) s.add_survivor(a, window_, step_);
+    change(s, -int64_t(a.size), log_number(a.site, false));
+    if (a.aged) change(s.aged, -int64_t(a.size), log_number(a.site, true));
+    a.freed = true;
 }
 
 // The validator's checks of the event itself; false at a fault (the event is never replayed).
@@ -331,9 +373,10 @@ private:
     const uint32_t site = site_of(e.device, e.stack);
     if (phases_.allocated(sites[site].no_python_frame)) [[unlikely]] phase_began();
     pool_[slot] = LiveAlloc{e.addr, e.size, seq_++, e.stack, site, step_, e.stream, e.device, false, uint8_t(phases_.now())};
+    allocated_in_step_[allocated_now_].emplace_back(slot, seq_ - 1);
     if (const uint32_t module = modules_.now()) [[unlikely]] module_of_block_[seq_ - 1] = module;
     note_unit(sites[site], site);
-    change(sites[site], int64_t(e.size));
+    change(sites[site], int64_t(e.size), log_number(site, false));
     sites[site].last_stack = e.stack;
     if (e.size >= sites[site].largest) [[unlikely]] sites[site].largest = e.size, sites[site].largest_stack = e.stack;
     s.allocated += int64_t(e.size);
@@ -360,7 +403,7 @@ private:
     DeviceState& s = state_[device_slot(e.device)];
     const uint32_t a = live_.take(block_key(e.device, e.addr));
     if (a != AddressMap::kMissing) {
-        const LiveAlloc& block = pool_[a];
+        LiveAlloc& block = pool_[a];
         if (checks_) checks_->released(e.device, block.size);
         if (block.seq < s.top.seq_end) [[unlikely]] peak_member_freed(s, block);
         if (block.requested) s.pending -= int64_t(block.size);
