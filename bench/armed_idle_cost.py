@@ -21,6 +21,7 @@ from vramscope.launch import run_environment
 LOOP = textwrap.dedent("""
     import json, sys, time, torch
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    torch.set_num_threads(1)  # on a few cores, torch's thread pool moves a CPU step by more than any cost
     model = torch.nn.Sequential(*[torch.nn.Linear(256, 256) for _ in range(8)]).to(device)
     opt = torch.optim.AdamW(model.parameters())
     x = torch.randn(64, 256, device=device)
