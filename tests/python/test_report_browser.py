@@ -26,6 +26,16 @@ def browser():
         b.close()
 
 
+def opened(browser, page_file):
+    """The page loaded and drawn, with the list its scripts' errors go to."""
+    page = browser.new_page()
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(page_file.as_uri())
+    page.wait_for_selector(".banner")
+    return page, errors
+
+
 @pytest.mark.parametrize("fixture", FIXTURES, ids=lambda p: p.name.split(".")[0])
 def test_report_renders_offline_with_verdict_chart_and_leaks(fixture, tmp_path, browser):
     page_file = tmp_path / "report.html"
@@ -102,11 +112,7 @@ def test_report_of_a_findings_json(tmp_path, browser):
     vramscope("analyze", str(fixture), "--json", str(findings))
     page_file = tmp_path / "from-json.html"
     vramscope("report", str(findings), "-o", str(page_file))
-    page = browser.new_page()
-    errors = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(page_file.as_uri())
-    page.wait_for_selector(".banner")
+    page, errors = opened(browser, page_file)
     assert page.inner_text(".banner").startswith("LEAK")
     assert len(page.get_attribute(".chart polyline.allocated", "points").split()) >= 20
     assert page.locator("table.leaks tr.leakrow").count() >= 1
@@ -126,11 +132,7 @@ def test_a_run_of_many_bounded_caches_shows_the_largest_and_counts_the_rest(tmp_
     findings.write_text(json.dumps(data))
     page_file = tmp_path / "many.html"
     vramscope("report", str(findings), "-o", str(page_file))
-    page = browser.new_page()
-    errors = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(page_file.as_uri())
-    page.wait_for_selector(".banner")
+    page, errors = opened(browser, page_file)
     rows = page.locator("table.notleaks tbody tr").all_inner_texts()
     assert len(rows) == 40 and rows[-1].endswith("cache 99") and rows[0].endswith("cache 60"), rows
     rest = page.inner_text(".rest")
