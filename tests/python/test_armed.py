@@ -98,6 +98,13 @@ def test_a_process_that_was_not_armed_is_not_signalled_and_the_answer_says_how_t
         sleeper.wait()
 
 
+def test_an_armed_run_with_a_step_limit_is_refused_before_it_starts(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "vramscope", "run", "--armed", "--max-steps", "10", "--", sys.executable,
+                           "-c", "open('started', 'w')"], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 2 and "--max-steps" in proc.stderr and "armed" in proc.stderr
+    assert not (tmp_path / "started").exists()
+
+
 def test_an_attach_to_no_process_says_so():
     answer = attach(2 ** 22 + 7)  # above Linux's pid_max default
     assert answer.returncode == 2 and "no process" in answer.stderr

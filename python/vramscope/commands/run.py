@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from ..compare.matrix import MAX_STEPS, MatrixError, whole_number
 from ..capture.armed import DEFAULT_STEPS
@@ -54,6 +55,10 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..launch import run as launch
 
+    if args.armed and args.max_steps:
+        print("vramscope run: --max-steps counts the steps a capture records, and an armed run records none until "
+              "attached: give one or the other", file=sys.stderr)
+        return 2
     options = typed("analyze", args)  # checked before the command starts, not after it ran for hours
     return launch(args.command, args.output, args.max_steps, options,
                   armed=args.steps_after_attach if args.armed else 0)
