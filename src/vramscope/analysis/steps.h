@@ -1,6 +1,23 @@
-// Where one training step ends and the next begins, from the best source a trace offers:
-// our own step markers, else torch's optimizer annotations, else optimizer frames in the stacks,
-// else the period of the allocations. StepFinder sees the events once, as they stream by.
+// Where one training step ends and the next begins: every place that decides it, in the order an
+// event meets them.
+//
+// 1. Live, a capture writes step markers (EventKind::step, named by their unit) where its step
+//    sources say (python/vramscope/capture/steps.py StepSource): vramscope.step() beats the
+//    optimizer, which beats evaluation batches, which beat generate() calls; the strongest source
+//    seen owns the steps, and a weaker one's ends are units inside the step instead (microbatch
+//    markers, analysis/within_step.h). Of several optimizers, one holds the role (OptimizerRole:
+//    the first seen, handed on to one over the same parameters).
+// 2. In a trace, StepFinder (below) takes the best source it offers: those markers, else torch's
+//    optimizer annotations (the first optimizer's, FirstOptimizer), else optimizer frames in the
+//    stacks, else the period of the allocations. It sees the events once, as they stream by.
+// 3. The replay cuts steps where they end (analysis/step_cuts.h): GuessedSteps as the events pass
+//    (markers, else the first optimizer's annotations), or PlacedSteps where StepFinder placed them
+//    when that differs (the file is then read again, analyze.cpp read_file).
+// 4. Numbering: step 0 is the first step end a memory event precedes; those before are forgotten (a
+//    ring buffer that wrapped keeps markers of steps whose memory it lost), by the replay
+//    (Replay::forget_steps_before_memory), the live monitor's sink (LiveSink) and the recorder's
+//    NVML reads (capture/recorder.h read_usage_at_step_ends) alike.
+// 5. `--steps A:B` and the judge's warm-up then choose which of the numbered steps are judged.
 #pragma once
 #include <algorithm>
 #include <cstdint>
