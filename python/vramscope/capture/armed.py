@@ -4,8 +4,8 @@ until asked, then records its next N steps, analyses and reports them, and waits
 How it is asked: SIGUSR2, which `vramscope attach PID` sends (or `kill -USR2 PID`). While it waits
 the run's path holds nothing of vramscope's (the allocator hook is built and loaded, not attached;
 no torch hook): only the signal handler, and a state file saying that this process is armed, how
-many windows it recorded and where. A window is a capture started mid-run, so memory from before it is "before trace", as in
-any trace that starts late; the judge needs no history before the attach.
+many windows it recorded and where. A window is a capture started mid-run, so memory from before
+it is "before trace", as in any trace that starts late; the judge needs no history before the attach.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from .naming import SUFFIX
+from .naming import SUFFIX, without_suffix
 from .say import say, warn
 
 ATTACH_SIGNAL = signal.SIGUSR2
@@ -57,8 +57,7 @@ def catches_attach_signal(pid: int) -> bool:
 
 def window_path(output: str, window: int) -> str:
     """OUT.attachK.vscope: each window's own trace (the rank, if any, is added to it as usual)."""
-    stem = output[: -len(SUFFIX)] if output.endswith(SUFFIX) else output
-    return f"{stem}.attach{window}{SUFFIX}"
+    return f"{without_suffix(output)}.attach{window}{SUFFIX}"
 
 
 class Armed:
@@ -115,8 +114,7 @@ class Armed:
                               on_stop=self._window_ended, **self.capture_options)
             self.recording = capture
             capture.start()
-            if not capture.active and self.recording is capture:  # it could not start: said why
-                self._window_ended(capture)
+            if self.recording is not capture:  # it could not start (said why), and said it stopped
                 return
             self._write_state("recording")
             say(f"attached: recording the next {self.steps:,} steps (window {self.windows})")
@@ -127,7 +125,7 @@ class Armed:
     def _window_ended(self, capture: Any) -> None:
         self.recording = None
         self.last = {"window": self.windows, "trace": capture.path, "summary": capture.text,
-                     "verdict": (capture.findings or {}).get("verdict"), "off_reason": capture.off_reason}
+                     "off_reason": capture.off_reason}
         self._write_state("armed")
 
     def _disarm(self) -> None:
@@ -144,7 +142,7 @@ class Armed:
             path = state_file(os.getpid())
             path.parent.mkdir(parents=True, exist_ok=True)
             scratch = path.with_suffix(".tmp")
-            scratch.write_text(json.dumps({"pid": os.getpid(), "state": state, "steps": self.steps,
+            scratch.write_text(json.dumps({"state": state, "steps": self.steps,
                                            "windows": self.windows, "output": self.output, "last": self.last}))
             scratch.replace(path)  # a reader never sees half of it
         except OSError as e:

@@ -10,6 +10,11 @@ from typing import Mapping
 SUFFIX = ".vscope"
 
 
+def without_suffix(name: str) -> str:
+    """A trace's name without its .vscope, which the names a run writes are built on."""
+    return name[: -len(SUFFIX)] if name.endswith(SUFFIX) else name
+
+
 def process_rank(env: Mapping[str, str] = os.environ) -> int | None:
     """This process's rank: RANK (torchrun), else torch.distributed's once its group is up (Lightning's
     launcher sets no RANK); None outside a distributed run."""
@@ -28,7 +33,7 @@ def trace_path(base: str | os.PathLike[str], *, env: Mapping[str, str] = os.envi
     `run.pid1234.vscope` for any other process of a launched run (shared_name=False), so that
     nothing two processes write ever lands in one file."""
     base = Path(base)
-    stem = base.name[: -len(SUFFIX)] if base.name.endswith(SUFFIX) else base.name
+    stem = without_suffix(base.name)
     rank = process_rank(env)
     if rank is not None:
         return base.with_name(f"{stem}.rank{rank}{SUFFIX}")
@@ -40,7 +45,7 @@ def trace_path(base: str | os.PathLike[str], *, env: Mapping[str, str] = os.envi
 def run_files(base: str | os.PathLike[str], since: float) -> list[Path]:
     """The traces a launched run wrote: the base name and its rank, pid and attach variants, rank order."""
     base = Path(base)
-    stem = base.name[: -len(SUFFIX)] if base.name.endswith(SUFFIX) else base.name
+    stem = without_suffix(base.name)
     found = [p for p in base.parent.glob(f"{stem}*{SUFFIX}")
              if (p.name == stem + SUFFIX or p.name[len(stem):].startswith((".rank", ".pid", ".attach")))
              and p.stat().st_mtime >= since]

@@ -336,6 +336,7 @@ class Capture:
         """Capture never starts: said once per process, kept for whoever asks this capture."""
         self.off_reason = why
         warn(why, key)
+        self._told_stopped()
         return self
 
     def _step_aside(self, why: str) -> None:

@@ -104,7 +104,7 @@ class _OptimizerHook:
     """One of torch.optim's global step hooks, registered once and never removed, calling what is
     subscribed now. torch loops over the live dict of its hooks: a hook removed or added from inside
     that loop (a capture that stops at a step end, an attach that starts one there) breaks the
-    user's optimizer.step() with "dictionary changed size during iteration"."""
+    user's optimizer.step() with "OrderedDict mutated during iteration"."""
 
     def __init__(self, register_name: str):
         self._register_name = register_name

@@ -89,20 +89,14 @@ std::vector<Findings> analyze_paths(const std::vector<std::string>& paths, const
     };
     std::atomic<size_t> next{1};  // the first is this thread's, whose reports the line follows
     const auto take_the_rest = [&] {
+        const Progress::Reports silent(false);
         for (size_t k; (k = next.fetch_add(1)) < paths.size();) analyse(k);
     };
     const size_t workers = std::min<size_t>(paths.size(), std::max(1u, std::thread::hardware_concurrency()));
     std::vector<std::thread> others;
-    for (size_t w = 1; w < workers; ++w)
-        others.emplace_back([&] {
-            const Progress::Reports silent(false);
-            take_the_rest();
-        });
+    for (size_t w = 1; w < workers; ++w) others.emplace_back(take_the_rest);
     if (!paths.empty()) analyse(0);
-    {
-        const Progress::Reports silent(false);
-        take_the_rest();
-    }
+    take_the_rest();
     for (std::thread& t : others) t.join();
     for (const std::exception_ptr& e : failed)
         if (e) std::rethrow_exception(e);
